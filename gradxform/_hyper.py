@@ -1,0 +1,175 @@
+"""Hyperparameters as state: read and change them between steps without a recompile.
+
+Every piece keeps its numeric hyperparameters in a ``hyper`` dict field of its
+state, as float32 scalars whatever the parameter dtype (a bfloat16 model keeps
+``beta2=0.999`` as 0.999, not 1.0). Changing one with `set_hyper` swaps an
+array of the same shape and dtype, so a jitted step never retraces. Values
+are checked here, on the host, never inside the step.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "hyper_scalar", "get_hyper", "set_hyper", "hyper_names",
+    "get_learning_rate", "set_learning_rate", "check_range",
+]
+
+HYPER_FIELDS = ("hyper", "hyperparams")  # ours, and optax.inject_hyperparams'
+READ_ONLY = ("scheduled", "current_lr")
+
+
+def hyper_scalar(value) -> jax.Array:
+    return jnp.asarray(value, dtype=jnp.float32)
+
+
+def check_range(owner: str, name: str, value, *, low=None, high=None, low_open=False,
+                high_open=False, allow_none=False) -> None:
+    """Raises a ValueError that names the argument, the allowed range and the value."""
+    if value is None and allow_none:
+        return
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{owner}({name}=...): {name} must be a number; got {value!r}.") from None
+    ok = math.isfinite(v)
+    if ok and low is not None:
+        ok = v > low if low_open else v >= low
+    if ok and high is not None:
+        ok = v < high if high_open else v <= high
+    if not ok:
+        lo = "(-inf" if low is None else ("(" if low_open else "[") + f"{low:g}"
+        hi = "inf)" if high is None else f"{high:g}" + (")" if high_open else "]")
+        raise ValueError(f"{owner}({name}=...): {name} must be in {lo}, {hi}; got {value!r}.")
+
+
+# Ranges checked by set_hyper, by name. Pieces register the names they own.
+_CHECKS: dict[str, Callable[[str, Any], None]] = {}
+
+
+def register_check(name: str, **range_kwargs) -> None:
+    _CHECKS[name] = lambda owner, value: check_range(owner, name, value, **range_kwargs)
+
+
+for _name, _kw in {
+    "learning_rate": dict(low=0.0), "wd": dict(low=0.0), "weight_decay": dict(low=0.0),
+    "momentum": dict(low=0.0, high=1.0, high_open=True),
+    "beta1": dict(low=0.0, high=1.0, high_open=True),
+    "beta2": dict(low=0.0, high=1.0, high_open=True),
+    "epsilon": dict(low=0.0, low_open=True), "eps": dict(low=0.0, low_open=True),
+    "rescale_grad": dict(), "clip_gradient": dict(low=0.0, low_open=True),
+    "max_norm": dict(low=0.0, low_open=True),
+}.items():
+    register_check(_name, **_kw)
+
+
+def _walk(state, visit):
+    """Calls visit(hyper_dict, path) for every hyperparameter dict in ``state``."""
+    def go(node, path):
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            for f in node._fields:
+                child = getattr(node, f)
+                if f in HYPER_FIELDS and isinstance(child, dict):
+                    visit(child, path + (f,))
+                else:
+                    go(child, path + (f,))
+        elif isinstance(node, (tuple, list)):
+            for i, c in enumerate(node):
+                go(c, path + (i,))
+        elif isinstance(node, dict):
+            for k, c in node.items():
+                go(c, path + (k,))
+    go(state, ())
+
+
+def hyper_names(state) -> list[str]:
+    """The names of every hyperparameter held in ``state``."""
+    names: list[str] = []
+    _walk(state, lambda d, _: names.extend(k for k in d if k not in names))
+    return names
+
+
+def get_hyper(state, name: str):
+    """The current value of hyperparameter ``name`` in ``state`` (a float32 array).
+
+    Raises KeyError listing the known names when the state holds no such value.
+    """
+    found = []
+    _walk(state, lambda d, _: found.append(d[name]) if name in d else None)
+    if not found:
+        raise KeyError(f"get_hyper: no hyperparameter {name!r} in this state; "
+                       f"it holds {hyper_names(state)}.")
+    return found[0]
+
+
+def set_hyper(state, **values):
+    """Returns ``state`` with the named hyperparameters replaced (every piece that
+    holds one of these names gets the new value). Values are range-checked
+    here; the jitted step does not retrace, because shapes and dtypes stay."""
+    known = hyper_names(state)
+    for name, value in values.items():
+        if name in READ_ONLY:
+            raise KeyError(f"set_hyper: {name!r} is derived by the optimizer and cannot be set.")
+        if name not in known:
+            raise KeyError(f"set_hyper: no hyperparameter {name!r} in this state; "
+                           f"it holds {known}.")
+        if isinstance(value, (jax.Array, np.ndarray)) and np.ndim(value) != 0:
+            raise ValueError(f"set_hyper({name}=...): expected a scalar; got shape {np.shape(value)}.")
+        if name in _CHECKS and not isinstance(value, jax.core.Tracer):
+            _CHECKS[name]("set_hyper", value)
+
+    def rebuild(node):
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            kids = {}
+            for f in node._fields:
+                child = getattr(node, f)
+                if f in HYPER_FIELDS and isinstance(child, dict):
+                    child = {k: (jnp.asarray(values[k], dtype=jnp.asarray(v).dtype).reshape(jnp.shape(v))
+                                 if k in values else v) for k, v in child.items()}
+                else:
+                    child = rebuild(child)
+                kids[f] = child
+            return type(node)(**kids)
+        if isinstance(node, (tuple, list)) and not hasattr(node, "shape"):
+            kids = [rebuild(c) for c in node]
+            return type(node)(kids) if len(node) else node
+        if isinstance(node, dict):
+            return type(node)({k: rebuild(c) for k, c in node.items()})
+        return node
+
+    return rebuild(state)
+
+
+def _scheduled(state) -> bool:
+    flags = []
+    _walk(state, lambda d, _: flags.append(bool(d["scheduled"])) if "scheduled" in d else None)
+    return any(flags)
+
+
+def get_learning_rate(state) -> float:
+    """The learning rate the optimizer uses now, schedule included.
+
+    Without a schedule this is the ``learning_rate`` hyperparameter; with one it
+    is the schedule's value at the current update count (MXNet's
+    ``optimizer.learning_rate``). Per-parameter ``lr_mult`` is not applied.
+    """
+    if _scheduled(state):
+        return float(get_hyper(state, "current_lr"))
+    return float(get_hyper(state, "learning_rate"))
+
+
+def set_learning_rate(state, learning_rate: float):
+    """Returns ``state`` with a new base learning rate (no recompile).
+
+    As in MXNet, this is refused when the learning rate comes from a schedule.
+    """
+    if _scheduled(state):
+        raise UserWarning("LRScheduler of the optimizer has already been defined. Note that "
+                          "set_learning_rate can mutate the value of the learning rate of the "
+                          "optimizer only when the LRScheduler of the optimizer is undefined.")
+    return set_hyper(state, learning_rate=learning_rate)

@@ -1,0 +1,140 @@
+"""MXNet 1.x learning-rate schedulers (`gradxform.lr_scheduler`, as `mxnet.lr_scheduler`) as pure functions.
+
+MXNet's schedulers are stateful objects called with increasing
+``num_update``; each class here gives the same value as a closed form of
+``num_update``, so it runs under jit and needs no state. When an optimizer
+owns the scheduler, MXNet overwrites the scheduler's ``base_lr`` with the
+optimizer's ``learning_rate``; here the optimizer passes its (settable)
+``learning_rate`` hyperparameter as ``base_lr``. As in MXNet, the warmup's
+target and PolyScheduler/CosineScheduler's starting value are the
+scheduler's *own* constructor ``base_lr`` (``warmup_final_lr`` and
+``base_lr_orig`` are captured before the optimizer overwrites ``base_lr``).
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+
+__all__ = ["LRScheduler", "FactorScheduler", "MultiFactorScheduler", "PolyScheduler", "CosineScheduler"]
+
+
+class LRScheduler:
+    """Base: linear or constant warmup from ``warmup_begin_lr`` to ``base_lr``
+    over ``warmup_steps`` updates (MXNet ``LRScheduler.get_warmup_lr``)."""
+
+    def __init__(self, base_lr=0.01, warmup_steps=0, warmup_begin_lr=0, warmup_mode="linear"):
+        if not isinstance(warmup_steps, int):
+            raise TypeError(f"{type(self).__name__}(warmup_steps=...): must be an int; got {warmup_steps!r}.")
+        if warmup_begin_lr > base_lr:
+            raise ValueError(f"{type(self).__name__}: base_lr has to be higher than warmup_begin_lr; "
+                             f"got base_lr={base_lr}, warmup_begin_lr={warmup_begin_lr}.")
+        if warmup_steps < 0:
+            raise ValueError(f"{type(self).__name__}(warmup_steps=...): must be >= 0; got {warmup_steps}.")
+        if warmup_mode not in ("linear", "constant"):
+            raise ValueError(f"{type(self).__name__}(warmup_mode=...): must be 'linear' or 'constant'; "
+                             f"got {warmup_mode!r}.")
+        self.base_lr = base_lr
+        self.warmup_steps = warmup_steps
+        self.warmup_final_lr = base_lr
+        self.warmup_begin_lr = warmup_begin_lr
+        self.warmup_mode = warmup_mode
+
+    def _warmup(self, num_update, after):
+        if self.warmup_steps == 0:
+            return after
+        if self.warmup_mode == "linear":
+            lr = self.warmup_begin_lr + (self.warmup_final_lr - self.warmup_begin_lr) * (
+                num_update / float(self.warmup_steps))
+        else:
+            lr = jnp.full_like(num_update, self.warmup_begin_lr)
+        return jnp.where(num_update < self.warmup_steps, lr, after)
+
+    def _after_warmup(self, num_update, base_lr):
+        raise NotImplementedError
+
+    def __call__(self, num_update, base_lr=None):
+        """The learning rate at ``num_update`` (an int or an int array);
+        ``base_lr`` defaults to the scheduler's own."""
+        t = jnp.asarray(num_update, jnp.float32)
+        base = jnp.asarray(self.base_lr if base_lr is None else base_lr, jnp.float32)
+        return self._warmup(t, self._after_warmup(t, base)).astype(jnp.float32)
+
+
+class FactorScheduler(LRScheduler):
+    """``lr = base_lr * factor^k`` with ``k = ceil(num_update/step) - 1`` (>= 0),
+    held at ``stop_factor_lr`` once it falls below it."""
+
+    def __init__(self, step, factor=1, stop_factor_lr=1e-8, base_lr=0.01, warmup_steps=0,
+                 warmup_begin_lr=0, warmup_mode="linear"):
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        if step < 1:
+            raise ValueError(f"FactorScheduler(step=...): must be >= 1; got {step}.")
+        if factor > 1.0:
+            raise ValueError(f"FactorScheduler(factor=...): must be no more than 1 to make lr reduce; got {factor}.")
+        self.step, self.factor, self.stop_factor_lr = step, factor, stop_factor_lr
+
+    def _after_warmup(self, t, base):
+        k = jnp.maximum(jnp.ceil(t / self.step) - 1, 0)
+        decayed = jnp.maximum(base * jnp.float32(self.factor) ** k, jnp.float32(self.stop_factor_lr))
+        return jnp.where(k > 0, decayed, base)
+
+
+class MultiFactorScheduler(LRScheduler):
+    """``lr = base_lr * factor^k``, ``k`` the number of milestones in ``step``
+    that ``num_update`` has passed."""
+
+    def __init__(self, step, factor=1, base_lr=0.01, warmup_steps=0, warmup_begin_lr=0,
+                 warmup_mode="linear"):
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        if not isinstance(step, (list, tuple)) or len(step) < 1:
+            raise ValueError(f"MultiFactorScheduler(step=...): must be a non-empty list; got {step!r}.")
+        for i, s in enumerate(step):
+            if i and step[i] <= step[i - 1]:
+                raise ValueError("MultiFactorScheduler(step=...): must be an increasing integer list.")
+            if s < 1:
+                raise ValueError("MultiFactorScheduler(step=...): every step must be >= 1.")
+        if factor > 1.0:
+            raise ValueError(f"MultiFactorScheduler(factor=...): must be no more than 1; got {factor}.")
+        self.step, self.factor = list(step), factor
+
+    def _after_warmup(self, t, base):
+        k = sum((t > s).astype(jnp.float32) for s in self.step)
+        return base * jnp.float32(self.factor) ** k
+
+
+class PolyScheduler(LRScheduler):
+    """``lr = final_lr + (base_lr0 - final_lr) * (1 - (t - warmup)/(max_update - warmup))^pwr``
+    up to ``max_update``, then ``final_lr``; ``base_lr0`` is the constructor's ``base_lr``."""
+
+    def __init__(self, max_update, base_lr=0.01, pwr=2, final_lr=0, warmup_steps=0,
+                 warmup_begin_lr=0, warmup_mode="linear"):
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        if not isinstance(max_update, int) or max_update < 1:
+            raise ValueError(f"PolyScheduler(max_update=...): must be an int >= 1; got {max_update!r}.")
+        self.power, self.base_lr_orig, self.max_update, self.final_lr = pwr, base_lr, max_update, final_lr
+        self.max_steps = max_update - warmup_steps
+
+    def _after_warmup(self, t, base):
+        del base
+        frac = jnp.clip(1 - (t - self.warmup_steps) / float(self.max_steps), 0.0, None)
+        return self.final_lr + (self.base_lr_orig - self.final_lr) * frac ** self.power
+
+
+class CosineScheduler(LRScheduler):
+    """``lr = final_lr + (base_lr0 - final_lr) * (1 + cos(pi (t - warmup)/(max_update - warmup))) / 2``
+    up to ``max_update``, then ``final_lr``; ``base_lr0`` is the constructor's ``base_lr``."""
+
+    def __init__(self, max_update, base_lr=0.01, final_lr=0, warmup_steps=0, warmup_begin_lr=0,
+                 warmup_mode="linear"):
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        if not isinstance(max_update, int) or max_update < 1:
+            raise ValueError(f"CosineScheduler(max_update=...): must be an int >= 1; got {max_update!r}.")
+        self.base_lr_orig, self.max_update, self.final_lr = base_lr, max_update, final_lr
+        self.max_steps = max_update - warmup_steps
+
+    def _after_warmup(self, t, base):
+        del base
+        t = jnp.minimum(t, self.max_update)
+        return self.final_lr + (self.base_lr_orig - self.final_lr) * (
+            1 + jnp.cos(math.pi * (t - self.warmup_steps) / self.max_steps)) / 2

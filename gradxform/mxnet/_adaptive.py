@@ -1,0 +1,342 @@
+"""MXNet 1.x adaptive rules: adam, adamax, nadam, adagrad, rmsprop, adadelta, ftml, ftrl.
+
+Source: ``mxnet/optimizer/optimizer.py`` (1.9.1) and its kernels
+(``adam_update``, ``rmsprop_update``, ``rmspropalex_update``,
+``ftml_update``, ``ftrl_update``); the seed ``../shared/seeds/000_*.txt``.
+Note where each rule adds ``wd * w``: before the clip for Adam, Adamax,
+Nadam, FTML and RMSProp; after the division for AdaGrad; after the whole
+step for AdaDelta; inside the closed form for FTRL.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._base import GradientTransformation, chain, context_value, identity, transformation
+from .._hyper import check_range, hyper_scalar
+from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adam_moments,
+                      scale_by_adamax, scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
+from ._common import check_unit, parse_options
+
+__all__ = ["adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl"]
+
+
+def _zeros(params):
+    return jax.tree.map(jnp.zeros_like, params)
+
+
+def _check_eps(owner, **values):
+    for name, v in values.items():
+        check_range(owner, name, v, low=0.0, low_open=True)
+
+
+def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, lazy_update=False,
+         **kwargs) -> GradientTransformation:
+    """MXNet Adam (``Adam.update`` -> ``adam_update``)::
+
+        g = clip(rescale_grad * grad + wd * w, clip_gradient)
+        m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
+        w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon)
+
+    ``t`` is the parameter's own update count. ``lazy_update`` as in `sgd`
+    (default False: MXNet's True only acts on row_sparse gradients).
+    """
+    o = parse_options("mxnet.adam", learning_rate, kwargs)
+    check_unit("mxnet.adam", beta1=beta1, beta2=beta2)
+    _check_eps("mxnet.adam", epsilon=epsilon)
+    body = chain(o.rescale(), o.add_wd(), o.clip(), scale_by_adam_moments(beta1, beta2, epsilon),
+                 bias_correction(beta1, beta2), scale_by_lr())
+    return o.build(lazy_rows(body) if lazy_update else body)
+
+
+def adamax(learning_rate=0.002, beta1=0.9, beta2=0.999, **kwargs) -> GradientTransformation:
+    """MXNet Adamax (``Adamax.update``)::
+
+        g = clip(rescale_grad * grad + wd * w, clip_gradient)
+        m = beta1 m + (1 - beta1) g;   u = max(beta2 u, |g|)
+        w -= lr / (1 - beta1^t) * m / u
+    """
+    o = parse_options("mxnet.adamax", learning_rate, kwargs)
+    check_unit("mxnet.adamax", beta1=beta1, beta2=beta2)
+    return o.build(o.rescale(), o.add_wd(), o.clip(), scale_by_adamax(beta1, beta2),
+                   bias_correction(beta1, None), scale_by_lr())
+
+
+class NadamState(NamedTuple):
+    hyper: dict
+    mu: object
+    nu: object
+    m_schedule: jax.Array
+
+
+def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
+    """Nadam's own piece. MXNet keeps ``m_schedule`` on the optimizer object,
+    shared by all parameters, and multiplies it once per parameter update:
+    within a step, parameter i sees it advanced i+1 times. Reproduced here
+    with a running product over the leaves in MXNet's index order."""
+
+    def init(params):
+        return NadamState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
+                           "epsilon": hyper_scalar(epsilon), "schedule_decay": hyper_scalar(schedule_decay)},
+                          _zeros(params), _zeros(params), jnp.ones((), jnp.float32))
+
+    def update(updates, state, params=None, **extra_args):
+        del params
+        h = state.hyper
+        count = context_value(extra_args, "count", "mxnet.nadam")
+        mask = context_value(extra_args, "mask", "mxnet.nadam")
+        leaves, treedef = jax.tree.flatten(updates)
+        if not leaves:
+            return updates, state
+        t = jnp.stack(treedef.flatten_up_to(count)).astype(jnp.float32)
+        on = jnp.stack(treedef.flatten_up_to(mask))
+        mom_t = h["beta1"] * (1.0 - 0.5 * 0.96 ** (t * h["schedule_decay"]))
+        mom_t1 = h["beta1"] * (1.0 - 0.5 * 0.96 ** ((t + 1) * h["schedule_decay"]))
+        sched = state.m_schedule * jnp.cumprod(jnp.where(on, mom_t, 1.0))
+        sched_next = sched * mom_t1
+        mus, nus, outs = [], [], []
+        for i, (g, m, v) in enumerate(zip(leaves, treedef.flatten_up_to(state.mu),
+                                          treedef.flatten_up_to(state.nu))):
+            c = lambda x: x.astype(g.dtype)  # noqa: E731
+            m = c(h["beta1"]) * m + (1 - c(h["beta1"])) * g
+            v = c(h["beta2"]) * v + (1 - c(h["beta2"])) * g * g
+            g_prime = g / c(1.0 - sched[i])
+            m_prime = m / c(1.0 - sched_next[i])
+            v_prime = v / c(1.0 - h["beta2"] ** t[i])
+            m_bar = c(1.0 - mom_t[i]) * g_prime + c(mom_t1[i]) * m_prime
+            outs.append(m_bar / (jnp.sqrt(v_prime) + c(h["epsilon"])))
+            mus.append(m)
+            nus.append(v)
+        new = NadamState(h, treedef.unflatten(mus), treedef.unflatten(nus), sched[-1])
+        return treedef.unflatten(outs), new
+
+    return transformation(init, update)
+
+
+def nadam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, schedule_decay=0.004,
+          **kwargs) -> GradientTransformation:
+    """MXNet Nadam (``Nadam.update``)::
+
+        g = clip(rescale_grad * grad + wd * w, clip_gradient)
+        mu_t = beta1 (1 - 0.5 * 0.96^(t * schedule_decay)),  mu_t1 likewise at t + 1
+        m_schedule *= mu_t  (shared by all parameters; see `_nadam_direction`)
+        m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
+        m_bar = (1 - mu_t) g / (1 - m_schedule) + mu_t1 m / (1 - m_schedule * mu_t1)
+        w -= lr * m_bar / (sqrt(v / (1 - beta2^t)) + epsilon)
+    """
+    o = parse_options("mxnet.nadam", learning_rate, kwargs)
+    check_unit("mxnet.nadam", beta1=beta1, beta2=beta2)
+    _check_eps("mxnet.nadam", epsilon=epsilon)
+    check_range("mxnet.nadam", "schedule_decay", schedule_decay, low=0.0)
+    return o.build(o.rescale(), o.add_wd(), o.clip(),
+                   _nadam_direction(beta1, beta2, epsilon, schedule_decay), scale_by_lr())
+
+
+def adagrad(learning_rate=0.01, eps=1e-7, **kwargs) -> GradientTransformation:
+    """MXNet AdaGrad (``AdaGrad.update``, dense path)::
+
+        g = clip(rescale_grad * grad, clip_gradient)
+        history += g^2
+        w -= lr * (g / sqrt(history + eps) + wd * w)
+    """
+    o = parse_options("mxnet.adagrad", learning_rate, kwargs)
+    check_range("mxnet.adagrad", "eps", eps, low=0.0)
+    return o.build(o.rescale(), o.clip(), scale_by_accumulated_squares(eps), o.add_wd(), scale_by_lr())
+
+
+class WeightClipState(NamedTuple):
+    hyper: dict
+
+
+def _clip_weights(clip_weights):
+    """RMSProp's own piece: the new weight is clipped to ``[-c, c]``."""
+    if not clip_weights:
+        return identity()
+    check_range("mxnet.rmsprop", "clip_weights", clip_weights, low=0.0, low_open=True)
+
+    def init(params):
+        del params
+        return WeightClipState({"clip_weights": hyper_scalar(clip_weights)})
+
+    def update(updates, state, params=None, **extra_args):
+        del extra_args
+        c = state.hyper["clip_weights"]
+        return jax.tree.map(lambda u, w: jnp.clip(w + u, -c.astype(u.dtype), c.astype(u.dtype)) - w,
+                            updates, params), state
+
+    return transformation(init, update)
+
+
+def rmsprop(learning_rate=0.001, gamma1=0.9, gamma2=0.9, epsilon=1e-8, centered=False,
+            clip_weights=None, **kwargs) -> GradientTransformation:
+    """MXNet RMSProp (``rmsprop_update``; ``rmspropalex_update`` when centered).
+
+    Tieleman & Hinton (``centered=False``)::
+
+        g = clip(rescale_grad * grad + wd * w, clip_gradient)
+        n = (1 - gamma1) g^2 + gamma1 n
+        w -= lr * g / sqrt(n + epsilon)
+
+    Graves 2013 (``centered=True``)::
+
+        n = (1 - gamma1) g^2 + gamma1 n;   gbar = (1 - gamma1) g + gamma1 gbar
+        delta = gamma2 delta - lr * g / sqrt(n - gbar^2 + epsilon);   w += delta
+
+    then, with ``clip_weights``, ``w = clip(w, -clip_weights, clip_weights)``.
+    ``centered`` is static.
+    """
+    o = parse_options("mxnet.rmsprop", learning_rate, kwargs)
+    check_unit("mxnet.rmsprop", gamma1=gamma1, gamma2=gamma2)
+    _check_eps("mxnet.rmsprop", epsilon=epsilon)
+    if centered:
+        direction = (scale_by_centered_rms(gamma1, epsilon), scale_by_lr(), trace(gamma2, name="gamma2"))
+    else:
+        direction = (scale_by_rms(gamma1, epsilon), scale_by_lr(), identity())
+    return o.build(o.rescale(), o.add_wd(), o.clip(), *direction, _clip_weights(clip_weights))
+
+
+class AdaDeltaState(NamedTuple):
+    hyper: dict
+    acc_g: object
+    acc_delta: object
+
+
+def _adadelta_direction(rho, epsilon):
+    """AdaDelta's own piece: emits ``delta`` (the step before the sign)."""
+
+    def init(params):
+        return AdaDeltaState({"rho": hyper_scalar(rho), "epsilon": hyper_scalar(epsilon)},
+                             _zeros(params), _zeros(params))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        rho, eps = state.hyper["rho"], state.hyper["epsilon"]
+
+        def one(g, ag, ad):
+            r, e = rho.astype(g.dtype), eps.astype(g.dtype)
+            ag = r * ag + (1 - r) * g * g
+            delta = jnp.sqrt(ad + e) / jnp.sqrt(ag + e) * g
+            ad = r * ad + (1 - r) * delta * delta
+            return delta, ag, ad
+
+        out = jax.tree.map(one, updates, state.acc_g, state.acc_delta)
+        pick = lambda i: jax.tree.map(lambda _, t: t[i], updates, out)  # noqa: E731
+        return pick(0), AdaDeltaState(state.hyper, pick(1), pick(2))
+
+    return transformation(init, update)
+
+
+def adadelta(learning_rate=0.01, rho=0.90, epsilon=1e-5, **kwargs) -> GradientTransformation:
+    """MXNet AdaDelta (``AdaDelta.update``); no learning rate enters the rule::
+
+        g = clip(rescale_grad * grad, clip_gradient)
+        acc_g = rho acc_g + (1 - rho) g^2
+        delta = sqrt(acc_delta + eps) / sqrt(acc_g + eps) * g
+        acc_delta = rho acc_delta + (1 - rho) delta^2
+        w -= delta + wd * w
+    """
+    o = parse_options("mxnet.adadelta", learning_rate, kwargs)
+    check_unit("mxnet.adadelta", rho=rho)
+    _check_eps("mxnet.adadelta", epsilon=epsilon)
+    return o.build(o.rescale(), o.clip(), _adadelta_direction(rho, epsilon), o.add_wd(), scale(-1.0),
+                   read_lr="before")
+
+
+class FTMLState(NamedTuple):
+    hyper: dict
+    d: object
+    v: object
+    z: object
+
+
+def _ftml_step(beta1, beta2, epsilon):
+    """FTML's own piece: emits ``w_new - w`` from the closed form."""
+
+    def init(params):
+        return FTMLState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
+                          "epsilon": hyper_scalar(epsilon)}, _zeros(params), _zeros(params), _zeros(params))
+
+    def update(updates, state, params=None, **extra_args):
+        lr = context_value(extra_args, "lr", "mxnet.ftml")
+        count = context_value(extra_args, "count", "mxnet.ftml")
+        h = state.hyper
+
+        def one(g, w, d, v, z, l, t):
+            c = lambda x: x.astype(g.dtype)  # noqa: E731
+            t = t.astype(jnp.float32)
+            b1, b2 = c(h["beta1"]), c(h["beta2"])
+            v = b2 * v + (1 - b2) * g * g
+            d_t = c((1 - h["beta1"] ** t) / l) * (jnp.sqrt(v / c(1 - h["beta2"] ** t)) + c(h["epsilon"]))
+            z = b1 * z + (1 - b1) * g - (d_t - b1 * d) * w
+            return -z / d_t - w, d_t, v, z
+
+        out = jax.tree.map(one, updates, params, state.d, state.v, state.z, lr, count)
+        pick = lambda i: jax.tree.map(lambda _, t: t[i], updates, out)  # noqa: E731
+        return pick(0), FTMLState(h, pick(1), pick(2), pick(3))
+
+    return transformation(init, update)
+
+
+def ftml(learning_rate=0.01, beta1=0.6, beta2=0.999, epsilon=1e-8, **kwargs) -> GradientTransformation:
+    """MXNet FTML (Follow the Moving Leader, ``ftml_update``)::
+
+        g = clip(rescale_grad * grad + wd * w, clip_gradient)
+        v = beta2 v + (1 - beta2) g^2
+        d_t = (1 - beta1^t) / lr * (sqrt(v / (1 - beta2^t)) + epsilon)
+        z = beta1 z + (1 - beta1) g - (d_t - beta1 d_{t-1}) w
+        w = -z / d_t
+    """
+    o = parse_options("mxnet.ftml", learning_rate, kwargs)
+    check_unit("mxnet.ftml", beta1=beta1, beta2=beta2)
+    _check_eps("mxnet.ftml", epsilon=epsilon)
+    return o.build(o.rescale(), o.add_wd(), o.clip(), _ftml_step(beta1, beta2, epsilon))
+
+
+class FtrlState(NamedTuple):
+    hyper: dict
+    z: object
+    n: object
+
+
+def _ftrl_step(lamda1, beta):
+    """FTRL-proximal's own piece: emits ``w_new - w`` from the closed form,
+    with the learning rate and decay of the step context."""
+
+    def init(params):
+        return FtrlState({"lamda1": hyper_scalar(lamda1), "beta": hyper_scalar(beta)},
+                         _zeros(params), _zeros(params))
+
+    def update(updates, state, params=None, **extra_args):
+        lr = context_value(extra_args, "lr", "mxnet.ftrl")
+        wd = context_value(extra_args, "wd", "mxnet.ftrl")
+        h = state.hyper
+
+        def one(g, w, z, n, l, d):
+            c = lambda x: x.astype(g.dtype)  # noqa: E731
+            l1, b, l, d = c(h["lamda1"]), c(h["beta"]), c(l), c(d)
+            z = z + g - (jnp.sqrt(n + g * g) - jnp.sqrt(n)) * w / l
+            n = n + g * g
+            w_new = (jnp.sign(z) * l1 - z) / ((b + jnp.sqrt(n)) / l + d) * (jnp.abs(z) > l1)
+            return w_new - w, z, n
+
+        out = jax.tree.map(one, updates, params, state.z, state.n, lr, wd)
+        pick = lambda i: jax.tree.map(lambda _, t: t[i], updates, out)  # noqa: E731
+        return pick(0), FtrlState(h, pick(1), pick(2))
+
+    return transformation(init, update)
+
+
+def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, **kwargs) -> GradientTransformation:
+    """MXNet Ftrl (FTRL-proximal, ``ftrl_update``)::
+
+        g = clip(rescale_grad * grad, clip_gradient)
+        z += g - (sqrt(n + g^2) - sqrt(n)) * w / lr
+        n += g^2
+        w = (sign(z) * lamda1 - z) / ((beta + sqrt(n)) / lr + wd) * (|z| > lamda1)
+    """
+    o = parse_options("mxnet.ftrl", learning_rate, kwargs)
+    check_range("mxnet.ftrl", "lamda1", lamda1, low=0.0)
+    check_range("mxnet.ftrl", "beta", beta, low=0.0)
+    return o.build(o.provide_wd(), o.rescale(), o.clip(), _ftrl_step(lamda1, beta))

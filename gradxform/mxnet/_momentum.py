@@ -1,0 +1,251 @@
+"""MXNet 1.x SGD-like rules: sgd (ccsgd), nag, signum, lbsgd, dcasgd, sgld.
+
+Source: ``mxnet/optimizer/optimizer.py`` (1.9.1) and its kernels
+(``sgd_update``, ``sgd_mom_update``, ``signum_update``, ...); the seed
+``../shared/seeds/000_*.txt`` carries the same rules.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, identity, transformation
+from .._hyper import check_range, hyper_scalar
+from ..pieces import add_decoupled_weight_decay, ema, gated, lazy_rows, scale_by_lr, sign, trace
+from ._common import check_unit, parse_options
+
+__all__ = ["sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld"]
+
+
+def sgd(learning_rate=0.01, momentum=0.0, lazy_update=False, **kwargs) -> GradientTransformation:
+    """MXNet SGD with momentum (``SGD.update`` -> ``sgd_update`` / ``sgd_mom_update``)::
+
+        g   = clip(rescale_grad * grad, clip_gradient) + wd * w
+        mom = momentum * mom - lr * g        (no buffer when momentum == 0)
+        w  += mom
+
+    Args:
+      learning_rate: >= 0. momentum: in [0, 1); 0 keeps no momentum buffer
+        (static). lazy_update: row_sparse semantics over dense gradients: rows
+        whose gradient is all zero are left alone, weight and momentum alike.
+        MXNet's default True only acts on row_sparse gradients, so dense
+        MXNet training matches the default False here.
+      **kwargs: the common keywords (wd, rescale_grad, clip_gradient,
+        lr_scheduler, multi_precision, begin_num_update, lr_mult, wd_mult,
+        param_idx2name, skip_nonfinite).
+    """
+    o = parse_options("mxnet.sgd", learning_rate, kwargs)
+    check_unit("mxnet.sgd", momentum=momentum)
+    body = chain(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(),
+                 trace(momentum) if momentum > 0 else identity())
+    return o.build(lazy_rows(body) if lazy_update else body)
+
+
+def ccsgd(learning_rate=0.01, momentum=0.0, lazy_update=False, **kwargs) -> GradientTransformation:
+    """MXNet ccSGD: deprecated in MXNet, the same rule as `sgd`."""
+    return sgd(learning_rate, momentum, lazy_update, **kwargs)
+
+
+def nag(learning_rate=0.01, momentum=0.0, **kwargs) -> GradientTransformation:
+    """MXNet NAG (Nesterov accelerated SGD, ``NAG.update``)::
+
+        g   = clip(rescale_grad * grad, clip_gradient) + wd * w
+        mom = momentum * mom + g
+        w  -= lr * (g + momentum * mom)
+    """
+    o = parse_options("mxnet.nag", learning_rate, kwargs)
+    check_unit("mxnet.nag", momentum=momentum)
+    return o.build(o.rescale(), o.clip(), o.add_wd(),
+                   trace(momentum, nesterov=True) if momentum > 0 else identity(), scale_by_lr())
+
+
+def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, **kwargs) -> GradientTransformation:
+    """MXNet Signum (``signum_update``; ``signsgd_update`` when momentum is 0)::
+
+        g   = clip(rescale_grad * grad, clip_gradient) + wd * w
+        mom = momentum * mom + (1 - momentum) * g
+        w   = (1 - lr * wd_lh) * w - lr * sign(mom)
+
+    Args: momentum in [0, 1) (0: signSGD, static); wd_lh >= 0, decoupled decay.
+    """
+    o = parse_options("mxnet.signum", learning_rate, kwargs)
+    check_unit("mxnet.signum", momentum=momentum)
+    check_range("mxnet.signum", "wd_lh", wd_lh, low=0.0)
+    return o.build(o.rescale(), o.clip(), o.add_wd(),
+                   ema(momentum) if momentum > 0 else identity(), sign(), scale_by_lr(),
+                   add_decoupled_weight_decay(wd_lh))
+
+
+class LBSGDState(NamedTuple):
+    hyper: dict
+    cum_grad: object
+    num_cums: jax.Array
+
+
+def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_epoch, begin_epoch):
+    """LBSGD's own piece: accumulate gradients over ``batch_scale`` calls,
+    emit their mean on every ``batch_scale``-th call, and publish the warmup
+    multiplier ``lbmult`` and the per-leaf flag ``lbsgd_apply``."""
+    nwup = warmup_epochs * updates_per_epoch
+    init_updates = begin_epoch * updates_per_epoch
+
+    def lbmult(nup):
+        nup = nup.astype(jnp.float32)
+        maxmult = float(batch_scale)
+        if nwup <= 1:
+            warm = jnp.ones_like(nup)
+        elif warmup_strategy == "linear":
+            warm = 1.0 + (maxmult - 1) * nup / nwup
+        elif warmup_strategy == "power2":
+            warm = 1.0 + (maxmult - 1) * (nup * nup) / (nwup * nwup)
+        elif warmup_strategy == "sqrt":
+            warm = 1.0 + (maxmult - 1) * jnp.sqrt(nup / nwup)
+        else:
+            warm = jnp.ones_like(nup)
+        return jnp.where(nup >= nwup, maxmult, warm)
+
+    def init(params):
+        n = len(jax.tree.leaves(params))
+        return LBSGDState({}, jax.tree.map(jnp.zeros_like, params), jnp.full((n,), init_updates, jnp.int32))
+
+    def update(updates, state, params=None, **extra_args):
+        leaves, treedef = jax.tree.flatten(updates)
+        num_cums = state.num_cums + 1
+        cum = jax.tree.map(lambda c, g: c + g, state.cum_grad, updates)
+        apply = [num_cums[i] % batch_scale == 0 for i in range(len(leaves))]
+        apply_tree = treedef.unflatten(apply)
+        mean = jax.tree.map(lambda c: c / jnp.asarray(batch_scale, c.dtype), cum)
+        if warmup_strategy == "lars":
+            wd = context_value(extra_args, "wd", "mxnet.lbsgd")
+
+            def lars(w, g, d):
+                w2 = jnp.sum(jnp.square(w.astype(jnp.float32)))
+                g2 = jnp.sum(jnp.square(g.astype(jnp.float32)))
+                return jnp.clip(jnp.sqrt(w2 / (g2 + d * w2 + 1e-18)), 0.01, 100.0)
+
+            mult = jax.tree.map(lars, params, mean, wd)
+        else:
+            mult = treedef.unflatten([lbmult(num_cums[i]) for i in range(len(leaves))])
+        ctx = extra_args[CONTEXT_KEY]
+        ctx["lbmult"], ctx["lbsgd_apply"] = mult, apply_tree
+        cum = jax.tree.map(lambda c, a: jnp.where(a, jnp.zeros_like(c), c), cum, apply_tree)
+        return mean, LBSGDState(state.hyper, cum, num_cums)
+
+    return transformation(init, update)
+
+
+def lbsgd(learning_rate=0.01, momentum=0.0, warmup_strategy="linear", warmup_epochs=5, batch_scale=1,
+          updates_per_epoch=32, begin_epoch=0, num_epochs=60, **kwargs) -> GradientTransformation:
+    """MXNet LBSGD (large-batch SGD, ``LBSGD.update``).
+
+    Reads the learning rate *before* bumping the update count. Gradients are
+    summed over ``batch_scale`` calls; on every ``batch_scale``-th call (the
+    count starting at ``begin_epoch * updates_per_epoch``) the mean ``g`` takes
+    an SGD step with ``lr * lbmult``, and between those calls nothing moves::
+
+        lbmult = warmup(strategy, num_cums)  or, for 'lars',
+                 clip(sqrt(|w|^2 / (|g|^2 + wd |w|^2 + 1e-18)), 0.01, 100)
+        then the `sgd` rule with lr * lbmult
+
+    Args: warmup_strategy in {'linear', 'power2', 'sqrt', 'lars'};
+    warmup_epochs, updates_per_epoch, batch_scale >= 1; begin_epoch >= 0.
+    ``num_epochs`` is accepted and unused, as in MXNet.
+    """
+    del num_epochs
+    o = parse_options("mxnet.lbsgd", learning_rate, kwargs)
+    check_unit("mxnet.lbsgd", momentum=momentum)
+    if warmup_strategy not in ("linear", "power2", "sqrt", "lars"):
+        raise ValueError(f"mxnet.lbsgd(warmup_strategy=...): must be one of 'linear', 'power2', "
+                         f"'sqrt', 'lars'; got {warmup_strategy!r}.")
+    for name, v in dict(warmup_epochs=warmup_epochs, updates_per_epoch=updates_per_epoch).items():
+        check_range("mxnet.lbsgd", name, v, low=0)
+    check_range("mxnet.lbsgd", "batch_scale", batch_scale, low=1)
+    check_range("mxnet.lbsgd", "begin_epoch", begin_epoch, low=0)
+    sgd_step = chain(o.rescale(), o.clip(), o.add_wd_from_context(), scale_by_lr(factor_key="lbmult"),
+                     trace(momentum) if momentum > 0 else identity())
+    return o.build(o.provide_wd(),
+                   _lbsgd_accumulate(int(batch_scale), warmup_strategy, warmup_epochs, updates_per_epoch,
+                                     begin_epoch),
+                   gated(sgd_step, "lbsgd_apply"), read_lr="before")
+
+
+class DCASGDState(NamedTuple):
+    hyper: dict
+    previous_weight: object
+
+
+def _delay_compensation(lamda):
+    """DCASGD's own piece: ``u -> u + lamda * u^2 * (w - w_prev)``; keeps ``w``."""
+
+    def init(params):
+        return DCASGDState({"lamda": hyper_scalar(lamda)}, jax.tree.map(jnp.array, params))
+
+    def update(updates, state, params=None, **extra_args):
+        del extra_args
+        lam = state.hyper["lamda"]
+        out = jax.tree.map(lambda g, w, prev: g + lam.astype(g.dtype) * g * g * (w - prev),
+                           updates, params, state.previous_weight)
+        return out, DCASGDState(state.hyper, jax.tree.map(jnp.array, params))
+
+    return transformation(init, update)
+
+
+def dcasgd(learning_rate=0.01, momentum=0.0, lamda=0.04, **kwargs) -> GradientTransformation:
+    """MXNet DCASGD (delay-compensated async SGD, ``DCASGD.update``)::
+
+        g   = clip(rescale_grad * grad, clip_gradient)
+        mom = momentum * mom - lr * (g + wd * w + lamda * g^2 * (w - w_prev))
+        w_prev = w;  w += mom
+
+    MXNet 1.9.1 raises on ``if mom:`` for a momentum buffer of more than one
+    element; the rule above is what its code writes, and what it computes for
+    one-element parameters.
+    """
+    o = parse_options("mxnet.dcasgd", learning_rate, kwargs)
+    check_unit("mxnet.dcasgd", momentum=momentum)
+    check_range("mxnet.dcasgd", "lamda", lamda, low=0.0)
+    return o.build(o.rescale(), o.clip(), _delay_compensation(lamda), o.add_wd(), scale_by_lr(),
+                   trace(momentum) if momentum > 0 else identity())
+
+
+class NoiseState(NamedTuple):
+    key: jax.Array
+
+
+def _langevin_noise(seed):
+    """SGLD's own piece: adds ``N(0, lr)`` noise (std ``sqrt(lr)``); the PRNG key
+    lives in the state, so a step is a pure function and a resumed run draws
+    the same noise."""
+
+    def init(params):
+        del params
+        return NoiseState(jax.random.key_data(jax.random.key(seed)))
+
+    def update(updates, state, params=None, **extra_args):
+        del params
+        lr = context_value(extra_args, "lr", "mxnet.sgld")
+        key, sub = jax.random.split(jax.random.wrap_key_data(state.key))
+        leaves, treedef = jax.tree.flatten(updates)
+        keys = jax.random.split(sub, max(len(leaves), 1))
+        noisy = [u + jnp.sqrt(l).astype(u.dtype) * jax.random.normal(k, jnp.shape(u), u.dtype)
+                 for u, l, k in zip(leaves, treedef.flatten_up_to(lr), keys)]
+        return treedef.unflatten(noisy), NoiseState(jax.random.key_data(key))
+
+    return transformation(init, update)
+
+
+def sgld(learning_rate=0.01, seed=0, **kwargs) -> GradientTransformation:
+    """MXNet SGLD (stochastic gradient Langevin dynamics, ``SGLD.update``)::
+
+        g  = clip(rescale_grad * grad, clip_gradient)
+        w += -lr/2 * (g + wd * w) + N(0, sqrt(lr))
+
+    The noise comes from a JAX PRNG key in the state (``seed``), so it does
+    not reproduce MXNet's random stream; its distribution is the same.
+    """
+    o = parse_options("mxnet.sgld", learning_rate, kwargs)
+    return o.build(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(sign=-0.5), _langevin_noise(seed))
+
+

@@ -1,0 +1,121 @@
+"""MXNet's imperative ``Updater``: ``updater(index, grad, weight)`` with per-index state.
+
+For scripts that drive an optimizer by hand (``mx.optimizer.get_updater``)
+rather than through Gluon. Each index gets the functional optimizer's state
+for its one weight; the updater keeps MXNet's shared ``num_update`` across
+indices, so schedules see the same count MXNet's optimizer object does.
+"""
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._base import GradientTransformation, apply_updates
+from ..pieces._step import StepState
+
+__all__ = ["Updater", "get_updater"]
+
+
+def _map_step_states(state, fn):
+    def go(node):
+        if isinstance(node, StepState):
+            return fn(node)
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            return type(node)(*(go(c) for c in node))
+        if isinstance(node, (tuple, list)):
+            return type(node)(go(c) for c in node) if len(node) else node
+        if isinstance(node, dict):
+            return {k: go(v) for k, v in node.items()}
+        return node
+    return go(state)
+
+
+def _num_updates(state) -> list[int]:
+    found = []
+    _map_step_states(state, lambda s: found.append(int(s.num_update)) or s)
+    return found
+
+
+class Updater:
+    """``updater(index, grad, weight)`` updates ``weight`` for parameter ``index``.
+
+    A NumPy ``weight`` is updated in place (as MXNet mutates its NDArray); the
+    new weight is also returned, which is the only way for a JAX array.
+    """
+
+    def __init__(self, optimizer: GradientTransformation):
+        self.optimizer = optimizer
+        self.states: dict[Any, Any] = {}
+        self.num_update = 0
+        self._pending: dict[Any, list[np.ndarray]] = {}
+        self._step = jax.jit(self._step_impl)
+
+    def _step_impl(self, grad, state, weight):
+        updates, state = self.optimizer.update(grad, state, weight)
+        return apply_updates(weight, updates), state
+
+    def __call__(self, index, grad, weight):
+        if isinstance(index, bytes):
+            index = index.decode()
+        if isinstance(index, (list, tuple)):  # MXNet's aggregated form
+            return [self(i, g, w) for i, g, w in zip(index, grad, weight)]
+        w = jnp.asarray(weight)
+        if index not in self.states:
+            state = self.optimizer.init(w)
+            if index in self._pending:
+                leaves = self._pending.pop(index)
+                treedef = jax.tree.structure(state)
+                if treedef.num_leaves != len(leaves):
+                    raise ValueError(f"Updater.set_states: index {index!r} has {len(leaves)} state "
+                                     f"arrays; this optimizer keeps {treedef.num_leaves}.")
+                state = jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves])
+            self.states[index] = state
+        shared = self.num_update
+        state = _map_step_states(self.states[index],
+                                 lambda s: s._replace(num_update=jnp.maximum(s.num_update, shared)))
+        new_w, state = self._step(jnp.asarray(grad, w.dtype), state, w)
+        self.states[index] = state
+        self.num_update = max([self.num_update] + _num_updates(state))
+        if isinstance(weight, np.ndarray):
+            weight[...] = np.asarray(new_w)
+            return weight
+        return new_w
+
+    def get_states(self, dump_optimizer: bool = False) -> bytes:
+        """The per-index states as bytes (an ``.npz`` of their arrays, no
+        pickle). ``dump_optimizer`` is accepted for MXNet compatibility; the
+        hyperparameters are part of each state already."""
+        del dump_optimizer
+        arrays = {"num_update": np.asarray(self.num_update)}
+        for index, state in self.states.items():
+            for j, leaf in enumerate(jax.tree.leaves(state)):
+                arrays[f"{index!r}|{j}"] = np.asarray(leaf)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        return buf.getvalue()
+
+    def set_states(self, states: bytes) -> None:
+        """Restores what `get_states` returned; each index's arrays are put
+        back when that index is next updated (its structure comes from the
+        optimizer)."""
+        import ast  # noqa: PLC0415
+        with np.load(io.BytesIO(states), allow_pickle=False) as data:
+            pending: dict[Any, dict[int, np.ndarray]] = {}
+            num_update = int(data["num_update"])
+            for key in data.files:
+                if key == "num_update":
+                    continue
+                index_repr, j = key.rsplit("|", 1)
+                pending.setdefault(ast.literal_eval(index_repr), {})[int(j)] = data[key]
+        self.states = {}
+        self._pending = {i: [d[j] for j in sorted(d)] for i, d in pending.items()}
+        self.num_update = num_update
+
+
+def get_updater(optimizer: GradientTransformation) -> Updater:
+    """Returns an `Updater` for ``optimizer`` (``mx.optimizer.get_updater``)."""
+    return Updater(optimizer)

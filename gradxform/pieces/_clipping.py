@@ -1,0 +1,60 @@
+"""Clipping: elementwise (MXNet ``clip_gradient``) and by global norm."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .._base import GradientTransformation, identity, transformation
+from .._hyper import check_range, hyper_scalar
+from ._scaling import HyperState
+
+__all__ = ["clip_by_value", "clip_by_global_norm", "global_norm"]
+
+
+def clip_by_value(clip_gradient: float | None, *, name: str = "clip_gradient") -> GradientTransformation:
+    """``u -> clip(u, -clip_gradient, clip_gradient)``.
+
+    ``None`` (or 0, which MXNet also treats as "no clip") gives `identity`, a
+    structural choice fixed at construction; a positive value is a
+    hyperparameter in the state.
+    """
+    if clip_gradient is None or clip_gradient == 0:
+        return identity()
+    check_range("clip_by_value", name, clip_gradient, low=0.0, low_open=True)
+
+    def init(params):
+        del params
+        return HyperState({name: hyper_scalar(clip_gradient)})
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        c = state.hyper[name]
+        return jax.tree.map(lambda u: jnp.clip(u, -c.astype(u.dtype), c.astype(u.dtype)), updates), state
+
+    return transformation(init, update)
+
+
+def global_norm(tree) -> jax.Array:
+    """The L2 norm of all leaves together, accumulated in float32."""
+    leaves = jax.tree.leaves(tree)
+    if not leaves:
+        return jnp.zeros((), jnp.float32)
+    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
+
+
+def clip_by_global_norm(max_norm: float, *, name: str = "max_norm") -> GradientTransformation:
+    """Scales all updates by ``min(1, max_norm / (norm + 1e-8))``, ``norm`` the
+    global L2 norm (as ``mxnet.gluon.utils.clip_global_norm``)."""
+    check_range("clip_by_global_norm", name, max_norm, low=0.0, low_open=True)
+
+    def init(params):
+        del params
+        return HyperState({name: hyper_scalar(max_norm)})
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        norm = global_norm(updates)
+        factor = jnp.minimum(1.0, state.hyper[name] / (norm + 1e-8))
+        return jax.tree.map(lambda u: u * factor.astype(u.dtype), updates), state
+
+    return transformation(init, update)

@@ -1,0 +1,89 @@
+"""Weight decay: coupled (``wd * w`` added to the gradient) and decoupled."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._base import CONTEXT_KEY, GradientTransformation, context_value, transformation
+from .._hyper import check_range, hyper_scalar
+from .._tree import param_names
+from ._step import Multiplier, resolve_multiplier
+
+__all__ = ["DecayState", "add_decayed_weights", "provide_weight_decay", "add_decoupled_weight_decay"]
+
+
+class DecayState(NamedTuple):
+    hyper: dict
+    wd_mult: jax.Array
+
+
+def _decay(wd, wd_mult, name, add, who):
+    if wd is not None:
+        check_range(who, name, wd, low=0.0)
+
+    def init(params):
+        if wd is None:
+            return ()
+        names = param_names(params)
+        return DecayState({name: hyper_scalar(wd)},
+                          jnp.asarray(resolve_multiplier(wd_mult, names, "wd_mult")))
+
+    def update(updates, state, params=None, **extra_args):
+        if wd is None:
+            per_leaf = context_value(extra_args, "wd", who)
+        else:
+            leaves, treedef = jax.tree.flatten(updates)
+            w = state.hyper[name] * state.wd_mult
+            per_leaf = treedef.unflatten([w[i] for i in range(len(leaves))])
+            ctx = extra_args.get(CONTEXT_KEY)
+            if ctx is not None:
+                ctx["wd"] = per_leaf
+        if add:
+            if params is None:
+                raise ValueError(f"{who}: needs params; call update(grads, state, params).")
+            updates = jax.tree.map(lambda u, p, d: u + d.astype(u.dtype) * p.astype(u.dtype),
+                                   updates, params, per_leaf)
+        return updates, state
+
+    return transformation(init, update)
+
+
+def add_decayed_weights(wd: float | None = 0.0, *, wd_mult: Multiplier = None,
+                        name: str = "wd") -> GradientTransformation:
+    """Coupled weight decay: ``u -> u + wd * wd_mult[i] * w``.
+
+    ``wd`` is a hyperparameter named ``name``; ``wd_mult`` maps parameter
+    names or glob patterns to multipliers (default 1: every parameter is
+    decayed, as in Gluon). The per-leaf decay is published in the step context
+    as ``wd`` for later pieces. ``wd=None`` reuses the decay an earlier
+    `provide_weight_decay` published instead of holding its own.
+    """
+    return _decay(wd, wd_mult, name, True, "add_decayed_weights")
+
+
+def provide_weight_decay(wd: float = 0.0, *, wd_mult: Multiplier = None,
+                         name: str = "wd") -> GradientTransformation:
+    """Holds ``wd`` and ``wd_mult`` and publishes each parameter's decay in the
+    step context without touching the updates, for rules that use the decay
+    inside their own formula (MXNet FTRL, LBSGD's LARS)."""
+    return _decay(wd, wd_mult, name, False, "provide_weight_decay")
+
+
+def add_decoupled_weight_decay(wd: float = 0.0, *, name: str = "wd_lh") -> GradientTransformation:
+    """Decoupled weight decay: ``u -> u - lr[i] * wd * w`` with the learning rate
+    from the step context (Loshchilov & Hutter; MXNet Signum's ``wd_lh``)."""
+    check_range("add_decoupled_weight_decay", name, wd, low=0.0)
+
+    def init(params):
+        del params
+        return DecayState({name: hyper_scalar(wd)}, jnp.zeros((0,), jnp.float32))
+
+    def update(updates, state, params=None, **extra_args):
+        lr = context_value(extra_args, "lr", "add_decoupled_weight_decay")
+        d = state.hyper[name]
+        return jax.tree.map(lambda u, p, l: u - (l * d).astype(u.dtype) * p.astype(u.dtype),
+                            updates, params, lr), state
+
+    return transformation(init, update)

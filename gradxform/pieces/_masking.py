@@ -1,0 +1,68 @@
+"""Applying a transformation to part of the parameters and keeping the rest as they were."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .._base import GradientTransformation, context_value, transformation
+from .._tree import select_tree
+
+__all__ = ["gated", "lazy_rows"]
+
+
+def gated(inner: GradientTransformation, key: str) -> GradientTransformation:
+    """Runs ``inner``; for every leaf whose per-leaf boolean ``key`` in the step
+    context is False, the update is zero and ``inner``'s per-parameter state
+    is kept as it was (MXNet LBSGD's non-update steps while gradients
+    accumulate)."""
+
+    def update(updates, state, params=None, **extra_args):
+        mask = context_value(extra_args, key, "gated")
+        out, new_state = inner.update(updates, state, params, **extra_args)
+        out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, mask)
+        return out, select_tree(mask, new_state, state)
+
+    return transformation(inner.init, update)
+
+
+def _present_rows(g):
+    g = jnp.asarray(g)
+    if g.ndim <= 1:
+        return g != 0
+    return jnp.any(g.reshape(g.shape[0], -1) != 0, axis=1)
+
+
+def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
+    """Row-sparse ("lazy") semantics over dense gradients: rows (first axis)
+    whose incoming gradient is all zero are treated as absent, so the
+    parameter row and every per-parameter state row stay as they were (MXNet
+    ``lazy_update`` with a ``row_sparse`` gradient; MindSpore LazyAdam)."""
+
+    def update(updates, state, params=None, **extra_args):
+        rows = jax.tree.map(_present_rows, updates)
+        out, new_state = inner.update(updates, state, params, **extra_args)
+
+        def expand(r, x):
+            return r.reshape(r.shape + (1,) * (jnp.ndim(x) - r.ndim)) if jnp.ndim(x) else r
+
+        out = jax.tree.map(lambda u, r: jnp.where(expand(r, u), u, jnp.zeros_like(u)), out, rows)
+        pdef = jax.tree.structure(updates)
+
+        def walk(n, o):
+            if jax.tree.structure(n) == pdef and pdef.num_leaves:
+                nl, ol, rl = pdef.flatten_up_to(n), pdef.flatten_up_to(o), pdef.flatten_up_to(rows)
+                return pdef.unflatten([
+                    jnp.where(expand(r, a), a, b) if jnp.shape(a) == jnp.shape(b) and jnp.ndim(a)
+                    and jnp.shape(a)[:r.ndim] == r.shape else a for a, b, r in zip(nl, ol, rl)])
+            if isinstance(n, (tuple, list)) and not hasattr(n, "shape"):
+                kids = [walk(a, b) for a, b in zip(n, o)]
+                if not len(n):
+                    return n
+                return type(n)(*kids) if hasattr(n, "_fields") else type(n)(kids)
+            if isinstance(n, dict):
+                return type(n)({k: walk(n[k], o[k]) for k in n})
+            return n
+
+        return out, walk(new_state, state)
+
+    return transformation(inner.init, update)

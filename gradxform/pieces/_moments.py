@@ -1,0 +1,229 @@
+"""Moment tracking: momentum traces, EMAs of the gradient and its square, the
+infinity norm, squared-gradient accumulators, and bias correction.
+
+Moment buffers have the dtype of the incoming updates (float32 under master
+weights); decay rates are float32 hyperparameters in the state.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._base import GradientTransformation, context_value, transformation
+from .._hyper import check_range, hyper_scalar
+
+__all__ = [
+    "TraceState", "trace", "ema", "sign", "MomentsState", "scale_by_adam_moments",
+    "scale_by_rms", "CenteredRmsState", "scale_by_centered_rms", "scale_by_adamax",
+    "scale_by_accumulated_squares", "bias_correction",
+]
+
+
+def _zeros(params):
+    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.result_type(p)), params)
+
+
+def _c(h, x):
+    return h.astype(x.dtype)
+
+
+class TraceState(NamedTuple):
+    hyper: dict
+    trace: object
+
+
+def trace(momentum: float, *, nesterov: bool = False, name: str = "momentum") -> GradientTransformation:
+    """Heavy-ball momentum: ``m = momentum * m + u``; emits ``m``, or with
+    ``nesterov=True`` (static) ``u + momentum * m`` (MXNet NAG)."""
+    check_range("trace", name, momentum, low=0.0, high=1.0)
+
+    def init(params):
+        return TraceState({name: hyper_scalar(momentum)}, _zeros(params))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        mu = state.hyper[name]
+        m = jax.tree.map(lambda t, u: _c(mu, u) * t + u, state.trace, updates)
+        out = jax.tree.map(lambda u, t: u + _c(mu, u) * t, updates, m) if nesterov else m
+        return out, TraceState(state.hyper, m)
+
+    return transformation(init, update)
+
+
+def ema(decay: float, *, name: str = "momentum") -> GradientTransformation:
+    """Exponential moving average ``m = decay * m + (1 - decay) * u``; emits ``m``."""
+    check_range("ema", name, decay, low=0.0, high=1.0)
+
+    def init(params):
+        return TraceState({name: hyper_scalar(decay)}, _zeros(params))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        d = state.hyper[name]
+        m = jax.tree.map(lambda t, u: _c(d, u) * t + (1 - _c(d, u)) * u, state.trace, updates)
+        return m, TraceState(state.hyper, m)
+
+    return transformation(init, update)
+
+
+def sign() -> GradientTransformation:
+    """``u -> sign(u)`` (signSGD / Signum)."""
+
+    def init(params):
+        del params
+        return ()
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        return jax.tree.map(jnp.sign, updates), state
+
+    return transformation(init, update)
+
+
+class MomentsState(NamedTuple):
+    hyper: dict
+    mu: object
+    nu: object
+
+
+def scale_by_adam_moments(beta1: float = 0.9, beta2: float = 0.999,
+                          epsilon: float = 1e-8) -> GradientTransformation:
+    """``m = b1 m + (1-b1) u;  v = b2 v + (1-b2) u^2;  emits m / (sqrt(v) + eps)``.
+
+    No bias correction here: MXNet folds it into the learning rate, so it is
+    the separate `bias_correction` piece.
+    """
+    check_range("scale_by_adam_moments", "beta1", beta1, low=0.0, high=1.0, high_open=True)
+    check_range("scale_by_adam_moments", "beta2", beta2, low=0.0, high=1.0, high_open=True)
+    check_range("scale_by_adam_moments", "epsilon", epsilon, low=0.0, low_open=True)
+
+    def init(params):
+        return MomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
+                             "epsilon": hyper_scalar(epsilon)}, _zeros(params), _zeros(params))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        h = state.hyper
+        mu = jax.tree.map(lambda m, u: _c(h["beta1"], u) * m + (1 - _c(h["beta1"], u)) * u, state.mu, updates)
+        nu = jax.tree.map(lambda v, u: _c(h["beta2"], u) * v + (1 - _c(h["beta2"], u)) * u * u, state.nu, updates)
+        out = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + _c(h["epsilon"], v)), mu, nu)
+        return out, MomentsState(h, mu, nu)
+
+    return transformation(init, update)
+
+
+def scale_by_rms(decay: float = 0.9, epsilon: float = 1e-8, *, name: str = "gamma1") -> GradientTransformation:
+    """Tieleman & Hinton: ``n = (1-decay) u^2 + decay n;  emits u / sqrt(n + eps)``
+    (epsilon inside the root)."""
+    check_range("scale_by_rms", name, decay, low=0.0, high=1.0)
+    check_range("scale_by_rms", "epsilon", epsilon, low=0.0, low_open=True)
+
+    def init(params):
+        return TraceState({name: hyper_scalar(decay), "epsilon": hyper_scalar(epsilon)}, _zeros(params))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        d, eps = state.hyper[name], state.hyper["epsilon"]
+        n = jax.tree.map(lambda n, u: (1 - _c(d, u)) * u * u + _c(d, u) * n, state.trace, updates)
+        out = jax.tree.map(lambda u, n: u / jnp.sqrt(n + _c(eps, n)), updates, n)
+        return out, TraceState(state.hyper, n)
+
+    return transformation(init, update)
+
+
+class CenteredRmsState(NamedTuple):
+    hyper: dict
+    n: object
+    g: object
+
+
+def scale_by_centered_rms(decay: float = 0.9, epsilon: float = 1e-8, *,
+                          name: str = "gamma1") -> GradientTransformation:
+    """Graves (2013): ``n = (1-d) u^2 + d n;  g = (1-d) u + d g;
+    emits u / sqrt(n - g^2 + eps)``."""
+    check_range("scale_by_centered_rms", name, decay, low=0.0, high=1.0)
+    check_range("scale_by_centered_rms", "epsilon", epsilon, low=0.0, low_open=True)
+
+    def init(params):
+        return CenteredRmsState({name: hyper_scalar(decay), "epsilon": hyper_scalar(epsilon)},
+                                _zeros(params), _zeros(params))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        d, eps = state.hyper[name], state.hyper["epsilon"]
+        n = jax.tree.map(lambda n, u: (1 - _c(d, u)) * u * u + _c(d, u) * n, state.n, updates)
+        g = jax.tree.map(lambda g, u: (1 - _c(d, u)) * u + _c(d, u) * g, state.g, updates)
+        out = jax.tree.map(lambda u, n, g: u / jnp.sqrt(n - g * g + _c(eps, n)), updates, n, g)
+        return out, CenteredRmsState(state.hyper, n, g)
+
+    return transformation(init, update)
+
+
+def scale_by_adamax(beta1: float = 0.9, beta2: float = 0.999) -> GradientTransformation:
+    """Infinity norm: ``m = b1 m + (1-b1) u;  s = max(b2 s, |u|);  emits m / s``."""
+    check_range("scale_by_adamax", "beta1", beta1, low=0.0, high=1.0, high_open=True)
+    check_range("scale_by_adamax", "beta2", beta2, low=0.0, high=1.0, high_open=True)
+
+    def init(params):
+        return MomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2)},
+                            _zeros(params), _zeros(params))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        h = state.hyper
+        mu = jax.tree.map(lambda m, u: _c(h["beta1"], u) * m + (1 - _c(h["beta1"], u)) * u, state.mu, updates)
+        nu = jax.tree.map(lambda s, u: jnp.maximum(_c(h["beta2"], u) * s, jnp.abs(u)), state.nu, updates)
+        return jax.tree.map(lambda m, s: m / s, mu, nu), MomentsState(h, mu, nu)
+
+    return transformation(init, update)
+
+
+def scale_by_accumulated_squares(eps: float = 1e-7, *, initial: float = 0.0,
+                                 name: str = "eps") -> GradientTransformation:
+    """AdaGrad accumulator: ``h += u^2;  emits u / sqrt(h + eps)``; ``h`` starts at ``initial``."""
+    check_range("scale_by_accumulated_squares", name, eps, low=0.0)
+
+    def init(params):
+        return TraceState({name: hyper_scalar(eps)},
+                          jax.tree.map(lambda p: jnp.full(jnp.shape(p), initial, jnp.result_type(p)), params))
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        e = state.hyper[name]
+        h = jax.tree.map(lambda h, u: h + u * u, state.trace, updates)
+        return jax.tree.map(lambda u, h: u / jnp.sqrt(h + _c(e, h)), updates, h), TraceState(state.hyper, h)
+
+    return transformation(init, update)
+
+
+def bias_correction(beta1: float = 0.9, beta2: float | None = 0.999) -> GradientTransformation:
+    """``u -> u * sqrt(1 - beta2^t) / (1 - beta1^t)`` (or ``u / (1 - beta1^t)``
+    with ``beta2=None``, static), ``t`` each parameter's count from the step
+    context. MXNet's Adam and Adamax apply this factor to the learning rate."""
+    check_range("bias_correction", "beta1", beta1, low=0.0, high=1.0, high_open=True)
+    check_range("bias_correction", "beta2", beta2, low=0.0, high=1.0, high_open=True, allow_none=True)
+
+    def init(params):
+        del params
+        h = {"beta1": hyper_scalar(beta1)}
+        if beta2 is not None:
+            h["beta2"] = hyper_scalar(beta2)
+        return MomentsState(h, (), ())
+
+    def update(updates, state, params=None, **extra_args):
+        del params
+        count = context_value(extra_args, "count", "bias_correction")
+        h = state.hyper
+
+        def one(u, t):
+            t = t.astype(jnp.float32)
+            f = 1.0 / (1.0 - h["beta1"] ** t)
+            if beta2 is not None:
+                f = f * jnp.sqrt(1.0 - h["beta2"] ** t)
+            return u * f.astype(u.dtype)
+
+        return jax.tree.map(one, updates, count), state
+
+    return transformation(init, update)

@@ -1,0 +1,67 @@
+"""Rescaling gradients by a hyperparameter or a constant."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+
+from .._base import GradientTransformation, transformation
+from .._hyper import check_range, hyper_scalar
+
+__all__ = ["HyperState", "rescale", "scale", "unscale"]
+
+
+class HyperState(NamedTuple):
+    """State of a piece that holds only hyperparameters."""
+    hyper: dict
+
+
+def rescale(rescale_grad: float = 1.0, *, name: str = "rescale_grad") -> GradientTransformation:
+    """``u -> rescale_grad * u`` (MXNet ``rescale_grad``, e.g. ``1/batch_size``).
+
+    The factor is a hyperparameter named ``name`` in the state, so the Trainer
+    (or `set_hyper`) changes it between steps without a recompile.
+    """
+    check_range("rescale", name, rescale_grad)
+
+    def init(params):
+        del params
+        return HyperState({name: hyper_scalar(rescale_grad)})
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        f = state.hyper[name]
+        return jax.tree.map(lambda u: u * f.astype(u.dtype), updates), state
+
+    return transformation(init, update)
+
+
+def unscale(loss_scale: float = 1.0, *, name: str = "loss_scale") -> GradientTransformation:
+    """``u -> u / loss_scale`` (MindSpore's static ``loss_scale`` division)."""
+    check_range("unscale", name, loss_scale, low=0.0, low_open=True)
+
+    def init(params):
+        del params
+        return HyperState({name: hyper_scalar(loss_scale)})
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        f = state.hyper[name]
+        return jax.tree.map(lambda u: u / f.astype(u.dtype), updates), state
+
+    return transformation(init, update)
+
+
+def scale(factor: float) -> GradientTransformation:
+    """``u -> factor * u`` with a fixed constant (a sign flip, a 1/2); for a
+    factor a user may want to change, use `rescale`."""
+
+    def init(params):
+        del params
+        return ()
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        return jax.tree.map(lambda u: u * jax.numpy.asarray(factor, u.dtype), updates), state
+
+    return transformation(init, update)

@@ -1,0 +1,162 @@
+"""The step counter and learning rate of a chain (MXNet's update counts and ``_get_lr``)."""
+from __future__ import annotations
+
+from typing import Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, transformation
+from .._hyper import check_range, hyper_scalar
+from .._tree import multipliers, param_names
+
+__all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier"]
+
+# A per-parameter multiplier: a mapping from a name or glob pattern to a number,
+# or a function ``names -> np.ndarray`` that resolves all leaves at once.
+Multiplier = Optional[object]
+
+
+def resolve_multiplier(spec, names: list[str], what: str) -> np.ndarray:
+    if spec is None:
+        return np.ones(len(names), np.float32)
+    if callable(spec) and not isinstance(spec, dict):
+        out = np.asarray(spec(names), np.float32)
+        if out.shape != (len(names),):
+            raise ValueError(f"{what}: the resolver returned shape {out.shape}, expected ({len(names)},).")
+        return out
+    return multipliers(names, spec, 1.0, what)
+
+
+class StepState(NamedTuple):
+    """``count[i]``: updates applied to leaf i (MXNet ``_index_update_count``);
+    ``num_update``: their running maximum (MXNet ``num_update``), which the
+    schedule reads; ``lr_mult``: per-leaf multipliers; ``hyper``: the base
+    ``learning_rate``, the schedule's ``current_lr`` and whether one is set."""
+    hyper: dict
+    lr_mult: jax.Array
+    count: jax.Array
+    num_update: jax.Array
+
+
+def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mult: Multiplier = None,
+               begin_num_update: int = 0, read_lr: str = "after") -> GradientTransformation:
+    """Counts updates per parameter and publishes each parameter's learning rate.
+
+    Updates pass through unchanged. For leaf ``i`` (leaves in flatten order, as
+    MXNet's indices)::
+
+        count[i] += 1;  num_update = max(num_update, count[i])
+        lr[i] = schedule(num_update, learning_rate) * lr_mult[i]   (or learning_rate * lr_mult[i])
+
+    ``read_lr='after'`` reads the schedule after leaf i bumped the counter (as
+    MXNet's SGD, Adam and most rules do); ``'before'`` reads it first (MXNet's
+    LBSGD and AdaDelta), so in one step leaf 0 still sees the previous count
+    and later leaves see the count leaf 0 bumped, exactly as MXNet's sequential
+    per-index loop does. Later pieces read ``lr``, ``count`` (per-leaf t),
+    ``num_update`` and ``mask`` from the step context.
+
+    An extra argument ``update_mask`` (a per-leaf bool tree, as the Trainer
+    passes for stale gradients) limits the bump to the leaves being updated.
+
+    Args:
+      learning_rate: base learning rate, >= 0; with a schedule, its base value.
+      schedule: a pure function ``(num_update, base_lr) -> lr``, vectorised
+        over ``num_update`` (every gradxform schedule is).
+      lr_mult: per-parameter multipliers by name or glob pattern.
+      begin_num_update: the count every leaf starts from, >= 0.
+      read_lr: 'after' or 'before' (static).
+    """
+    check_range("track_step", "learning_rate", learning_rate, low=0.0)
+    check_range("track_step", "begin_num_update", begin_num_update, low=0)
+    if read_lr not in ("after", "before"):
+        raise ValueError(f"track_step(read_lr=...): must be 'after' or 'before'; got {read_lr!r}.")
+
+    def init(params):
+        names = param_names(params)
+        n = len(names)
+        base = hyper_scalar(learning_rate)
+        current = schedule(jnp.asarray(begin_num_update, jnp.int32), base) if schedule else base
+        return StepState(
+            hyper={"learning_rate": base, "current_lr": hyper_scalar(current),
+                   "scheduled": jnp.asarray(schedule is not None)},
+            lr_mult=jnp.asarray(resolve_multiplier(lr_mult, names, "lr_mult")),
+            count=jnp.full((n,), begin_num_update, jnp.int32),
+            num_update=jnp.asarray(begin_num_update, jnp.int32))
+
+    def update(updates, state, params=None, **extra_args):
+        del params
+        leaves, treedef = jax.tree.flatten(updates, is_leaf=lambda x: x is None)
+        n = len(leaves)
+        if n != state.count.shape[0]:
+            raise ValueError(f"track_step: the state was made for {state.count.shape[0]} parameters; "
+                             f"the updates have {n}.")
+        mask = extra_args.get("update_mask")
+        if mask is None:
+            bump = jnp.ones((n,), jnp.int32)
+        else:
+            bump = jnp.stack([jnp.asarray(m, jnp.int32).reshape(()) for m in treedef.flatten_up_to(mask)]) \
+                if n else jnp.zeros((0,), jnp.int32)
+        count = state.count + bump
+        old = state.num_update
+        if n:
+            after = jnp.maximum(old, jax.lax.cummax(jnp.where(bump > 0, count, old)))
+            before = jnp.concatenate([old[None], after[:-1]])
+            num_update = after[-1]
+        else:
+            after = before = jnp.zeros((0,), jnp.int32)
+            num_update = old
+        seen = after if read_lr == "after" else before
+        base = state.hyper["learning_rate"]
+        if schedule is not None:
+            lr = jnp.asarray(schedule(seen, base), jnp.float32)
+            current = jnp.asarray(schedule(num_update, base), jnp.float32)
+        else:
+            lr = jnp.broadcast_to(base, (n,))
+            current = base
+        lr = lr * state.lr_mult
+        ctx = extra_args.get(CONTEXT_KEY)
+        if ctx is not None:
+            ctx["lr"] = treedef.unflatten([lr[i] for i in range(n)])
+            ctx["count"] = treedef.unflatten([count[i] for i in range(n)])
+            ctx["mask"] = treedef.unflatten([bump[i] > 0 for i in range(n)])
+            ctx["num_update"] = num_update
+        hyper = dict(state.hyper, current_lr=current)
+        return updates, StepState(hyper, state.lr_mult, count, num_update)
+
+    return transformation(init, update)
+
+
+def scale_by_lr(sign: float = -1.0, factor_key: str | None = None) -> GradientTransformation:
+    """``u -> sign * lr[i] * u`` with each parameter's learning rate from the
+    step context (so it must follow `track_step` in a gradxform chain).
+    ``factor_key`` names a further per-leaf factor in the context (LBSGD's
+    warmup multiplier)."""
+
+    def init(params):
+        del params
+        return ()
+
+    def update(updates, state, params=None, **extra_args):
+        del params
+        lr = context_value(extra_args, "lr", "scale_by_lr")
+        factor = context_value(extra_args, factor_key, "scale_by_lr") if factor_key else None
+
+        def one(u, l, f=None):
+            s = l * sign if f is None else l * f * sign
+            return u * s.astype(u.dtype)
+
+        if factor is None:
+            return jax.tree.map(one, updates, lr), state
+        return jax.tree.map(one, updates, lr, factor), state
+
+    return transformation(init, update)
+
+
+def scale_by_learning_rate(learning_rate: float, *, schedule: Callable | None = None,
+                           lr_mult: Multiplier = None, begin_num_update: int = 0) -> GradientTransformation:
+    """Standalone ``u -> -lr * u`` (a `track_step` and `scale_by_lr` pair), for
+    use anywhere, optax chains included."""
+    return chain(track_step(learning_rate, schedule=schedule, lr_mult=lr_mult,
+                            begin_num_update=begin_num_update), scale_by_lr())
