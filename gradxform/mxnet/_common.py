@@ -11,12 +11,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from .._base import GradientTransformation, chain, identity, transformation
+from .._base import GradientTransformation, chain, identity
 from .._hyper import check_range
 from .._tree import check_mapping_keys, multipliers
-from ..pieces import (add_decayed_weights, clip_by_value, provide_weight_decay, rescale, track_step,
-                      with_master_weights)
-from ..pieces._precision import warn_low_precision
+from .._optimizer import finalize
+from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale, track_step
 
 __all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS"]
 
@@ -101,21 +100,8 @@ class MXNetOptions:
     def build(self, *body: GradientTransformation, read_lr: str = "after") -> GradientTransformation:
         """``chain(step, *body)``, under float32 master weights when
         ``multi_precision``; otherwise float16 parameters warn as in MXNet."""
-        tx = chain(self.step(read_lr), *body)
-        if self.multi_precision:
-            tx = with_master_weights(tx)
-        else:
-            inner = tx
-
-            def init(params):
-                warn_low_precision(params)
-                return inner.init(params)
-
-            tx = transformation(init, inner.update)
-        if self.skip_nonfinite:
-            from ..pieces._guards import skip_nonfinite  # noqa: PLC0415  (reliability layer)
-            tx = skip_nonfinite(tx)
-        return tx
+        return finalize(chain(self.step(read_lr), *body), multi_precision=self.multi_precision,
+                        skip_nonfinite=self.skip_nonfinite)
 
 
 def parse_options(owner: str, learning_rate: float, kwargs: dict) -> MXNetOptions:
