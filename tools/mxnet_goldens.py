@@ -39,6 +39,7 @@ SHAPES = [(4, 3), (3,), (2, 2, 2)]
 STEPS = 20
 
 FAILURES = []
+ONLY = None  # optional substring filter on case names (command line argument)
 
 
 def make_data(shapes, dtype, big):
@@ -73,6 +74,8 @@ def make_scheduler(spec):
 def run_case(case, optimizer, kwargs, *, idx2name=False, lr_mult=None,
              wd_mult=None, scheduler=None, dtype="float32", big=False,
              shapes=None, note=None):
+    if ONLY is not None and ONLY not in case:
+        return None
     shapes = shapes or SHAPES
     lr_mult = lr_mult or {}
     wd_mult = wd_mult or {}
@@ -206,6 +209,22 @@ def optimizer_cases():
                  idx2name=True, **mults)
         run_case("%s_idx2name" % name, name, kw, idx2name=True)
 
+    # scheduler without learning_rate: Adam's own default learning_rate=0.001 is
+    # passed to the base class and overwrites scheduler.base_lr (Factor); Poly and
+    # Cosine keep using base_lr_orig, so the override is ignored there.
+    fs = {"type": "FactorScheduler", "kwargs": {"step": 3, "factor": 0.5, "base_lr": 0.05}}
+    cs = {"type": "CosineScheduler", "kwargs": {"max_update": 15, "base_lr": 0.05,
+                                                "final_lr": 0.001, "warmup_steps": 3,
+                                                "warmup_begin_lr": 0.01}}
+    run_case("adam_factor_sched_nolr", "adam", {}, scheduler=fs,
+             note="no learning_rate given: Adam.__init__ passes learning_rate=0.001, "
+                  "which overwrites FactorScheduler.base_lr (0.05 -> 0.001)")
+    run_case("adam_cosine_warmup_sched_nolr", "adam", {}, scheduler=cs,
+             note="no learning_rate given: base_lr overwritten to 0.001 but CosineScheduler "
+                  "uses base_lr_orig=0.05 and warmup_final_lr=0.05, so the override is moot")
+    run_case("sgd_factor_sched_nolr", "sgd", {"momentum": 0.9}, scheduler=fs,
+             note="no learning_rate given: SGD keeps scheduler.base_lr (0.05)")
+
     # (d) float16
     run_case("sgd_mom_mp_fp16", "sgd",
              {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "multi_precision": True},
@@ -260,11 +279,15 @@ def scheduler_golden():
 
 
 def main():
+    global ONLY
+    if len(sys.argv) > 1:
+        ONLY = sys.argv[1]
     os.makedirs(OUT, exist_ok=True)
     import logging
     logging.getLogger().setLevel(logging.ERROR)
     optimizer_cases()
-    scheduler_golden()
+    if ONLY is None or ONLY in "schedulers":
+        scheduler_golden()
     print("\n%d failures:" % len(FAILURES))
     for f in FAILURES:
         print("  ", f)
