@@ -153,6 +153,9 @@ def cases():
     add("adam_wd", "Adam", dict(learning_rate=0.01, weight_decay=0.01))
     add("adam_wd_ls", "Adam", dict(learning_rate=0.01, weight_decay=0.01, loss_scale=2.0))
     add("adam_amsgrad", "Adam", dict(learning_rate=0.01, use_amsgrad=True))
+    add("adam_use_lazy", "Adam", dict(learning_rate=0.01, use_lazy=True))
+    add("adam_use_offload", "Adam", dict(learning_rate=0.01, use_offload=True))
+    add("adamoffload", "AdamOffload", dict(learning_rate=0.01, weight_decay=0.01))
     add("adamweightdecay", "AdamWeightDecay", dict(learning_rate=0.01, weight_decay=0.01))
     add("lazyadam", "LazyAdam", dict(learning_rate=0.01))
     add("lazyadam_wd_ls", "LazyAdam", dict(learning_rate=0.01, weight_decay=0.01, loss_scale=2.0))
@@ -163,6 +166,7 @@ def cases():
     add("ftrl_l1_l2", "FTRL", dict(learning_rate=0.05, initial_accum=0.2, l1=0.01, l2=0.02, lr_power=-0.3))
     add("ftrl_wd_ls", "FTRL", dict(learning_rate=0.05, weight_decay=0.01, loss_scale=2.0))
     # ProximalAdagrad
+    add("proximaladagrad_default", "ProximalAdagrad", dict())
     add("proximaladagrad_l1_l2", "ProximalAdagrad", dict(learning_rate=0.05, accum=0.1, l1=0.01, l2=0.02))
     add("proximaladagrad_wd_ls", "ProximalAdagrad", dict(learning_rate=0.05, weight_decay=0.01, loss_scale=2.0))
     # Adagrad
