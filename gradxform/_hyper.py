@@ -16,16 +16,25 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
-    "hyper_scalar", "get_hyper", "set_hyper", "hyper_names",
+    "hyper_scalar", "hyper_residual", "get_hyper", "set_hyper", "hyper_names",
     "get_learning_rate", "set_learning_rate", "check_range",
 ]
 
 HYPER_FIELDS = ("hyper", "hyperparams")  # ours, and optax.inject_hyperparams'
+RESIDUAL_FIELD = "hyper_lo"  # optional float32 residuals of some hyperparameters
 READ_ONLY = ("scheduled", "current_lr")
 
 
 def hyper_scalar(value) -> jax.Array:
     return jnp.asarray(value, dtype=jnp.float32)
+
+
+def hyper_residual(value) -> jax.Array:
+    """``value - float32(value)`` as float32: with the float32 hyperparameter it
+    carries about float64 precision, for the few rules that MXNet evaluates in
+    float64 on the host (``1 - beta2**t`` loses 1e-5 relative in float32)."""
+    v = np.float64(value)
+    return jnp.asarray(np.float32(v - np.float64(np.float32(v))), dtype=jnp.float32)
 
 
 def check_range(owner: str, name: str, value, *, low=None, high=None, low_open=False,
@@ -131,6 +140,8 @@ def set_hyper(state, **values):
                 if f in HYPER_FIELDS and isinstance(child, dict):
                     child = {k: (jnp.asarray(values[k], dtype=jnp.asarray(v).dtype).reshape(jnp.shape(v))
                                  if k in values else v) for k, v in child.items()}
+                elif f == RESIDUAL_FIELD and isinstance(child, dict):
+                    child = {k: (hyper_residual(values[k]) if k in values else v) for k, v in child.items()}
                 else:
                     child = rebuild(child)
                 kids[f] = child

@@ -134,7 +134,7 @@ def nadam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, schedule_de
                    _nadam_direction(beta1, beta2, epsilon, schedule_decay), scale_by_lr())
 
 
-def adagrad(learning_rate=0.01, eps=1e-7, **kwargs) -> GradientTransformation:
+def adagrad(learning_rate=None, eps=1e-7, **kwargs) -> GradientTransformation:
     """MXNet AdaGrad (``AdaGrad.update``, dense path)::
 
         g = clip(rescale_grad * grad, clip_gradient)
@@ -228,7 +228,7 @@ def _adadelta_direction(rho, epsilon):
     return transformation(init, update)
 
 
-def adadelta(learning_rate=0.01, rho=0.90, epsilon=1e-5, **kwargs) -> GradientTransformation:
+def adadelta(learning_rate=None, rho=0.90, epsilon=1e-5, **kwargs) -> GradientTransformation:
     """MXNet AdaDelta (``AdaDelta.update``); no learning rate enters the rule::
 
         g = clip(rescale_grad * grad, clip_gradient)
@@ -279,7 +279,7 @@ def _ftml_step(beta1, beta2, epsilon):
     return transformation(init, update)
 
 
-def ftml(learning_rate=0.01, beta1=0.6, beta2=0.999, epsilon=1e-8, **kwargs) -> GradientTransformation:
+def ftml(learning_rate=None, beta1=0.6, beta2=0.999, epsilon=1e-8, **kwargs) -> GradientTransformation:
     """MXNet FTML (Follow the Moving Leader, ``ftml_update``)::
 
         g = clip(rescale_grad * grad + wd * w, clip_gradient)
@@ -336,6 +336,9 @@ def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, **kwargs) -> GradientTransfor
         n += g^2
         w = (sign(z) * lamda1 - z) / ((beta + sqrt(n)) / lr + wd) * (|z| > lamda1)
     """
+    if kwargs.get("lr_scheduler") is not None:
+        # MXNet's Ftrl keeps learning_rate to itself, so a scheduler runs from its own base_lr.
+        learning_rate = None
     o = parse_options("mxnet.ftrl", learning_rate, kwargs)
     check_range("mxnet.ftrl", "lamda1", lamda1, low=0.0)
     check_range("mxnet.ftrl", "beta", beta, low=0.0)

@@ -104,14 +104,21 @@ class MXNetOptions:
                         skip_nonfinite=self.skip_nonfinite)
 
 
-def parse_options(owner: str, learning_rate: float, kwargs: dict) -> MXNetOptions:
+def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNetOptions:
     """Checks the common keywords at construction: an unknown keyword is a
-    TypeError naming it, a value out of range a ValueError naming the range."""
+    TypeError naming it, a value out of range a ValueError naming the range.
+
+    ``learning_rate=None`` (MXNet 1.9.1's base default) means 0.01, or, with
+    an ``lr_scheduler``, the scheduler's own ``base_lr``; an explicit value
+    becomes the scheduler's base, as MXNet overwrites ``base_lr`` with it.
+    """
     unknown = sorted(set(kwargs) - set(COMMON_DEFAULTS))
     if unknown:
         raise TypeError(f"{owner}: unknown keyword argument {unknown[0]!r}; the common keywords are "
                         f"{sorted(COMMON_DEFAULTS)} plus learning_rate and the optimizer's own.")
     o = dict(COMMON_DEFAULTS, **kwargs)
+    if learning_rate is None:
+        learning_rate = getattr(o["lr_scheduler"], "base_lr", 0.01) if o["lr_scheduler"] else 0.01
     check_range(owner, "learning_rate", learning_rate, low=0.0)
     check_range(owner, "wd", o["wd"], low=0.0)
     check_range(owner, "rescale_grad", o["rescale_grad"])

@@ -19,7 +19,7 @@ from ._common import check_unit, parse_options
 __all__ = ["sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld"]
 
 
-def sgd(learning_rate=0.01, momentum=0.0, lazy_update=False, **kwargs) -> GradientTransformation:
+def sgd(learning_rate=None, momentum=0.0, lazy_update=False, **kwargs) -> GradientTransformation:
     """MXNet SGD with momentum (``SGD.update`` -> ``sgd_update`` / ``sgd_mom_update``)::
 
         g   = clip(rescale_grad * grad, clip_gradient) + wd * w
@@ -27,7 +27,7 @@ def sgd(learning_rate=0.01, momentum=0.0, lazy_update=False, **kwargs) -> Gradie
         w  += mom
 
     Args:
-      learning_rate: >= 0. momentum: in [0, 1); 0 keeps no momentum buffer
+      learning_rate: >= 0; None means 0.01, or the lr_scheduler's base_lr. momentum: in [0, 1); 0 keeps no momentum buffer
         (static). lazy_update: row_sparse semantics over dense gradients: rows
         whose gradient is all zero are left alone, weight and momentum alike.
         MXNet's default True only acts on row_sparse gradients, so dense
@@ -43,22 +43,59 @@ def sgd(learning_rate=0.01, momentum=0.0, lazy_update=False, **kwargs) -> Gradie
     return o.build(lazy_rows(body) if lazy_update else body)
 
 
-def ccsgd(learning_rate=0.01, momentum=0.0, lazy_update=False, **kwargs) -> GradientTransformation:
+def ccsgd(learning_rate=None, momentum=0.0, lazy_update=False, **kwargs) -> GradientTransformation:
     """MXNet ccSGD: deprecated in MXNet, the same rule as `sgd`."""
     return sgd(learning_rate, momentum, lazy_update, **kwargs)
 
 
-def nag(learning_rate=0.01, momentum=0.0, **kwargs) -> GradientTransformation:
-    """MXNet NAG (Nesterov accelerated SGD, ``NAG.update``)::
+class NAGState(NamedTuple):
+    hyper: dict
+    mom: object
 
-        g   = clip(rescale_grad * grad, clip_gradient) + wd * w
-        mom = momentum * mom + g
-        w  -= lr * (g + momentum * mom)
+
+def _nesterov_step(momentum):
+    """NAG's own piece, MXNet 1.9.1's ``nag_mom_update`` kernel: the momentum
+    holds lr-scaled steps, and because the kernel writes the weight in place
+    before it updates the momentum, the decay term of the stored momentum uses
+    the *new* weight. Emits ``w_new - w``."""
+
+    def init(params):
+        return NAGState({"momentum": hyper_scalar(momentum)}, jax.tree.map(jnp.zeros_like, params))
+
+    def update(updates, state, params=None, **extra_args):
+        lr = context_value(extra_args, "lr", "mxnet.nag")
+        wd = context_value(extra_args, "wd", "mxnet.nag")
+
+        def one(g, w, mom, l, d):
+            c = lambda x: x.astype(g.dtype)  # noqa: E731
+            mu, l, d = c(state.hyper["momentum"]), c(l), c(d)
+            mom = mu * mom
+            w_new = w - mom + (mu + 1) * (mom - l * (g + d * w))
+            return w_new - w, mom - l * (g + d * w_new)
+
+        out = jax.tree.map(one, updates, params, state.mom, lr, wd)
+        pick = lambda i: jax.tree.map(lambda _, t: t[i], updates, out)  # noqa: E731
+        return pick(0), NAGState(state.hyper, pick(1))
+
+    return transformation(init, update)
+
+
+def nag(learning_rate=None, momentum=0.0, **kwargs) -> GradientTransformation:
+    """MXNet NAG (Nesterov accelerated SGD; 1.9.1 ``nag_mom_update``)::
+
+        G     = clip(rescale_grad * grad, clip_gradient) + wd * w
+        mom   = momentum * mom
+        w_new = w - mom + (momentum + 1) * (mom - lr * G)
+        mom   = mom - lr * (clip(rescale_grad * grad, clip_gradient) + wd * w_new)
+
+    With ``momentum=0`` it is `sgd`. (The seed's older pure-Python NAG kept an
+    un-scaled momentum; 1.9.1's kernel, followed here, is what MXNet runs.)
     """
     o = parse_options("mxnet.nag", learning_rate, kwargs)
     check_unit("mxnet.nag", momentum=momentum)
-    return o.build(o.rescale(), o.clip(), o.add_wd(),
-                   trace(momentum, nesterov=True) if momentum > 0 else identity(), scale_by_lr())
+    if momentum == 0:
+        return o.build(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(), identity())
+    return o.build(o.rescale(), o.clip(), o.provide_wd(), _nesterov_step(momentum))
 
 
 def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, **kwargs) -> GradientTransformation:
@@ -68,13 +105,24 @@ def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, **kwargs) -> GradientTra
         mom = momentum * mom + (1 - momentum) * g
         w   = (1 - lr * wd_lh) * w - lr * sign(mom)
 
+    With ``momentum=0`` (signSGD) the kernel ignores ``rescale_grad`` and
+    ``clip_gradient`` and decays with ``wd`` outside the sign::
+
+        w = (1 - lr * wd) * w - lr * sign(grad)
+
+    and, as MXNet's ``signsgd_update`` has no ``wd_lh``, ``wd_lh`` must be 0.
+
     Args: momentum in [0, 1) (0: signSGD, static); wd_lh >= 0, decoupled decay.
     """
     o = parse_options("mxnet.signum", learning_rate, kwargs)
     check_unit("mxnet.signum", momentum=momentum)
     check_range("mxnet.signum", "wd_lh", wd_lh, low=0.0)
-    return o.build(o.rescale(), o.clip(), o.add_wd(),
-                   ema(momentum) if momentum > 0 else identity(), sign(), scale_by_lr(),
+    if momentum == 0:
+        if wd_lh:
+            raise ValueError("mxnet.signum(wd_lh=...): with momentum=0 (signSGD) wd_lh must be 0; "
+                             "MXNet's signsgd_update has no wd_lh (use wd).")
+        return o.build(o.provide_wd(), sign(), scale_by_lr(), add_decoupled_weight_decay(None))
+    return o.build(o.rescale(), o.clip(), o.add_wd(), ema(momentum), sign(), scale_by_lr(),
                    add_decoupled_weight_decay(wd_lh))
 
 
@@ -136,7 +184,7 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
     return transformation(init, update)
 
 
-def lbsgd(learning_rate=0.01, momentum=0.0, warmup_strategy="linear", warmup_epochs=5, batch_scale=1,
+def lbsgd(learning_rate=None, momentum=0.0, warmup_strategy="linear", warmup_epochs=5, batch_scale=1,
           updates_per_epoch=32, begin_epoch=0, num_epochs=60, **kwargs) -> GradientTransformation:
     """MXNet LBSGD (large-batch SGD, ``LBSGD.update``).
 
@@ -192,7 +240,7 @@ def _delay_compensation(lamda):
     return transformation(init, update)
 
 
-def dcasgd(learning_rate=0.01, momentum=0.0, lamda=0.04, **kwargs) -> GradientTransformation:
+def dcasgd(learning_rate=None, momentum=0.0, lamda=0.04, **kwargs) -> GradientTransformation:
     """MXNet DCASGD (delay-compensated async SGD, ``DCASGD.update``)::
 
         g   = clip(rescale_grad * grad, clip_gradient)
@@ -236,7 +284,7 @@ def _langevin_noise(seed):
     return transformation(init, update)
 
 
-def sgld(learning_rate=0.01, seed=0, **kwargs) -> GradientTransformation:
+def sgld(learning_rate=None, seed=0, **kwargs) -> GradientTransformation:
     """MXNet SGLD (stochastic gradient Langevin dynamics, ``SGLD.update``)::
 
         g  = clip(rescale_grad * grad, clip_gradient)

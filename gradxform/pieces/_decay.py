@@ -71,19 +71,27 @@ def provide_weight_decay(wd: float = 0.0, *, wd_mult: Multiplier = None,
     return _decay(wd, wd_mult, name, False, "provide_weight_decay")
 
 
-def add_decoupled_weight_decay(wd: float = 0.0, *, name: str = "wd_lh") -> GradientTransformation:
+def add_decoupled_weight_decay(wd: float | None = 0.0, *, name: str = "wd_lh") -> GradientTransformation:
     """Decoupled weight decay: ``u -> u - lr[i] * wd * w`` with the learning rate
-    from the step context (Loshchilov & Hutter; MXNet Signum's ``wd_lh``)."""
-    check_range("add_decoupled_weight_decay", name, wd, low=0.0)
+    from the step context (Loshchilov & Hutter; MXNet Signum's ``wd_lh``).
+    ``wd=None`` uses each parameter's decay published by an earlier
+    `provide_weight_decay` (MXNet signSGD decays with ``wd * wd_mult``)."""
+    if wd is not None:
+        check_range("add_decoupled_weight_decay", name, wd, low=0.0)
 
     def init(params):
         del params
+        if wd is None:
+            return ()
         return DecayState({name: hyper_scalar(wd)}, jnp.zeros((0,), jnp.float32))
 
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "add_decoupled_weight_decay")
-        d = state.hyper[name]
-        return jax.tree.map(lambda u, p, l: u - (l * d).astype(u.dtype) * p.astype(u.dtype),
-                            updates, params, lr), state
+        if wd is None:
+            d = context_value(extra_args, "wd", "add_decoupled_weight_decay")
+        else:
+            d = jax.tree.map(lambda _: state.hyper[name], lr)
+        return jax.tree.map(lambda u, p, l, k: u - (l * k).astype(u.dtype) * p.astype(u.dtype),
+                            updates, params, lr, d), state
 
     return transformation(init, update)

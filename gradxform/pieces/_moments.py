@@ -12,12 +12,12 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation
-from .._hyper import check_range, hyper_scalar
+from .._hyper import check_range, hyper_residual, hyper_scalar
 
 __all__ = [
     "TraceState", "trace", "ema", "sign", "MomentsState", "scale_by_adam_moments",
     "scale_by_rms", "CenteredRmsState", "scale_by_centered_rms", "scale_by_adamax",
-    "scale_by_accumulated_squares", "bias_correction",
+    "scale_by_accumulated_squares", "bias_correction", "one_minus_power",
 ]
 
 
@@ -198,6 +198,18 @@ def scale_by_accumulated_squares(eps: float = 1e-7, *, initial: float = 0.0,
     return transformation(init, update)
 
 
+def one_minus_power(beta, beta_lo, t):
+    """``1 - beta^t`` to float32 accuracy, ``beta = beta + beta_lo`` a float32
+    pair: computed as ``-expm1(t * log1p(beta - 1 + beta_lo))``, since the
+    direct form cancels catastrophically for beta near 1."""
+    return -jnp.expm1(t * jnp.log1p((beta - 1.0) + beta_lo))
+
+
+class BiasCorrectionState(NamedTuple):
+    hyper: dict
+    hyper_lo: dict
+
+
 def bias_correction(beta1: float = 0.9, beta2: float | None = 0.999) -> GradientTransformation:
     """``u -> u * sqrt(1 - beta2^t) / (1 - beta1^t)`` (or ``u / (1 - beta1^t)``
     with ``beta2=None``, static), ``t`` each parameter's count from the step
@@ -207,21 +219,20 @@ def bias_correction(beta1: float = 0.9, beta2: float | None = 0.999) -> Gradient
 
     def init(params):
         del params
-        h = {"beta1": hyper_scalar(beta1)}
-        if beta2 is not None:
-            h["beta2"] = hyper_scalar(beta2)
-        return MomentsState(h, (), ())
+        betas = {"beta1": beta1} if beta2 is None else {"beta1": beta1, "beta2": beta2}
+        return BiasCorrectionState({k: hyper_scalar(v) for k, v in betas.items()},
+                                   {k: hyper_residual(v) for k, v in betas.items()})
 
     def update(updates, state, params=None, **extra_args):
         del params
         count = context_value(extra_args, "count", "bias_correction")
-        h = state.hyper
+        h, lo = state.hyper, state.hyper_lo
 
         def one(u, t):
             t = t.astype(jnp.float32)
-            f = 1.0 / (1.0 - h["beta1"] ** t)
+            f = 1.0 / one_minus_power(h["beta1"], lo["beta1"], t)
             if beta2 is not None:
-                f = f * jnp.sqrt(1.0 - h["beta2"] ** t)
+                f = f * jnp.sqrt(one_minus_power(h["beta2"], lo["beta2"], t))
             return u * f.astype(u.dtype)
 
         return jax.tree.map(one, updates, count), state

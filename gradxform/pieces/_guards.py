@@ -1,0 +1,284 @@
+"""Guards: skip non-finite steps, and dynamic loss scaling for float16 training.
+
+Both wrap an inner transformation and keep the step pure and jittable: a bad
+step is *selected away* with ``jnp.where`` over the whole inner state (no
+``lax.cond``, so the guard vmaps, and pieces that publish to the step context
+never leak tracers out of a branch). They count skipped steps in a
+`GuardState`; after ``max_consecutive`` bad steps in a row the guard *trips*
+(a sticky flag in the state), and `check_guard` raises `NonFiniteError` on
+the host. Nothing raises inside the jitted step: call `check_guard(state)`
+after a step (it reads a few int32 scalars, one device->host transfer), or
+every N steps: the trip flag is sticky, so a check every N steps misses
+nothing. The Trainer calls it at its step boundary.
+
+Why a host check and not ``checkify``/``jax.debug.callback``: a callback that
+raises surfaces as an opaque runtime error at some later synchronisation
+point, is not allowed under every transformation (vmap of a branch), and
+costs a host round trip in the compiled step; the host check keeps the
+compiled step free of effects and lets the caller choose when to pay the sync.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._base import GradientTransformation, transformation
+from .._hyper import check_range, hyper_scalar, register_check
+
+__all__ = [
+    "GuardState", "SkipNonfiniteState", "LossScaleState", "NonFiniteError",
+    "skip_nonfinite", "dynamic_loss_scale", "all_finite",
+    "check_guard", "guard_status", "get_loss_scale", "scale_loss",
+]
+
+
+class NonFiniteError(FloatingPointError):
+    """Raised by `check_guard` when a guard has seen too many non-finite steps in a row."""
+
+
+class GuardState(NamedTuple):
+    """Counters of a guard: ``skipped`` (total skipped steps), ``consecutive``
+    (skipped steps since the last applied one), ``max_consecutive`` (the
+    limit; -1 for none), ``tripped`` (sticky: the limit was reached)."""
+    skipped: jax.Array
+    consecutive: jax.Array
+    max_consecutive: jax.Array
+    tripped: jax.Array
+
+
+class SkipNonfiniteState(NamedTuple):
+    guard: GuardState
+    inner: object
+
+
+class LossScaleState(NamedTuple):
+    """``scale``: the current loss scale (float32); ``good_steps``: clean steps
+    since the last change of scale; ``hyper``: ``growth_factor``,
+    ``backoff_factor``, ``growth_interval`` (float32, settable with set_hyper)."""
+    guard: GuardState
+    hyper: dict
+    scale: jax.Array
+    good_steps: jax.Array
+    inner: object
+
+
+register_check("growth_factor", low=1.0)
+register_check("backoff_factor", low=0.0, low_open=True, high=1.0)
+register_check("growth_interval", low=1.0)
+
+
+def all_finite(tree) -> jax.Array:
+    """A scalar bool: every element of every leaf of ``tree`` is finite (True for an empty tree)."""
+    leaves = [jnp.asarray(x) for x in jax.tree.leaves(tree)]
+    flags = [jnp.all(jnp.isfinite(x)) for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact)]
+    if not flags:
+        return jnp.asarray(True)
+    return jnp.all(jnp.stack(flags))
+
+
+def _check_limit(owner, max_consecutive):
+    if max_consecutive is None:
+        return -1
+    if isinstance(max_consecutive, bool) or int(max_consecutive) != max_consecutive or max_consecutive < 1:
+        raise ValueError(f"{owner}(max_consecutive=...): max_consecutive must be an integer >= 1 "
+                         f"or None; got {max_consecutive!r}.")
+    return int(max_consecutive)
+
+
+def _guard_init(limit) -> GuardState:
+    zero = jnp.zeros((), jnp.int32)
+    return GuardState(zero, zero, jnp.asarray(limit, jnp.int32), jnp.asarray(False))
+
+
+def _guard_step(g: GuardState, ok) -> GuardState:
+    consecutive = jnp.where(ok, 0, g.consecutive + 1).astype(jnp.int32)
+    tripped = g.tripped | ((g.max_consecutive > 0) & (consecutive >= g.max_consecutive))
+    return GuardState((g.skipped + jnp.where(ok, 0, 1)).astype(jnp.int32), consecutive,
+                      g.max_consecutive, tripped)
+
+
+def _select(ok, new, old):
+    """``new`` if ``ok`` else ``old``, leaf by leaf over matching pytrees."""
+    return jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, old)
+
+
+def _zeros_unless(ok, updates):
+    return jax.tree.map(lambda u: jnp.where(ok, u, jnp.zeros_like(u)), updates)
+
+
+def skip_nonfinite(inner: GradientTransformation, *, max_consecutive: int | None = 100,
+                   check_updates: bool = True) -> GradientTransformation:
+    """Skips every step whose gradients contain a NaN or an Inf.
+
+    On such a step the emitted updates are all zero (the parameters do not
+    move) and the whole inner state is kept as it was, step counters and
+    moment estimates included, exactly as if the step had not been taken::
+
+        ok = all(isfinite(grads)) [and all(isfinite(inner updates))]
+        updates, state = inner(grads) if ok else (0, state)
+        skipped += !ok;  consecutive = 0 if ok else consecutive + 1
+
+    Args:
+      inner: the transformation to guard (a whole optimizer).
+      max_consecutive: after this many skipped steps in a row the guard trips
+        and `check_guard` raises `NonFiniteError`; None never trips. Static.
+      check_updates: also skip when ``inner`` turns finite gradients into
+        non-finite updates (an overflow inside the rule). Static.
+    """
+    limit = _check_limit("skip_nonfinite", max_consecutive)
+
+    def init(params):
+        return SkipNonfiniteState(_guard_init(limit), inner.init(params))
+
+    def update(updates, state, params=None, **extra_args):
+        ok = all_finite(updates)
+        new_updates, new_inner = inner.update(updates, state.inner, params, **extra_args)
+        if check_updates:
+            ok = ok & all_finite(new_updates)
+        return _zeros_unless(ok, new_updates), SkipNonfiniteState(
+            _guard_step(state.guard, ok), _select(ok, new_inner, state.inner))
+
+    return transformation(init, update)
+
+
+def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 ** 16, *,
+                       growth_interval: int = 2000, backoff: float = 0.5, growth: float = 2.0,
+                       min_scale: float | None = None, max_scale: float | None = None,
+                       max_consecutive: int | None = 64) -> GradientTransformation:
+    """Dynamic loss scaling (PyTorch ``GradScaler``, MXNet AMP ``DynamicLossScaler``).
+
+    The user multiplies the loss by the current scale (`get_loss_scale` or
+    `scale_loss`); this piece divides the incoming gradients by it (in at
+    least float32, cast back to each gradient's dtype) and hands them to
+    ``inner``. Then::
+
+        overflow (any non-finite gradient): skip the step (zero updates, inner
+            state kept), scale *= backoff, good_steps = 0
+        otherwise: apply the step, good_steps += 1, and when good_steps reaches
+            growth_interval: scale *= growth (if still finite), good_steps = 0
+
+    then the scale is clipped to ``[min_scale, max_scale]`` where given (MXNet
+    AMP uses 1 and 2**24; PyTorch neither). Skips are counted as in
+    `skip_nonfinite`, and ``max_consecutive`` overflows in a row trip the
+    guard (the scale has collapsed: 64 halvings take 2**16 to 2**-48).
+
+    ``growth_factor``, ``backoff_factor`` and ``growth_interval`` are
+    hyperparameters in the state (`set_hyper`). Float16 parameters are best
+    trained with ``multi_precision=True`` on the inner optimizer.
+    """
+    check_range("dynamic_loss_scale", "init_scale", init_scale, low=0.0, low_open=True)
+    check_range("dynamic_loss_scale", "growth_interval", growth_interval, low=1)
+    check_range("dynamic_loss_scale", "backoff", backoff, low=0.0, low_open=True, high=1.0)
+    check_range("dynamic_loss_scale", "growth", growth, low=1.0)
+    check_range("dynamic_loss_scale", "min_scale", min_scale, low=0.0, allow_none=True)
+    check_range("dynamic_loss_scale", "max_scale", max_scale, low=0.0, low_open=True, allow_none=True)
+    if min_scale is not None and max_scale is not None and min_scale > max_scale:
+        raise ValueError(f"dynamic_loss_scale(min_scale=..., max_scale=...): min_scale must be <= "
+                         f"max_scale; got {min_scale!r} > {max_scale!r}.")
+    limit = _check_limit("dynamic_loss_scale", max_consecutive)
+
+    def init(params):
+        return LossScaleState(
+            _guard_init(limit),
+            {"growth_factor": hyper_scalar(growth), "backoff_factor": hyper_scalar(backoff),
+             "growth_interval": hyper_scalar(growth_interval)},
+            hyper_scalar(init_scale), jnp.zeros((), jnp.int32), inner.init(params))
+
+    def unscale(g, s):
+        g = jnp.asarray(g)
+        if not jnp.issubdtype(g.dtype, jnp.inexact):
+            return g
+        wide = jnp.promote_types(g.dtype, jnp.float32)
+        return (g.astype(wide) / s.astype(wide)).astype(g.dtype)
+
+    def update(updates, state, params=None, **extra_args):
+        h = state.hyper
+        ok = all_finite(updates)
+        grads = jax.tree.map(lambda g: unscale(g, state.scale), updates)
+        ok = ok & all_finite(grads)
+        new_updates, new_inner = inner.update(grads, state.inner, params, **extra_args)
+        good = state.good_steps + 1
+        grow = ok & (good.astype(jnp.float32) >= h["growth_interval"])
+        grown = state.scale * h["growth_factor"]
+        grow_scale = jnp.where(jnp.isfinite(grown), grown, state.scale)
+        scale = jnp.where(ok, jnp.where(grow, grow_scale, state.scale), state.scale * h["backoff_factor"])
+        if min_scale is not None:
+            scale = jnp.maximum(scale, jnp.float32(min_scale))
+        if max_scale is not None:
+            scale = jnp.minimum(scale, jnp.float32(max_scale))
+        good = jnp.where(ok & ~grow, good, 0).astype(jnp.int32)
+        return _zeros_unless(ok, new_updates), LossScaleState(
+            _guard_step(state.guard, ok), h, scale.astype(jnp.float32), good,
+            _select(ok, new_inner, state.inner))
+
+    return transformation(init, update)
+
+
+# -- reading guards on the host -------------------------------------------------
+
+def _find(state, kind):
+    """Every node of type ``kind`` in ``state`` (NamedTuples, tuples, lists, dicts), depth first."""
+    found = []
+
+    def go(node):
+        if isinstance(node, kind):
+            found.append(node)
+        if isinstance(node, (tuple, list)):
+            for c in node:
+                go(c)
+        elif isinstance(node, dict):
+            for c in node.values():
+                go(c)
+    go(state)
+    return found
+
+
+def guard_status(state) -> list[dict]:
+    """One dict per guard in ``state`` (outermost first): ``skipped``,
+    ``consecutive``, ``max_consecutive`` (None for no limit), ``tripped``, and
+    ``loss_scale`` for a loss scaler. One device->host transfer for all."""
+    guards = _find(state, (SkipNonfiniteState, LossScaleState))
+    values = jax.device_get([(g.guard, getattr(g, "scale", None)) for g in guards])
+    out = []
+    for g, (counters, scale) in zip(guards, values):
+        d = {"kind": "dynamic_loss_scale" if isinstance(g, LossScaleState) else "skip_nonfinite",
+             "skipped": int(counters.skipped), "consecutive": int(counters.consecutive),
+             "max_consecutive": None if int(counters.max_consecutive) < 0 else int(counters.max_consecutive),
+             "tripped": bool(counters.tripped)}
+        if scale is not None:
+            d["loss_scale"] = float(scale)
+        out.append(d)
+    return out
+
+
+def check_guard(state) -> None:
+    """Raises `NonFiniteError` if any guard in ``state`` has tripped (seen
+    ``max_consecutive`` non-finite steps in a row). Host-side: call it between
+    jitted steps; a state without guards passes. Returns None."""
+    for d in guard_status(state):
+        if d["tripped"]:
+            extra = (f" The loss scale fell to {d['loss_scale']:g}." if "loss_scale" in d else "")
+            raise NonFiniteError(
+                f"{d['kind']}: {d['max_consecutive']} consecutive steps had NaN or Inf gradients "
+                f"({d['skipped']} skipped in all, {d['consecutive']} in a row now); the parameters "
+                f"and optimizer state are those of the last finite step.{extra} Check the loss and "
+                "the input data, lower the learning rate, or use float32 / multi_precision=True.")
+
+
+def get_loss_scale(state) -> jax.Array:
+    """The current loss scale held in ``state`` (a float32 scalar array;
+    works inside jit). Raises ValueError if ``state`` has no loss scaler."""
+    found = _find(state, LossScaleState)
+    if not found:
+        raise ValueError("get_loss_scale: this state has no dynamic_loss_scale; wrap the optimizer "
+                         "with gradxform.pieces.dynamic_loss_scale(optimizer).")
+    return found[0].scale
+
+
+def scale_loss(loss, state):
+    """``loss * get_loss_scale(state)`` in the loss's dtype (use inside the
+    function you differentiate)."""
+    loss = jnp.asarray(loss)
+    return loss * get_loss_scale(state).astype(loss.dtype)
