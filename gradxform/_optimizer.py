@@ -1,21 +1,30 @@
 """What every framework optimizer gets around its chain: float32 master
-weights or the float16 warning, and the non-finite guard when asked for."""
+weights or the float16 warning, the non-finite guard when asked for, and the
+argument checks of `gradxform._errors.validated`."""
 from __future__ import annotations
 
 from ._base import GradientTransformation, transformation
+from ._errors import validated
+from .pieces._guards import skip_nonfinite as _skip_nonfinite
 from .pieces._precision import warn_low_precision, with_master_weights
 
 __all__ = ["finalize"]
 
 
 def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
-             skip_nonfinite: bool = False) -> GradientTransformation:
-    """Wraps a framework optimizer's chain.
+             skip_nonfinite: bool = False, max_consecutive: int | None = 100,
+             validate: bool = True) -> GradientTransformation:
+    """Wraps a framework optimizer's chain, innermost first::
+
+        validated(skip_nonfinite(with_master_weights(chain)))
 
     ``multi_precision``: run the chain in float32 on master copies of
     float16/bfloat16 parameters; otherwise such parameters warn at ``init``
     as MXNet does. ``skip_nonfinite``: a step with a NaN/Inf gradient changes
-    nothing (see `gradxform.pieces.skip_nonfinite`).
+    nothing, parameters and state alike (`gradxform.pieces.skip_nonfinite`;
+    ``max_consecutive`` bad steps in a row trip it, see
+    `gradxform.check_guard`). ``validate``: check structures, shapes and
+    dtypes of params, grads and state at trace time (`gradxform._errors`).
     """
     if multi_precision:
         tx = with_master_weights(tx)
@@ -28,6 +37,7 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
 
         tx = transformation(init, inner.update)
     if skip_nonfinite:
-        from .pieces._guards import skip_nonfinite as guard  # noqa: PLC0415  (reliability layer)
-        tx = guard(tx)
+        tx = _skip_nonfinite(tx, max_consecutive=max_consecutive)
+    if validate:
+        tx = validated(tx, master_weights=multi_precision)
     return tx

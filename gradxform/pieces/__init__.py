@@ -2,6 +2,7 @@
 ``(init, update)`` pair whose numeric hyperparameters live in its state."""
 from ._clipping import clip_by_global_norm, clip_by_value, global_norm
 from ._decay import add_decayed_weights, add_decoupled_weight_decay, provide_weight_decay
+from ._guards import all_finite, dynamic_loss_scale, skip_nonfinite
 from ._masking import gated, lazy_rows
 from ._moments import (bias_correction, ema, scale_by_accumulated_squares, scale_by_adam_moments,
                        scale_by_adamax, scale_by_centered_rms, scale_by_rms, sign, trace)
@@ -10,7 +11,8 @@ from ._scaling import rescale, scale, unscale
 from ._step import scale_by_learning_rate, scale_by_lr, track_step
 
 __all__ = [
-    "add_decayed_weights", "add_decoupled_weight_decay", "bias_correction", "clip_by_global_norm",
+    "add_decayed_weights", "add_decoupled_weight_decay", "all_finite", "dynamic_loss_scale",
+    "skip_nonfinite", "bias_correction", "clip_by_global_norm",
     "clip_by_value", "ema", "gated", "global_norm", "lazy_rows", "provide_weight_decay", "rescale",
     "scale", "scale_by_accumulated_squares", "scale_by_adam_moments", "scale_by_adamax",
     "scale_by_centered_rms", "scale_by_learning_rate", "scale_by_lr", "scale_by_rms", "sign",

@@ -278,7 +278,9 @@ def get_loss_scale(state) -> jax.Array:
 
 
 def scale_loss(loss, state):
-    """``loss * get_loss_scale(state)`` in the loss's dtype (use inside the
-    function you differentiate)."""
+    """``loss * get_loss_scale(state)``, computed in at least float32 (a
+    float16 loss times 2**16 would overflow before the backward pass starts);
+    use it inside the function you differentiate."""
     loss = jnp.asarray(loss)
-    return loss * get_loss_scale(state).astype(loss.dtype)
+    wide = jnp.promote_types(loss.dtype, jnp.float32)
+    return loss.astype(wide) * get_loss_scale(state).astype(wide)

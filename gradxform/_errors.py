@@ -1,0 +1,236 @@
+"""Clear errors at the boundary: `validated(tx)` checks what a step is given.
+
+Shapes, dtypes and pytree structures are static under ``jit``, so every check
+here runs in Python while the step is traced and costs nothing per compiled
+step (without jit it costs a tree flatten per call; the state check is cached
+per parameter signature). Each message names the argument, the pytree path
+(`jax.tree_util.keystr`), what was given and what to do.
+
+Decisions:
+
+* **Integer and boolean leaves are an error**, at ``init`` and at ``update``:
+  an optimizer's arithmetic on them is never what was meant (MXNet and
+  PyTorch refuse them too). Keep step counters, masks and other non-trainable
+  values out of the tree you optimise (`optax.partition`, or a separate
+  state). Complex leaves are accepted (they are inexact).
+* **Gradient dtypes must equal parameter dtypes** (after JAX's canonicalisation:
+  float64 is float32 unless x64 is on). The one exception is a float32 gradient
+  for a float16/bfloat16 parameter under ``multi_precision=True``, which the
+  float32 master weights take as it is.
+* **The state is checked against ``jax.eval_shape(tx.init, params)``**:
+  same structure, shapes and dtypes, so a state from another optimizer, or for
+  other parameters, is refused before it produces a wrong number.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.tree_util import keystr, tree_flatten_with_path
+
+from ._base import GradientTransformation, transformation
+
+__all__ = ["validated", "check_params", "check_updates", "check_state", "first_difference"]
+
+LOW_PRECISION = (np.dtype(jnp.float16), np.dtype(jnp.bfloat16))
+
+
+def _dtype(x) -> np.dtype:
+    dt = getattr(x, "dtype", None)
+    if dt is None:
+        dt = jnp.result_type(x)
+    return np.dtype(jax.dtypes.canonicalize_dtype(dt))
+
+
+def _shape(x) -> tuple:
+    return tuple(np.shape(x))
+
+
+def _is_array_like(x) -> bool:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return True
+    return isinstance(x, (int, float, complex, bool, np.number, np.bool_))
+
+
+def _node_difference(ta, tb, depth: int, offset: int):
+    """First node where two treedefs differ: (depth, leaf offset, a's node, b's node) or None."""
+    if ta.num_nodes == 1 and ta.num_leaves == 1 and tb.num_nodes == 1 and tb.num_leaves == 1:
+        return None
+    try:
+        same = ta.node_data() == tb.node_data()
+        same = bool(same)
+    except Exception:  # noqa: BLE001  (aux data that does not compare)
+        same = False
+    ca, cb = ta.children(), tb.children()
+    if not same or len(ca) != len(cb):
+        return depth, offset, ta, tb
+    for x, y in zip(ca, cb):
+        found = _node_difference(x, y, depth + 1, offset)
+        if found:
+            return found
+        offset += x.num_leaves
+    return None
+
+
+def _describe_node(t) -> str:
+    data = t.node_data()
+    if data is None:
+        return "a leaf"
+    kind, aux = data
+    name = getattr(kind, "__name__", str(kind))
+    if kind is dict:
+        return f"a dict with keys {list(aux)}"
+    if hasattr(kind, "_fields"):
+        return f"a {name} with fields {list(kind._fields)}"
+    if kind in (list, tuple):
+        return f"a {name} of length {t.num_nodes and len(t.children())}"
+    return f"a {name}"
+
+
+def first_difference(a, b, a_name: str, b_name: str) -> str | None:
+    """A sentence naming the first path where the structures of ``a`` and ``b``
+    differ, or None when they have the same structure."""
+    ta, tb = jax.tree.structure(a), jax.tree.structure(b)
+    if ta == tb:
+        return None
+    pa, _ = tree_flatten_with_path(a)
+    pb, _ = tree_flatten_with_path(b)
+    ka = [keystr(p) for p, _ in pa]
+    kb = [keystr(p) for p, _ in pb]
+    if ka != kb:
+        sb = set(kb)
+        sa = set(ka)
+        for k in ka:
+            if k not in sb:
+                return f"{a_name}{k} has no counterpart in {b_name}"
+        for k in kb:
+            if k not in sa:
+                return f"{b_name}{k} has no counterpart in {a_name}"
+        for x, y in zip(ka, kb):
+            if x != y:
+                return f"leaf order differs at {a_name}{x} / {b_name}{y}"
+    found = _node_difference(ta, tb, 0, 0)
+    if found is None:
+        return f"{a_name} and {b_name} differ in structure ({ta} vs {tb})"
+    depth, offset, na, nb = found
+    keys = pa[offset][0][:depth] if offset < len(pa) else ()
+    where = keystr(tuple(keys))
+    return (f"{a_name}{where} is {_describe_node(na)} but {b_name}{where} is "
+            f"{_describe_node(nb)}")
+
+
+def check_params(params, who: str = "init") -> None:
+    """Every leaf of ``params`` is a floating-point (or complex) array."""
+    for path, leaf in tree_flatten_with_path(params)[0]:
+        where = f"params{keystr(path)}"
+        if not _is_array_like(leaf):
+            raise TypeError(f"{who}: {where} is a {type(leaf).__name__}, not an array; every leaf of "
+                            "params must be an array (or a number).")
+        dt = _dtype(leaf)
+        if not jnp.issubdtype(dt, jnp.inexact):
+            raise TypeError(
+                f"{who}: {where} is {dt}; optimizers update floating-point leaves only. Keep "
+                "integer and boolean values (step counters, masks, embeddings ids) out of the tree "
+                "you optimise, e.g. with optax.partition or a separate state.")
+
+
+def check_updates(updates, params, who: str = "update", *, master_weights: bool = False) -> None:
+    """``updates`` (the gradients) match ``params``: structure, shape and dtype,
+    leaf by leaf. With ``params=None`` only the leaves of ``updates`` are checked."""
+    if params is not None:
+        diff = first_difference(updates, params, "updates", "params")
+        if diff:
+            raise ValueError(f"{who}: the gradients and the parameters have different pytree "
+                             f"structures: {diff}.")
+    u_leaves = tree_flatten_with_path(updates)[0]
+    p_leaves = [leaf for _, leaf in tree_flatten_with_path(params)[0]] if params is not None \
+        else [None] * len(u_leaves)
+    for (path, u), p in zip(u_leaves, p_leaves):
+        where = keystr(path)
+        if not _is_array_like(u):
+            raise TypeError(f"{who}: updates{where} is a {type(u).__name__}, not an array.")
+        du = _dtype(u)
+        if not jnp.issubdtype(du, jnp.inexact):
+            raise TypeError(f"{who}: updates{where} is {du}; gradients must be floating point "
+                            "(integer and boolean leaves have no gradient; keep them out of the "
+                            "tree you optimise).")
+        if p is None:
+            continue
+        su, sp = _shape(u), _shape(p)
+        if su != sp:
+            raise ValueError(f"{who}: updates{where} has shape {su} but params{where} has shape "
+                             f"{sp}; the gradient must have the parameter's shape.")
+        dp = _dtype(p)
+        if du != dp:
+            if master_weights and dp in LOW_PRECISION and du == np.dtype(np.float32):
+                continue
+            hint = ("cast the gradients to the parameters' dtype; to train float16/bfloat16 "
+                    "parameters with float32 master weights keep the parameters in low precision "
+                    "and pass multi_precision=True")
+            raise TypeError(f"{who}: updates{where} is {du} but params there are {dp}; {hint}.")
+
+
+def _abstract(tree):
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(_shape(x), _dtype(x)), tree)
+
+
+def check_state(state, expected, who: str = "update") -> None:
+    """``state`` has the structure, shapes and dtypes of ``expected`` (what
+    ``init`` makes for these parameters, as from `jax.eval_shape`)."""
+    diff = first_difference(state, expected, "state", "init(params)")
+    if diff:
+        raise ValueError(f"{who}: the optimizer state does not come from this optimizer's init for "
+                         f"these parameters: {diff}. Was it made by another optimizer, or for "
+                         "other parameters? Call init(params) on this optimizer.")
+    for (path, s), e in zip(tree_flatten_with_path(state)[0], jax.tree.leaves(expected)):
+        where = f"state{keystr(path)}"
+        if not _is_array_like(s):
+            raise TypeError(f"{who}: {where} is a {type(s).__name__}, not an array.")
+        if _shape(s) != tuple(e.shape) or _dtype(s) != np.dtype(e.dtype):
+            raise ValueError(f"{who}: {where} is {_dtype(s)}{list(_shape(s))} but this optimizer's "
+                             f"init(params) makes {np.dtype(e.dtype)}{list(e.shape)}; was the state "
+                             "made by another optimizer, or for other parameters?")
+
+
+def validated(tx: GradientTransformation, *, master_weights: bool = False,
+              name: str = "") -> GradientTransformation:
+    """Wraps ``tx`` so that ``init`` and ``update`` check their arguments first.
+
+    ``init(params)``: every leaf a floating-point array. ``update(grads, state,
+    params)``: grads match params (structure, shapes, dtypes; float32 grads
+    for low-precision params pass when ``master_weights``) and the state matches
+    ``jax.eval_shape(tx.init, params)``. Checks run at trace time only; the
+    numbers computed are those of ``tx``. ``name`` prefixes messages.
+    """
+    pre = f"{name}." if name else ""
+    cache: dict[Any, Any] = {}
+
+    def expected_state(ref):
+        leaves, treedef = jax.tree.flatten(ref)
+        key = (treedef, tuple((_shape(x), _dtype(x)) for x in leaves))
+        if key not in cache:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    cache[key] = jax.eval_shape(tx.init, _abstract(ref))
+            except Exception:  # noqa: BLE001  (an init that needs concrete values: skip this check)
+                cache[key] = None
+        return cache[key]
+
+    def init(params):
+        check_params(params, f"{pre}init")
+        return tx.init(params)
+
+    def update(updates, state, params=None, **extra_args):
+        if params is not None:
+            check_params(params, f"{pre}update")
+        check_updates(updates, params, f"{pre}update", master_weights=master_weights)
+        expected = expected_state(params if params is not None else updates)
+        if expected is not None:
+            check_state(state, expected, f"{pre}update")
+        return tx.update(updates, state, params, **extra_args)
+
+    return transformation(init, update)
