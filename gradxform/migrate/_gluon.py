@@ -1,0 +1,374 @@
+"""Reading MXNet 1.x optimizer states: Gluon ``Trainer.save_states`` and Module ``.states`` files.
+
+Format (MXNet 1.9.1 ``Updater.get_states``; ``tools/MXNET_NOTES.md`` section 8):
+``pickle.dumps((states, optimizer))`` from Gluon, ``pickle.dumps(states)``
+from the Module API, where ``states = {index: state}`` and each state is
+None, an NDArray, or a (nested) tuple of them, laid out per optimizer::
+
+    SGD/ccSGD, NAG, Signum, LBSGD  mom (None when momentum == 0)
+    Adam, Adamax, Nadam            (mean, var)
+    AdaGrad                        history
+    RMSProp                        (n,)  or, centered, (n, g, delta)
+    AdaDelta                       (acc_g, acc_delta)
+    FTML (d, v, z)   Ftrl (z, n)   DCASGD (mom or None, previous_weight)   SGLD None
+
+With ``multi_precision`` a float16 parameter's state is ``(w32, state)``, or
+``(state, w32)`` for SGD, ccSGD and NAG. The optimizer object carries the
+per-index update counts (``_index_update_count``), ``num_update``, Nadam's
+shared ``m_schedule``, LBSGD's gradient accumulators and the scheduler.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from .._tree import param_names
+from ._pickle import MXNDArray, MigrateError, PickledObject, safe_loads
+from ._state import Slot, fill_state, has_slot, resolve_order, warn_hyper_mismatch
+
+__all__ = ["from_gluon_states", "read_gluon_states"]
+
+WHO = "from_gluon_states"
+
+
+class _Rule(NamedTuple):
+    inner: Any                               # component name, or a tuple of names
+    targets: dict                            # component -> (Slot, sign)
+    master_last: bool = False                # mp layout (state, w32) instead of (w32, state)
+
+
+_MOM = Slot("TraceState", "trace", "momentum")
+_MASTER = Slot("MasterWeightsState", "master")
+_COUNT, _NUM_UPDATE = Slot("StepState", "count"), Slot("StepState", "num_update")
+
+
+def _rule(name: str, opt: PickledObject | None) -> _Rule:
+    if name in ("sgd", "ccsgd"):
+        return _Rule("mom", {"mom": (_MOM, 1.0)}, master_last=True)
+    if name == "nag":
+        return _Rule("mom", {"mom": (Slot("NAGState", "mom"), 1.0)}, master_last=True)
+    if name == "signum":  # MXNet keeps -EMA(g): mom = m*mom - (1-m)*g
+        return _Rule("mom", {"mom": (_MOM, -1.0)})
+    if name == "lbsgd":
+        return _Rule("mom", {"mom": (_MOM, 1.0)})
+    if name in ("adam", "adamax"):
+        return _Rule(("mean", "var"), {"mean": (Slot("MomentsState", "mu"), 1.0),
+                                       "var": (Slot("MomentsState", "nu"), 1.0)})
+    if name == "nadam":
+        return _Rule(("mean", "var"), {"mean": (Slot("NadamState", "mu"), 1.0),
+                                       "var": (Slot("NadamState", "nu"), 1.0)})
+    if name == "adagrad":
+        return _Rule("history", {"history": (Slot("TraceState", "trace", "eps"), 1.0)})
+    if name == "rmsprop":
+        centered = bool(opt.attrs.get("centered", False)) if opt is not None else None
+        if centered is None:
+            raise MigrateError(f"{WHO}: an RMSProp file without the optimizer object; cannot tell "
+                               "centered from not.")
+        if centered:
+            return _Rule(("n", "g", "delta"), {"n": (Slot("CenteredRmsState", "n"), 1.0),
+                                               "g": (Slot("CenteredRmsState", "g"), 1.0),
+                                               "delta": (Slot("TraceState", "trace", "gamma2"), 1.0)})
+        return _Rule(("n",), {"n": (Slot("TraceState", "trace", "gamma1"), 1.0)})
+    if name == "adadelta":
+        return _Rule(("acc_g", "acc_delta"), {"acc_g": (Slot("AdaDeltaState", "acc_g"), 1.0),
+                                              "acc_delta": (Slot("AdaDeltaState", "acc_delta"), 1.0)})
+    if name == "ftml":
+        return _Rule(("d", "v", "z"), {c: (Slot("FTMLState", c), 1.0) for c in ("d", "v", "z")})
+    if name == "ftrl":
+        return _Rule(("z", "n"), {c: (Slot("FtrlState", c), 1.0) for c in ("z", "n")})
+    if name == "dcasgd":
+        return _Rule(("mom", "previous_weight"),
+                     {"mom": (_MOM, 1.0), "previous_weight": (Slot("DCASGDState", "previous_weight"), 1.0)})
+    if name == "sgld":
+        return _Rule(None, {})
+    raise MigrateError(f"{WHO}: MXNet optimizer {name!r} is not supported (supported: sgd, ccsgd, nag, "
+                       "signum, lbsgd, dcasgd, sgld, adam, adamax, nadam, adagrad, rmsprop, adadelta, "
+                       "ftml, ftrl).")
+
+
+# MXNet attribute -> gradxform hyperparameter, for the mismatch warning.
+_HYPER = {"wd": "wd", "rescale_grad": "rescale_grad", "momentum": "momentum", "beta1": "beta1",
+          "beta2": "beta2", "epsilon": "epsilon", "gamma1": "gamma1", "gamma2": "gamma2", "rho": "rho",
+          "lamda1": "lamda1", "beta": "beta", "lamda": "lamda", "wd_lh": "wd_lh",
+          "schedule_decay": "schedule_decay", "float_stable_eps": "eps", "clip_weights": "clip_weights",
+          "clip_gradient": "clip_gradient"}
+
+
+def _plain(x, what: str):
+    """Pickled state -> numpy arrays / None / tuples."""
+    if x is None:
+        return None
+    if isinstance(x, MXNDArray):
+        return x.value
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, (tuple, list)):
+        return tuple(_plain(c, what) for c in x)
+    raise MigrateError(f"{WHO}: {what} holds a {type(x).__name__}; MXNet states are NDArrays, None "
+                       "or tuples of them.")
+
+
+def read_gluon_states(fname) -> tuple[dict[int, Any], PickledObject | None]:
+    """Reads a Gluon/Module states file without MXNet: ``({index: state}, optimizer)``.
+
+    States are numpy arrays, None, or tuples of them; ``optimizer`` is a
+    `PickledObject` (attribute record) or None for Module files.
+    """
+    if hasattr(fname, "read"):
+        data, label = fname.read(), getattr(fname, "name", "<file>")
+    else:
+        label = os.fspath(fname)
+        with open(label, "rb") as f:
+            data = f.read()
+    obj = safe_loads(data, f"{WHO}({label!r})")
+    if isinstance(obj, tuple) and len(obj) == 2:
+        states, opt = obj
+    else:
+        states, opt = obj, None
+    if not isinstance(states, dict):
+        raise MigrateError(f"{WHO}({label!r}): expected a dict of per-index states; got "
+                           f"{type(states).__name__}. Is this a Trainer.save_states / .states file?")
+    if opt is not None and not isinstance(opt, PickledObject):
+        raise MigrateError(f"{WHO}({label!r}): the second item is a {type(opt).__name__}, not an "
+                           "MXNet optimizer.")
+    out = {}
+    for k, v in states.items():
+        if isinstance(k, str) and k.isdigit():
+            k = int(k)
+        if not isinstance(k, int) or isinstance(k, bool):
+            raise MigrateError(f"{WHO}({label!r}): state key {k!r} is not an integer index (a kvstore "
+                               "driven with string keys); not supported.")
+        out[k] = _plain(v, f"state {k}")
+    return out, opt
+
+
+def _attr(opt, name, default=None):
+    return opt.attrs.get(name, default) if opt is not None else default
+
+
+def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = None,
+                      num_update: int | None = None):
+    """The gradxform state of ``tx`` that continues an MXNet run saved by Gluon
+    ``Trainer.save_states`` (or the Module API's ``.states`` file).
+
+    ``tx`` must be the same MXNet optimizer with the same hyperparameters,
+    made by `gradxform.create`; for Gluon set ``rescale_grad=1/batch_size``
+    (``Trainer.step(batch_size)`` does it in MXNet). Every state array, each
+    parameter's update count, ``num_update`` (which drives an lr schedule),
+    Nadam's ``m_schedule``, LBSGD's gradient accumulators and float32 master
+    weights (``multi_precision``) are restored, so the next ``tx.update``
+    computes MXNet's next step.
+
+    Args:
+      fname: path (or binary file object) of the states file. It is read with
+        a restricted unpickler: no MXNet needed, no code run.
+      params: the parameters (same pytree as for ``tx.init``).
+      tx: the gradxform optimizer.
+      order: gradxform parameter names ('/'-joined key paths) in the
+        Trainer's parameter order, so MXNet index ``i`` is ``order[i]``;
+        default the leaf order of ``params`` (Gluon numbers a dict's
+        parameters in sorted-name order, as JAX flattens a dict).
+      optimizer: the MXNet optimizer name; only for Module files, which do
+        not hold the optimizer object.
+      num_update: updates done so far; only for Module files (they hold no
+        counts), where it is required.
+
+    Returns: the state, a drop-in for ``tx.init(params)``.
+
+    Raises: `MigrateError` (a ValueError) naming the parameter for a missing
+    or extra index, or a shape that does not fit; `UnsafePickleError` for a
+    file that names anything but MXNet arrays and optimizer records.
+    """
+    states, opt = read_gluon_states(fname)
+    names = param_names(params)
+    leaves = jax.tree.leaves(params)
+    n = len(names)
+    pos = resolve_order(params, order, len(states), WHO)
+    idx2name = _attr(opt, "idx2name", {}) or {}
+
+    def label(i):
+        mx = idx2name.get(i)
+        return f"parameter {names[pos[i]]!r} (MXNet index {i}" + (f", {mx!r})" if mx else ")")
+
+    extra = sorted(k for k in states if not 0 <= k < n)
+    if extra:
+        raise MigrateError(f"{WHO}: the file has a state for MXNet index {extra[0]} but there are only "
+                           f"{n} parameters (indices 0..{n - 1}); was it saved for another model, or by "
+                           "a Module on several devices?")
+    missing = [i for i in range(n) if i not in states]
+    if missing:
+        raise MigrateError(f"{WHO}: the file has no state for {label(missing[0])}; it holds indices "
+                           f"{sorted(states)}.")
+
+    if opt is not None:
+        name = opt.class_name.lower()
+        if optimizer is not None and optimizer.lower() != name:
+            raise MigrateError(f"{WHO}(optimizer={optimizer!r}): the file holds an MXNet {opt.class_name}.")
+    elif optimizer is None:
+        raise MigrateError(f"{WHO}: this file holds no optimizer object (Module API .states); pass "
+                           "optimizer='<mxnet name>' and num_update=<updates done>.")
+    else:
+        name = optimizer.lower()
+    rule = _rule(name, opt)
+    state0 = tx.init(params)
+
+    mp = bool(_attr(opt, "multi_precision", False)) if opt is not None else has_slot(state0, params, _MASTER)
+    comps = rule.inner if isinstance(rule.inner, tuple) else (() if rule.inner is None else (rule.inner,))
+    values: dict[str, list] = {c: [None] * n for c in comps}
+    masters: list = [None] * n
+    for i in range(n):
+        leaf = leaves[pos[i]]
+        st = states[i]
+        mp_leaf = mp and np.dtype(leaf.dtype) == np.float16
+        if mp_leaf:
+            if not (isinstance(st, tuple) and len(st) == 2):
+                raise MigrateError(f"{WHO}: {label(i)} is float16 under multi_precision, so its state "
+                                   f"should be a (state, float32 weight) pair; got {_shape_of(st)}.")
+            inner, master = (st[0], st[1]) if rule.master_last else (st[1], st[0])
+            _check_array(master, leaf, f"{label(i)}: the float32 master weight", np.float32)
+            masters[pos[i]] = master
+            st = inner
+        if rule.inner is None:
+            if st is not None:
+                raise MigrateError(f"{WHO}: {label(i)} has a state {_shape_of(st)}; MXNet {name} keeps none.")
+            continue
+        if isinstance(rule.inner, str):
+            st = (st,)
+        if not (isinstance(st, tuple) and len(st) == len(comps)):
+            raise MigrateError(f"{WHO}: {label(i)}: MXNet {name} keeps {'(' + ', '.join(comps) + ')'}; "
+                               f"the file has {_shape_of(states[i])}.")
+        for c, a in zip(comps, st):
+            if a is not None:
+                _check_array(a, leaf, f"{label(i)}: state {c!r}", None)
+            values[c][pos[i]] = a
+
+    per_leaf: dict[Slot, list] = {}
+    for c in comps:
+        present = [v is not None for v in values[c]]
+        if not any(present):
+            continue  # e.g. momentum 0: MXNet keeps None
+        if not all(present):
+            i = present.index(False)
+            raise MigrateError(f"{WHO}: state {c!r} is None for parameter {names[i]!r} but not for others.")
+        slot, sign = rule.targets[c]
+        per_leaf[slot] = [v if sign == 1.0 else (sign * v).astype(v.dtype) for v in values[c]]
+    if any(m is not None for m in masters):
+        if not has_slot(state0, params, _MASTER):
+            raise MigrateError(f"{WHO}: the run used multi_precision (float32 master weights) for float16 "
+                               "parameters; create tx with multi_precision=True.")
+        per_leaf[_MASTER] = masters
+
+    whole: dict[Slot, Any] = {}
+    if opt is not None:
+        begin = int(_attr(opt, "begin_num_update", 0) or 0)
+        counts = _attr(opt, "_index_update_count", None)
+        if counts is None:
+            counts = (_attr(opt, "_all_index_update_counts", {}) or {}).get(0, {})
+        count = np.full((n,), begin, np.int32)
+        for k, c in counts.items():
+            k = int(k)
+            if not 0 <= k < n:
+                raise MigrateError(f"{WHO}: the optimizer counts updates of MXNet index {k}, but there "
+                                   f"are {n} parameters.")
+            count[pos[k]] = int(c)
+        whole[_COUNT] = count
+        whole[_NUM_UPDATE] = np.asarray(int(_attr(opt, "num_update", begin)), np.int32)
+        if name == "nadam":
+            whole[Slot("NadamState", "m_schedule")] = np.asarray(_attr(opt, "m_schedule", 1.0), np.float32)
+        if name == "lbsgd":
+            _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole)
+    else:
+        if num_update is None:
+            raise MigrateError(f"{WHO}: a Module .states file holds no update counts; pass num_update="
+                               "<updates done so far> (it drives schedules and bias corrections).")
+        whole[_COUNT] = np.full((n,), int(num_update), np.int32)
+        whole[_NUM_UPDATE] = np.asarray(int(num_update), np.int32)
+
+    hint = (f"was tx made with gradxform.create({name!r}, ...) and the run's options "
+            "(momentum, centered, multi_precision)?")
+    new_state = fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
+    if opt is not None:
+        _check_hypers(opt, new_state)
+    return new_state
+
+
+def _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole):
+    cum = _attr(opt, "cumgrads", {}) or {}
+    leaves = jax.tree.leaves(params)
+    grads, counts = [None] * len(leaves), None
+    for k, entry in cum.items():
+        k = int(k)
+        if not isinstance(entry, dict) or not 0 <= k < len(leaves):
+            raise MigrateError(f"{WHO}: LBSGD accumulator {k!r} is malformed.")
+        g = entry.get("cum_grad", 0)
+        g = g.value if isinstance(g, MXNDArray) else g
+        leaf = leaves[pos[k]]
+        grads[pos[k]] = np.zeros(np.shape(leaf), np.dtype(leaf.dtype)) if np.isscalar(g) else g
+        if counts is None:
+            counts = {}
+        counts[pos[k]] = int(entry.get("num_cums", 0))
+    if any(g is not None for g in grads):
+        per_leaf[Slot("LBSGDState", "cum_grad")] = grads
+    if counts:
+        init = np.asarray(int(_attr(opt, "init_updates", 0) or 0))
+        vec = np.full((len(leaves),), init, np.int32)
+        for j, c in counts.items():
+            vec[j] = c
+        whole[Slot("LBSGDState", "num_cums")] = vec
+
+
+def _check_hypers(opt: PickledObject, state) -> None:
+    expected = {g: opt.attrs[m] for m, g in _HYPER.items()
+                if isinstance(opt.attrs.get(m), (int, float)) and not isinstance(opt.attrs.get(m), bool)}
+    sched = opt.attrs.get("lr_scheduler")
+    if sched is None and isinstance(opt.attrs.get("lr"), (int, float)):
+        expected["learning_rate"] = opt.attrs["lr"]
+    warn_hyper_mismatch(state, expected, WHO)
+    scheduled = [bool(np.asarray(h["scheduled"])) for h in _step_hypers(state)]
+    if scheduled and (sched is not None) != any(scheduled):
+        warnings.warn(f"{WHO}: the run {'used' if sched is not None else 'did not use'} an lr_scheduler "
+                      f"({getattr(sched, 'class_name', None)}) but tx {'does not' if sched is not None else 'does'};"
+                      " the learning rates will differ.", UserWarning, stacklevel=3)
+
+
+def _step_hypers(state):
+    out = []
+
+    def walk(node):
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            if type(node).__name__ == "StepState":
+                out.append(node.hyper)
+            for f in node._fields:
+                walk(getattr(node, f))
+        elif isinstance(node, (tuple, list)):
+            for c in node:
+                walk(c)
+    walk(state)
+    return out
+
+
+def _shape_of(st) -> str:
+    if st is None:
+        return "None"
+    if isinstance(st, np.ndarray):
+        return f"an array {st.shape}"
+    if isinstance(st, tuple):
+        return "(" + ", ".join(_shape_of(s) for s in st) + ")"
+    return type(st).__name__
+
+
+def _check_array(a, leaf, what: str, dtype) -> None:
+    if not isinstance(a, np.ndarray):
+        raise MigrateError(f"{WHO}: {what} is {_shape_of(a)}, not an array.")
+    if a.shape != tuple(np.shape(leaf)):
+        raise MigrateError(f"{WHO}: {what} has shape {a.shape} but the parameter has shape "
+                           f"{tuple(np.shape(leaf))}; was the file saved for other parameters or another "
+                           "order?")
+    if dtype is not None and a.dtype != np.dtype(dtype):
+        raise MigrateError(f"{WHO}: {what} is {a.dtype}; expected {np.dtype(dtype)}.")
+    if not np.issubdtype(a.dtype, np.floating):
+        raise MigrateError(f"{WHO}: {what} is {a.dtype}, not a floating-point array.")

@@ -1,0 +1,202 @@
+"""Writing values read from a framework file into the state ``tx.init(params)`` made.
+
+Readers describe *where* each value goes with a `Slot`: the class name of a
+piece's state NamedTuple, one of its fields, and optionally a hyperparameter
+name that piece must hold (to tell apart e.g. a momentum trace from an RMS
+accumulator, both ``TraceState``). A field is either per-parameter (a pytree
+with the params' structure: one array per leaf, in leaf order) or a whole
+array (a step counter, a scalar). `fill_state` checks every slot matches
+exactly one place in the state, checks shapes and dtypes, and builds the new
+state in one go: nothing is half-loaded.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._tree import param_names
+from ._pickle import MigrateError
+
+__all__ = ["Slot", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_hyper_mismatch"]
+
+
+class Slot(NamedTuple):
+    cls: str                 # the state NamedTuple's class name
+    field: str               # its field
+    key: str | None = None   # a hyperparameter the node must hold (disambiguation)
+
+
+def _is_nt(x) -> bool:
+    return isinstance(x, tuple) and hasattr(x, "_fields")
+
+
+def _walk(node, visit, path=()):
+    if _is_nt(node):
+        visit(node, path)
+        for f in node._fields:
+            _walk(getattr(node, f), visit, path + (f,))
+    elif isinstance(node, (tuple, list)):
+        for i, c in enumerate(node):
+            _walk(c, visit, path + (i,))
+    elif isinstance(node, dict):
+        for k, c in node.items():
+            _walk(c, visit, path + (k,))
+
+
+def _matches(node, slot: Slot, treedef, per_leaf: bool) -> bool:
+    if type(node).__name__ != slot.cls or slot.field not in node._fields:
+        return False
+    if slot.key is not None:
+        hyper = getattr(node, "hyper", None)
+        if not isinstance(hyper, dict) or slot.key not in hyper:
+            return False
+    if per_leaf:
+        return jax.tree.structure(getattr(node, slot.field)) == treedef
+    return True
+
+
+def _find(state, slot: Slot, treedef, per_leaf: bool) -> list[tuple]:
+    found = []
+    _walk(state, lambda n, p: found.append(p) if _matches(n, slot, treedef, per_leaf) else None)
+    return found
+
+
+def has_slot(state, params, slot: Slot, per_leaf: bool = True) -> bool:
+    return bool(_find(state, slot, jax.tree.structure(params), per_leaf))
+
+
+def _describe(slot: Slot) -> str:
+    return f"{slot.cls}.{slot.field}" + (f" (holding {slot.key!r})" if slot.key else "")
+
+
+def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[Slot, Any], *,
+               who: str, hint: str) -> Any:
+    """Returns ``state`` with the given values written in.
+
+    ``per_leaf[slot]``: one numpy array (or None: keep the initial value) per
+    parameter leaf, in leaf order. ``whole[slot]``: one array replacing the
+    field (cast to the field's dtype; the shape must match). Raises
+    `MigrateError` naming the slot when it is missing or ambiguous in
+    ``state`` (``hint`` says which optimizer ``tx`` should be), and naming the
+    parameter when a shape does not fit.
+    """
+    treedef = jax.tree.structure(params)
+    names = param_names(params)
+    edits: dict[tuple, dict[str, Any]] = {}
+    for table, is_leaf in ((per_leaf, True), (whole, False)):
+        for slot, value in table.items():
+            paths = _find(state, slot, treedef, is_leaf)
+            if not paths:
+                raise MigrateError(f"{who}: tx's state has no {_describe(slot)}, which the file has "
+                                   f"values for; {hint}")
+            if len(paths) > 1:
+                raise MigrateError(f"{who}: tx's state has {len(paths)} places for {_describe(slot)}; "
+                                   "cannot tell which one the file's values belong to.")
+            edits.setdefault(paths[0], {})[slot.field] = (value, is_leaf, slot)
+
+    def convert(old, new, what):
+        old_a = jnp.asarray(old)
+        new = np.asarray(new)
+        if new.shape != old_a.shape:
+            raise MigrateError(f"{who}: {what} has shape {new.shape} in the file; tx expects {old_a.shape}.")
+        if new.dtype != old_a.dtype:
+            if not (np.issubdtype(new.dtype, np.number) or new.dtype == np.bool_):
+                raise MigrateError(f"{who}: {what} has dtype {new.dtype} in the file; tx expects {old_a.dtype}.")
+            if np.issubdtype(new.dtype, np.floating) and np.issubdtype(old_a.dtype, np.floating) \
+                    and np.finfo(new.dtype).bits > np.finfo(old_a.dtype).bits:
+                warnings.warn(f"{who}: {what} is {new.dtype} in the file and {old_a.dtype} in tx; it is "
+                              "rounded (MXNet keeps some accumulators in float32 for float16 weights; "
+                              "use multi_precision=True to keep them exact).", UserWarning, stacklevel=4)
+        return jnp.asarray(new, dtype=old_a.dtype)
+
+    # Convert everything first (all errors surface before anything is built).
+    converted: dict[tuple, dict[str, Any]] = {}
+    for path, fields in edits.items():
+        node = _get(state, path)
+        out = {}
+        for field, (value, is_leaf, slot) in fields.items():
+            old = getattr(node, field)
+            if is_leaf:
+                old_leaves = treedef.flatten_up_to(old)
+                if len(value) != len(old_leaves):
+                    raise MigrateError(f"{who}: internal: {len(value)} values for {len(old_leaves)} leaves.")
+                new_leaves = [o if v is None else convert(o, v, f"{_describe(slot)} of parameter {n!r}")
+                              for o, v, n in zip(old_leaves, value, names)]
+                out[field] = treedef.unflatten(new_leaves)
+            else:
+                out[field] = convert(old, value, _describe(slot))
+        converted[path] = out
+
+    def rebuild(node, path=()):
+        if _is_nt(node):
+            kids = {f: rebuild(getattr(node, f), path + (f,)) for f in node._fields}
+            kids.update(converted.get(path, {}))
+            return type(node)(**kids)
+        if isinstance(node, (tuple, list)) and not hasattr(node, "shape"):
+            kids = [rebuild(c, path + (i,)) for i, c in enumerate(node)]
+            return type(node)(kids) if len(node) else node
+        if isinstance(node, dict):
+            return type(node)({k: rebuild(c, path + (k,)) for k, c in node.items()})
+        return node
+
+    return rebuild(state)
+
+
+def _get(node, path):
+    for p in path:
+        node = getattr(node, p) if isinstance(p, str) and _is_nt(node) else node[p]
+    return node
+
+
+def resolve_order(params, order, n_entries: int | None, who: str) -> list[int]:
+    """Leaf position of each framework index: ``order[i]`` names the leaf the
+    framework calls index ``i`` (default: leaf order)."""
+    names = param_names(params)
+    if order is None:
+        return list(range(len(names)))
+    order = list(order)
+    unknown = [o for o in order if o not in names]
+    if unknown:
+        raise MigrateError(f"{who}(order=...): {unknown[0]!r} is not a parameter name; the names are "
+                           f"{names[:8]}{' ...' if len(names) > 8 else ''}.")
+    dup = sorted({o for o in order if order.count(o) > 1})
+    if dup:
+        raise MigrateError(f"{who}(order=...): {dup[0]!r} is listed twice.")
+    missing = [n for n in names if n not in order]
+    if missing:
+        raise MigrateError(f"{who}(order=...): parameter {missing[0]!r} is not listed; order must name "
+                           f"every parameter once ({len(names)} of them).")
+    return [names.index(o) for o in order]
+
+
+def tree_hyper(state) -> dict[str, float]:
+    """Every hyperparameter in ``state`` (the first one of each name)."""
+    out: dict[str, float] = {}
+
+    def visit(node, _):
+        h = getattr(node, "hyper", None)
+        if isinstance(h, dict):
+            for k, v in h.items():
+                if k not in out:
+                    try:
+                        out[k] = float(np.asarray(v))
+                    except (TypeError, ValueError):
+                        pass
+    _walk(state, visit)
+    return out
+
+
+def warn_hyper_mismatch(state, expected: dict[str, float], who: str) -> None:
+    """Warns when a hyperparameter of ``tx`` differs from the run's (the file's)."""
+    have = tree_hyper(state)
+    bad = [(k, have[k], float(v)) for k, v in expected.items()
+           if k in have and v is not None and not np.isclose(have[k], np.float32(v), rtol=1e-6, atol=0)]
+    if bad:
+        listing = ", ".join(f"{k}: tx {a:g} vs file {b:g}" for k, a, b in bad)
+        warnings.warn(f"{who}: tx's hyperparameters differ from the saved run's ({listing}); the next "
+                      "steps follow tx's. Build tx with the run's values (or gradxform.set_hyper) to "
+                      "continue the same run.", UserWarning, stacklevel=3)
