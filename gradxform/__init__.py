@@ -6,6 +6,7 @@ from ._hyper import get_hyper, get_learning_rate, hyper_names, set_hyper, set_le
 from ._registry import create, register, registered_names
 from ._tree import param_names
 from ._errors import validated
+from ._fused import fused
 from .pieces._guards import NonFiniteError, check_guard, get_loss_scale, guard_status, scale_loss
 
 __version__ = "0.1.0"
@@ -15,5 +16,5 @@ __all__ = [
     "create", "register", "registered_names",
     "get_hyper", "set_hyper", "hyper_names", "get_learning_rate", "set_learning_rate",
     "param_names", "lr_scheduler", "mxnet", "pieces",
-    "validated", "NonFiniteError", "check_guard", "guard_status", "get_loss_scale", "scale_loss",
+    "validated", "fused", "NonFiniteError", "check_guard", "guard_status", "get_loss_scale", "scale_loss",
 ]

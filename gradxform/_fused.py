@@ -1,0 +1,403 @@
+"""A fused multi-tensor step: the same chain, run on one flat buffer per group of leaves.
+
+An optimizer step is pure memory traffic (Adam reads p, g, m, v and writes
+p, m, v: 28 bytes per float32 parameter), so its speed is set by how many
+passes over memory it makes and how many kernels it launches. Run leaf by
+leaf, a chain launches its fused elementwise loop once per leaf (161 leaves
+for ResNet-50, thousands for some models) and XLA has a graph of thousands of
+small ops to compile. `fused` runs the *same* chain on a handful of 1-D
+buffers instead:
+
+* Leaves are grouped by dtype and by every per-leaf number the chain holds
+  (``lr_mult``, ``wd_mult``, update counts), so inside a group those numbers
+  are one scalar and the chain's arithmetic per element is exactly the per-leaf
+  arithmetic: results are bit-identical to the per-leaf chain (only a global
+  norm, summed in another order, differs in the last bits).
+* The state is kept flat: each moment buffer is one array per group, and each
+  per-leaf vector (``count``, ``lr_mult``, ...) has one entry per group.
+* Parameters and gradients enter flat for free when the caller owns them as
+  a `FlatTree` (`ravel` once, hand the loss function ``flat.unravel()`` views
+  inside the jitted step: the gradient comes back as a `FlatTree`); given as
+  ordinary trees they are concatenated and the updates sliced back, inside
+  the same jit (see ``benchmarks/README.md`` for what that costs).
+
+Exactness is decided per chain, never guessed: `fused` reads the pieces a
+chain is built from (each piece's ``update`` function, and the transformations
+captured by wrappers such as `chain`, `gated`, `with_master_weights` and the
+guards) and fuses only when every one is a piece known to be elementwise with
+per-leaf scalars (`fusable` lists them). Anything else (Nadam's per-leaf
+running schedule, LARS norms, per-leaf PRNG noise, row-wise lazy updates, any
+piece it does not know) keeps the per-leaf path, so ``fused(tx)`` is always
+safe to apply. ``fused(tx, strict=True)`` raises instead, naming the piece.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._base import GradientTransformation, transformation
+
+__all__ = ["fused", "FlatTree", "FusedState", "Layout", "fusable", "ravel", "why_not_fused"]
+
+# Pieces known to be elementwise with per-leaf scalars only ("module:qualname" of
+# their update function). A value is None (always fine) or a check of the
+# update's closure that returns a reason it is not, or None.
+_P = "gradxform.pieces."
+_MX = "gradxform.mxnet."
+
+
+def _track_step(cells, facts):
+    if cells.get("read_lr") == "before" and cells.get("schedule") is not None:
+        # MXNet reads the schedule before leaf 0 bumps the shared count and
+        # after it for every later leaf: leaf 0 gets a group of its own.
+        facts["isolate_first"] = True
+    return None
+
+
+def _lbsgd(cells, facts):
+    if cells.get("warmup_strategy") == "lars":
+        return "mxnet.lbsgd(warmup_strategy='lars') needs per-leaf norms"
+    return None
+
+
+_RULES: dict[str, Any] = {
+    "gradxform._base:identity.<locals>.update": None,
+    "gradxform._base:chain.<locals>.update": None,
+    "gradxform._errors:validated.<locals>.update": None,  # trace-time checks; they see the flat buffers
+    _P + "_step:track_step.<locals>.update": _track_step,
+    _P + "_step:scale_by_lr.<locals>.update": None,
+    _P + "_scaling:rescale.<locals>.update": None,
+    _P + "_scaling:unscale.<locals>.update": None,
+    _P + "_scaling:scale.<locals>.update": None,
+    _P + "_clipping:clip_by_value.<locals>.update": None,
+    _P + "_clipping:clip_by_global_norm.<locals>.update": None,  # norm summed in another order
+    _P + "_decay:_decay.<locals>.update": None,
+    _P + "_decay:add_decoupled_weight_decay.<locals>.update": None,
+    _P + "_moments:trace.<locals>.update": None,
+    _P + "_moments:ema.<locals>.update": None,
+    _P + "_moments:sign.<locals>.update": None,
+    _P + "_moments:scale_by_adam_moments.<locals>.update": None,
+    _P + "_moments:scale_by_rms.<locals>.update": None,
+    _P + "_moments:scale_by_centered_rms.<locals>.update": None,
+    _P + "_moments:scale_by_adamax.<locals>.update": None,
+    _P + "_moments:scale_by_accumulated_squares.<locals>.update": None,
+    _P + "_moments:bias_correction.<locals>.update": None,
+    _P + "_masking:gated.<locals>.update": None,  # its mask is per leaf, hence per group
+    _P + "_precision:with_master_weights.<locals>.update": None,
+    _P + "_guards:skip_nonfinite.<locals>.update": None,
+    _P + "_guards:dynamic_loss_scale.<locals>.update": None,
+    _MX + "_adaptive:_clip_weights.<locals>.update": None,
+    _MX + "_adaptive:_adadelta_direction.<locals>.update": None,
+    _MX + "_adaptive:_ftml_step.<locals>.update": None,
+    _MX + "_adaptive:_ftrl_step.<locals>.update": None,
+    _MX + "_momentum:_nesterov_step.<locals>.update": None,
+    _MX + "_momentum:_delay_compensation.<locals>.update": None,
+    _MX + "_momentum:_lbsgd_accumulate.<locals>.update": _lbsgd,
+}
+
+# Fields of piece states that hold one number per leaf (not per element).
+_PER_LEAF_FIELDS = ("lr_mult", "wd_mult", "count", "num_cums")
+
+
+def fusable(key: str, check=None) -> None:
+    """Declares the piece whose update function is ``key`` ("module:qualname")
+    elementwise with per-leaf scalars, so chains using it are fused.
+    ``check(closure_cells: dict, facts: dict) -> reason | None`` may refuse
+    some configurations of it."""
+    _RULES[key] = check
+
+
+def _is_tx(x) -> bool:
+    return isinstance(x, tuple) and hasattr(x, "init") and hasattr(x, "update") and callable(x.update)
+
+
+def _cells(fn) -> dict:
+    code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+    if code is None or not closure:
+        return {}
+    out = {}
+    for name, cell in zip(code.co_freevars, closure):
+        try:
+            out[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            pass
+    return out
+
+
+def _inspect(tx) -> tuple[list[str], dict]:
+    """Reasons the chain cannot be fused (empty when it can), and facts."""
+    reasons: list[str] = []
+    facts: dict = {"isolate_first": False}
+    seen: set[int] = set()
+
+    def visit(fn):
+        if id(fn) in seen:
+            return
+        seen.add(id(fn))
+        key = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+        if key not in _RULES:
+            reasons.append(f"{key} is not declared elementwise (gradxform.fused.fusable)")
+            return
+        cells = _cells(fn)
+        check = _RULES[key]
+        if check is not None:
+            why = check(cells, facts)
+            if why:
+                reasons.append(why)
+        for value in cells.values():
+            for item in (value if isinstance(value, (tuple, list)) and not _is_tx(value) else (value,)):
+                if _is_tx(item):
+                    visit(item.update)
+
+    visit(tx.update)
+    return reasons, facts
+
+
+def why_not_fused(tx: GradientTransformation) -> list[str]:
+    """Why ``fused(tx)`` keeps the per-leaf path (an empty list: it fuses)."""
+    return _inspect(tx)[0]
+
+
+# -- layout and flat trees ------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How the leaves of a tree map to flat buffers: ``groups[j]`` lists the
+    leaf indices (flatten order) stored one after another in buffer ``j``."""
+    treedef: Any
+    shapes: tuple
+    dtypes: tuple
+    groups: tuple
+
+    @property
+    def num_leaves(self) -> int:
+        return len(self.shapes)
+
+    def sizes(self) -> list[int]:
+        return [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
+
+    def ravel_leaves(self, leaves) -> tuple:
+        out = []
+        for group in self.groups:
+            parts = [jnp.reshape(leaves[i], (-1,)) for i in group]
+            out.append(parts[0] if len(parts) == 1 else jnp.concatenate(parts))
+        return tuple(out)
+
+    def ravel(self, tree) -> tuple:
+        """The group buffers of ``tree`` (which must have this layout's structure)."""
+        leaves = self.treedef.flatten_up_to(tree)
+        for i, (x, shape) in enumerate(zip(leaves, self.shapes)):
+            if jnp.shape(x) != shape:
+                path = jax.tree_util.keystr(jax.tree_util.tree_flatten_with_path(tree)[0][i][0])
+                raise ValueError(f"fused: tree{path} has shape {jnp.shape(x)}; this state was "
+                                 f"made for shape {shape}.")
+        return self.ravel_leaves(leaves)
+
+    def unravel_leaves(self, buffers) -> list:
+        sizes = self.sizes()
+        leaves: list = [None] * self.num_leaves
+        for buf, group in zip(buffers, self.groups):
+            start = 0
+            for i in group:
+                piece = buf if len(group) == 1 else jax.lax.slice(buf, (start,), (start + sizes[i],))
+                leaves[i] = jnp.reshape(piece, self.shapes[i])
+                start += sizes[i]
+        return leaves
+
+    def unravel(self, buffers):
+        return self.treedef.unflatten(self.unravel_leaves(buffers))
+
+
+@jax.tree_util.register_pytree_node_class
+class FlatTree:
+    """A tree stored as the flat buffers of a `Layout`: a pytree whose leaves
+    are the buffers, so `apply_updates`, ``jax.grad`` and donation act on them
+    directly. ``unravel()`` gives the original tree (reshaped slices: inside
+    jit XLA reads them in place)."""
+
+    def __init__(self, buffers, layout: Layout):
+        self.buffers = tuple(buffers)
+        self.layout = layout
+
+    def tree_flatten(self):
+        return self.buffers, self.layout
+
+    @classmethod
+    def tree_unflatten(cls, layout, buffers):
+        return cls(buffers, layout)
+
+    def unravel(self):
+        return self.layout.unravel(self.buffers)
+
+    def __repr__(self):
+        shapes = ", ".join(f"{getattr(b, 'dtype', '?')}[{np.size(b) if hasattr(b, 'shape') else '?'}]"
+                           for b in self.buffers)
+        return f"FlatTree({self.layout.num_leaves} leaves in {len(self.buffers)} buffers: {shapes})"
+
+
+class FusedState(NamedTuple):
+    """``inner``: the chain's own state, built on the flat buffers (moment
+    buffers are one array per group; per-leaf vectors have one entry per
+    group); ``layout``: static (not a pytree leaf)."""
+    inner: Any
+    layout: Layout
+
+
+jax.tree_util.register_pytree_node(
+    FusedState, lambda s: ((s.inner,), s.layout), lambda layout, kids: FusedState(kids[0], layout))
+
+
+def ravel(tree, state) -> FlatTree:
+    """``tree`` (params or grads) as a `FlatTree` in the layout of a fused
+    ``state``: the once-per-run conversion for a training step that owns flat
+    parameters."""
+    layout = _layout_of(state)
+    if layout is None:
+        raise ValueError("fused.ravel: this state is not fused (the chain kept the per-leaf path; "
+                         "see gradxform.fused.why_not_fused).")
+    return FlatTree(layout.ravel(tree), layout)
+
+
+def _layout_of(state):
+    return state.layout if isinstance(state, FusedState) else None
+
+
+# -- state conversion -------------------------------------------------------------
+
+def _walk(node, leaf_fn, params_fn, treedef):
+    if jax.tree.structure(node) == treedef and treedef.num_leaves > 1:
+        return params_fn(node)
+    if isinstance(node, tuple) and hasattr(node, "_fields"):
+        kids = {f: (leaf_fn(f, getattr(node, f)) if f in _PER_LEAF_FIELDS and hasattr(getattr(node, f), "shape")
+                    else _walk(getattr(node, f), leaf_fn, params_fn, treedef)) for f in node._fields}
+        return type(node)(**kids)
+    if isinstance(node, (tuple, list)):
+        kids = [_walk(c, leaf_fn, params_fn, treedef) for c in node]
+        return type(node)(kids) if len(node) else node
+    if isinstance(node, dict):
+        return type(node)({k: _walk(c, leaf_fn, params_fn, treedef) for k, c in node.items()})
+    return node
+
+
+def _per_leaf_vectors(state, treedef) -> list[np.ndarray]:
+    n = treedef.num_leaves
+    found: list[np.ndarray] = []
+
+    def leaf_fn(_, x):
+        if jnp.shape(x) == (n,):
+            found.append(np.asarray(x))
+        return x
+
+    _walk(state, leaf_fn, lambda t: t, treedef)
+    return found
+
+
+def _make_layout(tx, params, facts) -> Layout:
+    leaves, treedef = jax.tree.flatten(params)
+    probe = treedef.unflatten([jnp.zeros((1,), jnp.result_type(x)) for x in leaves])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        vectors = _per_leaf_vectors(tx.init(probe), treedef)
+    keys: dict = {}
+    groups: list[list[int]] = []
+    for i, x in enumerate(leaves):
+        key = (str(jnp.result_type(x)),) + tuple(v[i].item() for v in vectors)
+        if i == 0 and facts["isolate_first"]:
+            key = ("first",) + key
+        if key not in keys:
+            keys[key] = len(groups)
+            groups.append([])
+        groups[keys[key]].append(i)
+    return Layout(treedef, tuple(tuple(jnp.shape(x)) for x in leaves),
+                  tuple(str(jnp.result_type(x)) for x in leaves), tuple(tuple(g) for g in groups))
+
+
+def _flatten_state(state, layout: Layout):
+    reps = np.asarray([g[0] for g in layout.groups])
+    n = layout.num_leaves
+
+    def leaf_fn(field, x):
+        if jnp.shape(x) != (n,):
+            return x
+        for g in layout.groups:  # the chain keeps one value per group: they must agree
+            if not isinstance(x, jax.core.Tracer) and np.unique(np.asarray(x)[list(g)]).size > 1:
+                raise ValueError(f"fused: per-leaf {field} differs inside a group; this state "
+                                 "cannot be fused.")
+        return jnp.asarray(x)[reps]
+
+    return _walk(state, leaf_fn, lambda t: layout.ravel_leaves(layout.treedef.flatten_up_to(t)),
+                 layout.treedef)
+
+
+# -- the wrapper ------------------------------------------------------------------
+
+def fused(tx: GradientTransformation, *, strict: bool = False) -> GradientTransformation:
+    """Runs ``tx`` on flat per-group buffers: the same results, one
+    elementwise pass per buffer instead of one per leaf.
+
+    ``init(params)`` groups the leaves (by dtype and per-leaf multipliers and
+    counts) and builds the chain's state on flat buffers. ``update`` takes
+    ordinary trees (concatenated and sliced back inside the step: a drop-in)
+    or `FlatTree` params and grads (no conversion at all; see `ravel`), and
+    returns updates in the same form. Chains that cannot be fused exactly,
+    and trees of fewer than two leaves, keep the per-leaf path with the
+    per-leaf state (``strict=True`` raises for the former instead).
+
+    Limits: an ``update_mask`` extra argument must be constant inside each
+    group (the chain keeps one update count per group).
+    """
+    reasons, facts = _inspect(tx)
+    if reasons and strict:
+        raise ValueError("fused(strict=True): this chain cannot be fused exactly: " + "; ".join(reasons))
+
+    def init(params):
+        if reasons or len(jax.tree.leaves(params)) < 2:
+            return tx.init(params)
+        layout = _make_layout(tx, params, facts)
+        # One compiled program: the per-leaf state is never materialised
+        # next to its flat copy (XLA writes the zeros straight into the buffers).
+        inner = jax.jit(lambda p: _flatten_state(tx.init(p), layout))(params)
+        return FusedState(inner, layout)
+
+    def update(updates, state, params=None, **extra_args):
+        layout = _layout_of(state)
+        flat_in = isinstance(updates, FlatTree)
+        if layout is None:  # the per-leaf path
+            if not flat_in:
+                return tx.update(updates, state, params, **extra_args)
+            out, state = tx.update(updates.unravel(), state,
+                                   params.unravel() if isinstance(params, FlatTree) else params, **extra_args)
+            return FlatTree(updates.layout.ravel(out), updates.layout), state
+        if flat_in:
+            if updates.layout != layout:
+                raise ValueError("fused.update: the FlatTree of updates has another layout than this "
+                                 "state; make it with gradxform.fused.ravel(tree, state).")
+            u = updates.buffers
+        else:
+            u = layout.ravel(updates)
+        if params is None:
+            p = None
+        elif isinstance(params, FlatTree):
+            p = params.buffers
+        else:
+            p = layout.ravel(params)
+        mask = extra_args.get("update_mask")
+        if mask is not None:
+            leaves = layout.treedef.flatten_up_to(mask)
+            extra_args = dict(extra_args, update_mask=tuple(leaves[g[0]] for g in layout.groups))
+        out, inner = tx.update(u, state.inner, p, **extra_args)
+        out = FlatTree(out, layout) if flat_in else layout.unravel(out)
+        return out, FusedState(inner, layout)
+
+    return transformation(init, update)
+
+
+fused.ravel = ravel
+fused.FlatTree = FlatTree
+fused.why_not_fused = why_not_fused
+fused.fusable = fusable
