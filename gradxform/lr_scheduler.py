@@ -75,7 +75,10 @@ class FactorScheduler(LRScheduler):
         self.step, self.factor, self.stop_factor_lr = step, factor, stop_factor_lr
 
     def _after_warmup(self, t, base):
-        k = jnp.maximum(jnp.ceil(t / self.step) - 1, 0)
+        # integer arithmetic: XLA turns t / step into t * (1/step), which can
+        # round 21/7 up to 3.0000002 and decay one step early
+        n = t.astype(jnp.int32)
+        k = jnp.maximum((n - 1) // int(self.step), 0).astype(jnp.float32)
         decayed = jnp.maximum(base * jnp.float32(self.factor) ** k, jnp.float32(self.stop_factor_lr))
         return jnp.where(k > 0, decayed, base)
 
@@ -117,7 +120,8 @@ class PolyScheduler(LRScheduler):
 
     def _after_warmup(self, t, base):
         del base
-        frac = jnp.clip(1 - (t - self.warmup_steps) / float(self.max_steps), 0.0, None)
+        # (max_update - t) is exact for integer counts, so one rounding, in the division
+        frac = jnp.clip((self.max_update - t) / jnp.float32(self.max_steps), 0.0, None)
         return self.final_lr + (self.base_lr_orig - self.final_lr) * frac ** self.power
 
 
