@@ -1,0 +1,331 @@
+"""gradxform.migrate.from_gluon_states against states files written by MXNet 1.9.1.
+
+Fixtures (tests/fixtures/mxnet/<case>/, made by tools/mxnet_migration_fixtures.py with
+the real MXNet): a Gluon run saved with ``Trainer.save_states`` after k=5 steps (or a
+Module ``.states`` file), the raw gradients of all n=10 steps and the parameters after
+each. We load the file into gradxform, feed the recorded gradients of steps k..n-1 and
+compare with MXNet's parameters after every step.
+
+Tolerances: float32 parameters rtol 1e-5 (atol 1e-6 for entries near zero);
+float16 parameters (multi_precision) within one float16 ulp (rtol 2**-10).
+"""
+import glob
+import json
+import os
+import pickle
+import struct
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradxform as gx
+from gradxform import lr_scheduler
+from gradxform.migrate import MigrateError, UnsafePickleError, from_gluon_states, read_gluon_states
+from gradxform.migrate._pickle import decode_ndarray
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.join(HERE, "fixtures", "mxnet")
+CASES = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(ROOT, "*", "trajectory.npz")))
+
+
+def test_fixtures_present():
+    assert len(CASES) >= 15, CASES  # every MXNet optimizer with state, mp and Module cases
+
+
+def load(case):
+    z = np.load(os.path.join(ROOT, case, "trajectory.npz"))
+    meta = json.loads(str(z["meta"]))
+    return z, meta
+
+
+def make_tx(meta, **override):
+    kw = dict(meta["optimizer_params"])
+    sched = kw.pop("lr_scheduler", None)
+    if sched is not None:
+        kw["lr_scheduler"] = getattr(lr_scheduler, sched["type"])(**sched["kwargs"])
+    kw["rescale_grad"] = 1.0 / meta["batch_size"]  # Trainer.step(batch_size) / Module rescale
+    if meta["api"] == "module":
+        kw["param_idx2name"] = True  # Module: biases get no weight decay
+    kw.update(override)
+    return gx.create(meta["optimizer"], **kw)
+
+
+def states_file(case, meta):
+    return os.path.join(ROOT, case, meta["states_file"])
+
+
+def params_at(z, meta, t):
+    return {n: jnp.asarray(z[f"p_{t}_{n}"]) for n in meta["names"]}
+
+
+def resume(case, **kw):
+    z, meta = load(case)
+    k = meta["k"]
+    tx = make_tx(meta)
+    params = params_at(z, meta, k - 1)
+    if meta["api"] == "module":
+        kw = dict(dict(optimizer=meta["optimizer"], num_update=k, order=meta["names"]), **kw)
+    state = from_gluon_states(states_file(case, meta), params, tx, **kw)
+    return z, meta, tx, params, state
+
+
+def run(z, meta, tx, params, state):
+    out = []
+    for t in range(meta["k"], meta["n"]):
+        g = {n: jnp.asarray(z[f"g_{t}_{n}"]) for n in meta["names"]}
+        updates, state = tx.update(g, state, params)
+        params = gx.apply_updates(params, updates)
+        out.append((t, params))
+    return out, state
+
+
+def assert_params(z, meta, t, params):
+    for n in meta["names"]:
+        want = z[f"p_{t}_{n}"]
+        got = np.asarray(params[n])
+        assert got.dtype == want.dtype, (n, got.dtype, want.dtype)
+        if want.dtype == np.float16:
+            np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2**-10, atol=0,
+                                       err_msg=f"step {t}, {n}")
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"step {t}, {n}")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_resume_matches_mxnet(case):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # tx matches the run: no hyperparameter-mismatch warning
+        z, meta, tx, params, state = resume(case)
+    steps, _ = run(z, meta, tx, params, state)
+    assert len(steps) == meta["n"] - meta["k"] == 5
+    for t, p in steps:
+        assert_params(z, meta, t, p)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_decoded_arrays_bit_exact(case):
+    """The restricted reader's arrays equal MXNet's own (asnumpy) state arrays bit for bit."""
+    z, meta = load(case)
+    states, opt = read_gluon_states(states_file(case, meta))
+    assert (opt is None) == (meta["api"] == "module")
+
+    def walk(layout, st):
+        if layout is None:
+            assert st is None
+        elif "nd" in layout:
+            want = z[layout["nd"]]
+            assert st.dtype == want.dtype and st.shape == want.shape
+            assert st.tobytes() == want.tobytes(), layout["nd"]
+        else:
+            kids = layout.get("tuple", layout.get("list"))
+            assert isinstance(st, tuple) and len(st) == len(kids)
+            for a, b in zip(kids, st):
+                walk(a, b)
+
+    for i, n in enumerate(meta["names"]):
+        walk(meta["state_layout"][n], states[i])
+    if opt is not None:
+        at_k = meta["opt_at_k"]
+        assert opt.num_update == at_k["num_update"] == meta["k"]
+        assert {str(k): v for k, v in opt._index_update_count.items()} == at_k["_index_update_count"]
+        if "m_schedule" in at_k:
+            assert opt.m_schedule == at_k["m_schedule"]
+
+
+def _find(state, cls):
+    found = []
+
+    def walk(node):
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            if type(node).__name__ == cls:
+                found.append(node)
+            for f in node._fields:
+                walk(getattr(node, f))
+        elif isinstance(node, (tuple, list)):
+            for c in node:
+                walk(c)
+    walk(state)
+    return found
+
+
+def test_counts_and_nadam_schedule_restored():
+    _, meta, _, _, state = resume("nadam")
+    (step,) = _find(state, "StepState")
+    assert np.asarray(step.count).tolist() == [5, 5, 5, 5] and int(step.num_update) == 5
+    (nadam,) = _find(state, "NadamState")
+    np.testing.assert_allclose(float(nadam.m_schedule), meta["opt_at_k"]["m_schedule"], rtol=1e-7)
+
+
+@pytest.mark.parametrize("case,path", [("sgd_mom_mp_fp16", "1"), ("adam_mp_fp16", "0")])
+def test_master_weights_restored_exactly(case, path):
+    """float16 + multi_precision: the float32 masters come from the file, not from the fp16 weights."""
+    z, meta, _, params, state = resume(case)
+    (mw,) = _find(state, "MasterWeightsState")
+    for n in meta["names"]:
+        want = z[f"s_{n}_{path}"]
+        assert want.dtype == np.float32
+        np.testing.assert_array_equal(np.asarray(mw.master[n]), want)
+        assert not np.array_equal(want, np.asarray(params[n], np.float32))  # masters carry more bits
+
+
+def test_fresh_state_would_not_match():
+    """Control: the comparison is sharp enough to see a state that was not restored."""
+    z, meta = load("adam")
+    tx = make_tx(meta)
+    params = params_at(z, meta, meta["k"] - 1)
+    steps, _ = run(z, meta, tx, params, tx.init(params))
+    t, p = steps[-1]
+    with pytest.raises(AssertionError):
+        assert_params(z, meta, t, p)
+
+
+def test_module_file_needs_counts_and_name():
+    z, meta = load("module_sgd_mom")
+    params = params_at(z, meta, meta["k"] - 1)
+    tx = make_tx(meta)
+    with pytest.raises(MigrateError, match="optimizer="):
+        from_gluon_states(states_file("module_sgd_mom", meta), params, tx, order=meta["names"])
+    with pytest.raises(MigrateError, match="num_update"):
+        from_gluon_states(states_file("module_sgd_mom", meta), params, tx, order=meta["names"],
+                          optimizer="sgd")
+
+
+def test_nested_params_and_order():
+    """gradxform names are '/'-joined key paths; ``order`` maps MXNet indices to them."""
+    z, meta = load("module_sgd_mom")  # Module order: fc0_weight, fc0_bias, fc1_weight, fc1_bias
+    k = meta["k"]
+    nested = {layer: {kind: jnp.asarray(z[f"p_{k - 1}_{layer}_{kind}"]) for kind in ("weight", "bias")}
+              for layer in ("fc0", "fc1")}
+    order = [n.replace("_", "/") for n in meta["names"]]
+    tx = make_tx(meta, param_idx2name=None, wd_mult={"*/bias": 0.0})
+    state = from_gluon_states(states_file("module_sgd_mom", meta), nested, tx, order=order,
+                              optimizer="sgd", num_update=k)
+    params = nested
+    for t in range(k, meta["n"]):
+        g = {layer: {kind: jnp.asarray(z[f"g_{t}_{layer}_{kind}"]) for kind in ("weight", "bias")}
+             for layer in ("fc0", "fc1")}
+        u, state = tx.update(g, state, params)
+        params = gx.apply_updates(params, u)
+        flat = {f"{a}_{b}": params[a][b] for a in ("fc0", "fc1") for b in ("weight", "bias")}
+        assert_params(z, meta, t, flat)
+    with pytest.raises(MigrateError, match="not listed"):
+        from_gluon_states(states_file("module_sgd_mom", meta), nested, tx, order=order[:3],
+                          optimizer="sgd", num_update=k)
+
+
+# --- safety --------------------------------------------------------------------------------
+
+class _Evil:
+    def __init__(self, cmd):
+        self.cmd = cmd
+
+    def __reduce__(self):
+        return (os.system, (self.cmd,))
+
+
+@pytest.mark.parametrize("wrap", ["bare", "as_optimizer", "inside_state"])
+def test_malicious_pickle_rejected_without_running(tmp_path, wrap):
+    marker = tmp_path / "pwned"
+    evil = _Evil(f"touch {marker}")
+    z, meta = load("adam")
+    if wrap == "bare":
+        obj = evil
+    elif wrap == "as_optimizer":
+        obj = ({0: None}, evil)
+    else:
+        obj = {0: (evil, None)}
+    f = tmp_path / "trainer.states"
+    f.write_bytes(pickle.dumps(obj))
+    params = params_at(z, meta, 0)
+    with pytest.raises(UnsafePickleError, match=r"posix\.system|nt\.system|os\.system"):
+        from_gluon_states(f, params, make_tx(meta))
+    assert not marker.exists()
+
+
+def test_other_globals_rejected(tmp_path):
+    for obj in (eval, print, np.load, jax.jit):
+        data = pickle.dumps(obj)
+        with pytest.raises(UnsafePickleError, match="refusing"):
+            read_gluon_states(__import__("io").BytesIO(data))
+
+
+def test_truncated_file(tmp_path):
+    z, meta = load("adam")
+    data = open(states_file("adam", meta), "rb").read()
+    params = params_at(z, meta, 4)
+    for cut in (len(data) // 2, len(data) - 1, 10):
+        f = tmp_path / f"cut{cut}"
+        f.write_bytes(data[:cut])
+        with pytest.raises(MigrateError, match="truncated|cannot read"):
+            from_gluon_states(f, params, make_tx(meta))
+
+
+def test_truncated_ndarray_bytes():
+    raw = struct.pack("<IiiqiiI", 0xF993FAC9, 0, 1, 3, 1, 0, 0) + np.arange(3, dtype="<f4").tobytes()
+    np.testing.assert_array_equal(decode_ndarray(raw), [0, 1, 2])
+    with pytest.raises(MigrateError, match="truncated"):
+        decode_ndarray(raw[:-1])
+    with pytest.raises(MigrateError, match="magic"):
+        decode_ndarray(b"\0" * len(raw))
+
+
+def test_ndarray_layout_examples():
+    """The examples of tools/MXNET_NOTES.md section 8.5."""
+    arange = bytes.fromhex("c9fa93f9 00000000 02000000 02000000 00000000 03000000 00000000 01000000 "
+                           "00000000 00000000 00000000 0000803f 00000040 00004040 00008040 0000a040")
+    a = decode_ndarray(arange)
+    assert a.dtype == np.float32 and a.shape == (2, 3)
+    np.testing.assert_array_equal(a, np.arange(6).reshape(2, 3))
+    h = decode_ndarray(bytes.fromhex("c9fa93f9 00000000 01000000 01000000 00000000 01000000 00000000 "
+                                     "02000000 003e"))
+    assert h.dtype == np.float16 and h.tolist() == [1.5]
+    rsp = (struct.pack("<Ii", 0xF993FAC9, 1) + struct.pack("<iqq", 2, 1, 2) + struct.pack("<iqq", 2, 3, 2)
+           + struct.pack("<iii", 1, 0, 0) + struct.pack("<iiq", 6, 1, 1)
+           + np.array([1, 2], "<f4").tobytes() + np.array([1], "<i8").tobytes())
+    np.testing.assert_array_equal(decode_ndarray(rsp), [[0, 0], [1, 2], [0, 0]])
+
+
+# --- mismatches ----------------------------------------------------------------------------
+
+def test_other_parameter_shapes_named():
+    z, meta = load("adam")
+    params = params_at(z, meta, 4)
+    params["net_dense1_weight"] = jnp.zeros((3, 3), jnp.float32)
+    with pytest.raises(MigrateError, match=r"'net_dense1_weight' \(MXNet index 3\).*shape \(2, 3\)"):
+        from_gluon_states(states_file("adam", meta), params, make_tx(meta))
+
+
+def test_missing_and_extra_entries_named():
+    z, meta = load("adam")
+    params = params_at(z, meta, 4)
+    fewer = {n: params[n] for n in meta["names"][:3]}
+    with pytest.raises(MigrateError, match="index 3 but there are only 3 parameters"):
+        from_gluon_states(states_file("adam", meta), fewer, make_tx(meta))
+    more = dict(params, net_zz_extra=jnp.zeros((2,), jnp.float32))
+    with pytest.raises(MigrateError, match=r"no state for parameter 'net_zz_extra' \(MXNet index 4"):
+        from_gluon_states(states_file("adam", meta), more, make_tx(meta))
+
+
+def test_wrong_optimizer_or_options():
+    z, meta = load("adam")
+    params = params_at(z, meta, 4)
+    with pytest.raises(MigrateError, match="MomentsState"):
+        from_gluon_states(states_file("adam", meta), params, gx.create("sgd", momentum=0.9))
+    z16, meta16 = load("adam_mp_fp16")
+    p16 = params_at(z16, meta16, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the float16 warning of a non-mp tx
+        with pytest.raises(MigrateError, match="multi_precision=True"):
+            from_gluon_states(states_file("adam_mp_fp16", meta16), p16, make_tx(meta16, multi_precision=False))
+
+
+def test_hyperparameter_mismatch_warns():
+    z, meta = load("adam")
+    params = params_at(z, meta, 4)
+    with pytest.warns(UserWarning, match=r"learning_rate: tx 0.02 vs file 0.01"):
+        from_gluon_states(states_file("adam", meta), params, make_tx(meta, learning_rate=0.02))
+    with pytest.warns(UserWarning, match="rescale_grad"):
+        from_gluon_states(states_file("adam", meta), params, make_tx(meta, rescale_grad=1.0))
