@@ -1,0 +1,173 @@
+"""The chainable pieces, one by one, and their interplay with optax."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gradxform as gx
+from gradxform import pieces as P
+
+PARAMS = {"a": {"kernel": jnp.arange(6.0).reshape(3, 2) / 6, "bias": jnp.ones(2)}, "b": [jnp.full((2,), 2.0)]}
+GRADS = jax.tree.map(lambda p: jnp.linspace(-3.0, 3.0, p.size).reshape(p.shape), PARAMS)
+
+
+def apply(tx, grads=GRADS, params=PARAMS, steps=1):
+    state = tx.init(params)
+    for _ in range(steps):
+        updates, state = tx.update(grads, state, params)
+    return updates, state
+
+
+def test_param_names_are_slash_joined_key_paths():
+    assert gx.param_names(PARAMS) == ["a/bias", "a/kernel", "b/0"]
+
+
+def test_rescale_clip_and_decay_in_the_order_given():
+    tx = gx.chain(P.rescale(0.5), P.clip_by_value(1.0), P.add_decayed_weights(0.1))
+    u, _ = apply(tx)
+    want = jax.tree.map(lambda g, p: jnp.clip(0.5 * g, -1, 1) + 0.1 * p, GRADS, PARAMS)
+    jax.tree.map(np.testing.assert_allclose, u, want)
+
+
+def test_clip_none_is_identity_with_an_empty_state():
+    tx = P.clip_by_value(None)
+    u, s = apply(tx)
+    assert jax.tree.leaves(s) == []
+    jax.tree.map(np.testing.assert_array_equal, u, GRADS)
+
+
+def test_clip_by_global_norm_matches_optax():
+    u, _ = apply(P.clip_by_global_norm(1.0))
+    want, _ = optax.clip_by_global_norm(1.0).update(GRADS, optax.clip_by_global_norm(1.0).init(PARAMS))
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), u, want)
+
+
+def test_wd_mult_by_glob_pattern():
+    tx = P.add_decayed_weights(1.0, wd_mult={"*/bias": 0.0, "b/*": 2.0})
+    zero = jax.tree.map(jnp.zeros_like, GRADS)
+    u, _ = apply(tx, zero)
+    np.testing.assert_array_equal(u["a"]["bias"], 0)
+    np.testing.assert_allclose(u["a"]["kernel"], PARAMS["a"]["kernel"])
+    np.testing.assert_allclose(u["b"][0], 2 * PARAMS["b"][0])
+
+
+def test_track_step_counts_per_leaf_and_respects_update_mask():
+    tx = gx.chain(P.track_step(0.1), P.scale_by_lr())
+    state = tx.init(PARAMS)
+    mask = {"a": {"kernel": True, "bias": False}, "b": [True]}
+    _, state = tx.update(GRADS, state, PARAMS, update_mask=mask)
+    _, state = tx.update(GRADS, state, PARAMS)
+    np.testing.assert_array_equal(state[0].count, [1, 2, 2])
+    assert int(state[0].num_update) == 2
+
+
+def test_read_lr_before_bump_gives_leaf0_the_previous_count():
+    sched = gx.lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=1.0)
+    ctx = {}
+    tx = gx.chain(P.track_step(1.0, schedule=sched, read_lr="before"))
+    state = tx.init(PARAMS)
+    _, state = tx.update(GRADS, state, PARAMS, gx_context=ctx)
+    _, state = tx.update(GRADS, state, PARAMS, gx_context=ctx)
+    # step 2: leaf 0 reads num_update 1 (lr 1.0); the others read 2 (lr 0.5)
+    np.testing.assert_allclose(jax.tree.leaves(ctx["lr"]), [1.0, 0.5, 0.5])
+
+
+def test_context_consumer_without_provider_explains_the_order():
+    with pytest.raises(ValueError, match="track_step earlier"):
+        apply(P.scale_by_lr())
+
+
+def test_adam_moments_and_bias_correction_equal_optax_adam():
+    tx = gx.chain(P.track_step(0.01), P.scale_by_adam_moments(0.9, 0.999, 1e-8),
+                  P.bias_correction(0.9, 0.999), P.scale_by_lr())
+    ref = optax.adam(0.01, eps=1e-8)
+    s, r = tx.init(PARAMS), ref.init(PARAMS)
+    for k in range(5):
+        g = jax.tree.map(lambda x: x * (k + 1), GRADS)
+        u, s = tx.update(g, s, PARAMS)
+        v, r = ref.update(g, r, PARAMS)
+    # optax puts epsilon outside the bias-corrected root; MXNet (and this chain) does not,
+    # so the two differ by O(eps) only
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7), u, v)
+
+
+def test_optax_piece_inside_gradxform_chain_and_the_reverse():
+    mixed = gx.chain(optax.clip_by_global_norm(1.0), P.scale_by_learning_rate(0.1))
+    u, _ = apply(mixed)
+    other = optax.chain(P.clip_by_global_norm(1.0), optax.scale(-0.1))
+    v, _ = apply(other)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), u, v)
+    # a whole gradxform optimizer inside optax.chain, under jit
+    tx = optax.chain(optax.clip(5.0), gx.create("adam", learning_rate=0.01))
+    state = tx.init(PARAMS)
+    u, state = jax.jit(tx.update)(GRADS, state, PARAMS)
+    assert jax.tree.structure(u) == jax.tree.structure(PARAMS)
+
+
+def test_lazy_rows_leaves_absent_rows_and_their_state_alone():
+    params = {"emb": jnp.ones((4, 2))}
+    tx = gx.create("sgd", learning_rate=0.1, momentum=0.9, wd=0.1, lazy_update=True)
+    state = tx.init(params)
+    g1 = {"emb": jnp.array([[1.0, 1.0], [0, 0], [1, 1], [0, 0]])}
+    u, state = tx.update(g1, state, params)
+    np.testing.assert_array_equal(u["emb"][1], 0)
+    np.testing.assert_array_equal(u["emb"][3], 0)
+    assert float(u["emb"][0, 0]) < 0
+    g2 = {"emb": jnp.array([[0.0, 0.0], [1, 1], [0, 0], [0, 0]])}
+    u2, state = tx.update(g2, state, params)
+    np.testing.assert_array_equal(u2["emb"][0], 0)  # row 0's momentum is kept, not applied
+    mom = jax.tree.leaves(state)[-1]
+    assert float(mom[0, 0]) == pytest.approx(float(u["emb"][0, 0]))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+def test_master_weights_keep_float32_copies(dtype):
+    params = {"w": jnp.full((3,), 1.0, dtype)}
+    grads = {"w": jnp.full((3,), 1e-4, dtype)}
+    tx = gx.create("sgd", learning_rate=1.0, multi_precision=True)
+    state = tx.init(params)
+    for _ in range(10):
+        u, state = tx.update(grads, state, params)
+        params = gx.apply_updates(params, u)
+    assert params["w"].dtype == dtype
+    master = state.master["w"]
+    assert master.dtype == jnp.float32
+    grad32 = float(jnp.asarray(1e-4, dtype).astype(jnp.float32))
+    np.testing.assert_allclose(master, 1.0 - 10 * grad32, rtol=1e-6)
+    np.testing.assert_array_equal(params["w"], master.astype(dtype))  # the cast of the master copy
+
+
+def test_float16_without_master_weights_warns_as_mxnet():
+    with pytest.warns(UserWarning, match="Consider using multi_precision=True"):
+        gx.create("adam").init({"w": jnp.ones(2, jnp.float16)})
+
+
+def test_sgld_noise_is_reproducible_and_has_variance_lr():
+    params = {"w": jnp.zeros((20000,))}
+    tx = gx.create("sgld", learning_rate=0.04, seed=3)
+    zero = {"w": jnp.zeros((20000,))}
+    u1, s1 = apply(tx, zero, params)
+    u2, _ = apply(tx, zero, params)
+    np.testing.assert_array_equal(u1["w"], u2["w"])
+    assert float(jnp.std(u1["w"])) == pytest.approx(0.2, rel=0.03)
+    u3, _ = tx.update(zero, s1, params)
+    assert not np.array_equal(u3["w"], u1["w"])
+
+
+def test_gated_keeps_state_where_the_flag_is_off():
+    def flag_piece():
+        def init(p):
+            return ()
+
+        def update(u, s, p=None, **extra):
+            extra["gx_context"]["on"] = {"x": jnp.array(False), "y": jnp.array(True)}
+            return u, s
+        return gx.GradientTransformation(init, update)
+
+    params = {"x": jnp.ones(2), "y": jnp.ones(2)}
+    tx = gx.chain(flag_piece(), P.gated(P.trace(0.9), "on"))
+    u, state = tx.update(params, tx.init(params), params)
+    np.testing.assert_array_equal(u["x"], 0)
+    np.testing.assert_array_equal(state[1].trace["x"], 0)
+    np.testing.assert_array_equal(state[1].trace["y"], 1)
