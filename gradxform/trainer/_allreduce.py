@@ -1,0 +1,227 @@
+"""The per-device programs behind the Trainer, and helpers to get per-device gradients.
+
+Everything here is a `jax.pmap` over the mapped axis ``AXIS``. In jax 0.10.2
+`jax.pmap` is still public and not deprecated (it is implemented as `jax.jit`
+of `jax.shard_map` over a one-axis device mesh), and it keeps Gluon's
+model: each device holds a replica, gradients come with a leading device
+axis, and a `jax.lax.psum` over ``AXIS`` sums over *every* participating
+device, those of other processes included once `jax.distributed.initialize`
+has run (each process passes its local slice; pmap builds the global array).
+
+Gradients per device: a pmapped gradient function returns them, e.g.::
+
+    grads = jax.pmap(jax.grad(loss_fn), axis_name="gx_devices")(
+        replicated_params, split_batch(batch, jax.local_device_count()))
+
+or `per_device_grads` / ``Trainer.grads``, which do exactly this.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._base import apply_updates
+from .._hyper import set_hyper
+from .._tree import select_tree
+
+__all__ = ["AXIS", "split_batch", "replicate", "unreplicate", "shard_leading", "per_device_grads"]
+
+AXIS = "gx_devices"
+
+
+def split_batch(batch, num_devices: int):
+    """Reshapes every leaf of ``batch`` from ``(B, ...)`` to ``(num_devices, B // num_devices, ...)``.
+
+    Raises ValueError naming the leaf when ``B`` is not a multiple of ``num_devices``.
+    """
+    def split(path, x):
+        shape = np.shape(x)
+        if not shape or shape[0] % num_devices:
+            raise ValueError(f"split_batch: batch{jax.tree_util.keystr(path)} has shape {shape}; its "
+                             f"leading (batch) axis must be a multiple of the {num_devices} devices.")
+        return x.reshape((num_devices, shape[0] // num_devices) + tuple(shape[1:]))
+
+    return jax.tree_util.tree_map_with_path(split, batch)
+
+
+def _devices_key(devices):
+    return None if devices is None else tuple(devices)
+
+
+_REPLICATORS: dict = {}
+
+
+def replicate(tree, num_devices: int, devices=None):
+    """One copy of ``tree`` on every device, stacked along a new leading axis,
+    laid out exactly as a pmap output (so donation never reshards)."""
+    key = ("rep", _devices_key(devices))
+    if key not in _REPLICATORS:
+        _REPLICATORS[key] = jax.pmap(lambda _, x: x, axis_name=AXIS, in_axes=(0, None), devices=devices)
+    return _REPLICATORS[key](np.zeros((num_devices,), np.int8), tree)
+
+
+def shard_leading(tree, devices=None):
+    """Puts slice ``i`` of every leaf's leading axis on device ``i`` (pmap layout)."""
+    key = ("shard", _devices_key(devices))
+    if key not in _REPLICATORS:
+        _REPLICATORS[key] = jax.pmap(lambda x: x, axis_name=AXIS, devices=devices)
+    return _REPLICATORS[key](tree)
+
+
+def _first_copy(x):
+    if isinstance(x, jax.Array) and len(x.addressable_shards) > 1:
+        shard = x.addressable_shards[0]
+        if shard.data.shape[:1] == (1,):  # sharded along the device axis: free, no computation
+            return shard.data[0]
+    return x[0]
+
+
+def unreplicate(tree):
+    """The first local device's copy of every leaf (an array on that device)."""
+    return jax.tree.map(_first_copy, tree)
+
+
+_GRAD_PROGRAMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def grad_program(loss_fn: Callable, params_mapped: bool, devices=None):
+    """``pmap(value_and_grad(loss_fn))``, cached per loss function."""
+    programs = _GRAD_PROGRAMS.setdefault(loss_fn, {})
+    key = (params_mapped, _devices_key(devices))
+    if key not in programs:
+        programs[key] = jax.pmap(jax.value_and_grad(loss_fn), axis_name=AXIS,
+                                 in_axes=(0 if params_mapped else None, 0), devices=devices)
+    return programs[key]
+
+
+def per_device_grads(loss_fn: Callable, params, batch, *, devices=None, with_loss: bool = False):
+    """Per-device gradients of ``loss_fn(params, batch_shard)`` for a batch split over the devices.
+
+    ``params`` is one copy (broadcast to every device); ``batch`` is this
+    process's batch, whose leading axis is split evenly over the local
+    devices (`split_batch`). Returns ``grads`` with a leading device axis
+    (what `Trainer.step` and `Trainer.allreduce_grads` take), or
+    ``(losses, grads)`` with ``with_loss=True`` (``losses[i]`` is device i's).
+
+    As in Gluon, where ``loss.backward()`` sums per-example losses, let
+    ``loss_fn`` return the *sum* over its shard and pass the global batch size
+    to ``step``; a mean per shard needs ``batch_size=`` the number of devices.
+    """
+    n = len([d for d in devices if d.process_index == jax.process_index()]) if devices else \
+        jax.local_device_count()
+    loss, grads = grad_program(loss_fn, False, devices)(params, split_batch(batch, n))
+    return (loss, grads) if with_loss else grads
+
+
+# -- the traced pieces every program shares ------------------------------------------
+
+def reduce_leaves(g_leaves, r_leaves, compression):
+    """Inside pmap: (summed gradient leaves, new residual leaves).
+
+    With compression every device quantizes ``g + r`` and the quantized
+    values are summed. If any device's raw gradient is non-finite, the sum
+    is NaN everywhere and no residual changes (so a skipped step loses
+    nothing).
+    """
+    if compression is None:
+        return list(jax.lax.psum(list(g_leaves), AXIS)), list(r_leaves)
+    pairs = [compression.quantize(g, r) for g, r in zip(g_leaves, r_leaves)]
+    q_leaves = [q for q, _ in pairs]
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in g_leaves])) if g_leaves else True
+    total, bad = jax.lax.psum((list(q_leaves), 1 - jnp.asarray(finite, jnp.int32)), AXIS)
+    ok = bad == 0
+    summed = [jnp.where(ok, s, jnp.asarray(jnp.nan, s.dtype)) for s in total]
+    residual = [jnp.where(ok, new, old) for (_, new), old in zip(pairs, r_leaves)]
+    return summed, residual
+
+
+def apply_step(tx, params, state, g_leaves, present, rescale, *, has_rescale: bool,
+               skip_nonfinite: bool):
+    """Inside pmap: one optimizer update with the (summed) gradient leaves of
+    the ``present`` parameters; stale parameters and their state stay."""
+    p_leaves, treedef = jax.tree.flatten(params)
+    it = iter(g_leaves)
+    full = [next(it) if here else jnp.zeros_like(p) for here, p in zip(present, p_leaves)]
+    grads = treedef.unflatten(full)
+    if has_rescale:  # Gluon: optimizer.rescale_grad = scale / batch_size
+        state = set_hyper(state, rescale_grad=rescale)
+    else:
+        grads = jax.tree.map(lambda g: g * rescale.astype(g.dtype), grads)
+    extra = {}
+    stale = not all(present)
+    if stale:
+        mask = treedef.unflatten([jnp.asarray(here) for here in present])
+        extra["update_mask"] = mask
+    updates, new_state = tx.update(grads, state, params, **extra)
+    new_leaves = treedef.flatten_up_to(apply_updates(params, updates))
+    if stale:
+        new_leaves = [n if here else p for here, n, p in zip(present, new_leaves, p_leaves)]
+        new_state = select_tree(mask, new_state, state)
+    new_params = treedef.unflatten(new_leaves)
+    if skip_nonfinite:
+        ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in g_leaves])) if g_leaves else True
+
+        def keep(new, old):
+            return jnp.where(ok, new, old) if hasattr(new, "dtype") else new
+
+        new_params = jax.tree.map(keep, new_params, params)
+        new_state = jax.tree.map(keep, new_state, state)
+    return new_params, new_state
+
+
+# -- program builders (each result is cached by the Trainer) -------------------------
+
+def build_reduce(compression, devices):
+    def body(g_leaves, r_leaves):
+        return reduce_leaves(g_leaves, r_leaves, compression)
+
+    return jax.pmap(body, axis_name=AXIS, devices=devices)
+
+
+def build_update(tx, present, grads_mapped, *, has_rescale, skip_nonfinite, devices):
+    def body(params, state, g_leaves, rescale):
+        return apply_step(tx, params, state, g_leaves, present, rescale, has_rescale=has_rescale,
+                          skip_nonfinite=skip_nonfinite)
+
+    return jax.pmap(body, axis_name=AXIS, in_axes=(0, 0, 0 if grads_mapped else None, None),
+                    donate_argnums=(0, 1), devices=devices)
+
+
+def build_step(tx, present, compression, *, has_rescale, skip_nonfinite, devices):
+    """all-reduce + update in one program (``Trainer.step``)."""
+    def body(params, state, g_leaves, r_leaves, rescale):
+        summed, r_leaves = reduce_leaves(g_leaves, r_leaves, compression)
+        params, state = apply_step(tx, params, state, summed, present, rescale,
+                                   has_rescale=has_rescale, skip_nonfinite=skip_nonfinite)
+        return params, state, r_leaves
+
+    return jax.pmap(body, axis_name=AXIS, in_axes=(0, 0, 0, 0, None), donate_argnums=(0, 1, 3),
+                    devices=devices)
+
+
+def build_compiled(tx, loss_fn, compression, *, has_rescale, skip_nonfinite, devices):
+    """forward, backward, all-reduce and update in one program; parameters,
+    state and residuals are donated. Returns the loss summed over all devices."""
+    def body(params, state, r_leaves, batch, rescale):
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        g_leaves = jax.tree.leaves(grads)
+        summed, r_leaves = reduce_leaves(g_leaves, r_leaves, compression)
+        present = (True,) * len(g_leaves)
+        params, state = apply_step(tx, params, state, summed, present, rescale,
+                                   has_rescale=has_rescale, skip_nonfinite=skip_nonfinite)
+        return params, state, r_leaves, jax.lax.psum(loss, AXIS)
+
+    return jax.pmap(body, axis_name=AXIS, in_axes=(0, 0, 0, 0, None), out_axes=(0, 0, 0, None),
+                    donate_argnums=(0, 1, 2), devices=devices)
+
+
+def build_set_hyper(names, devices):
+    def body(state, values):
+        return set_hyper(state, **values)
+
+    del names
+    return jax.pmap(body, axis_name=AXIS, in_axes=(0, None), donate_argnums=(0,), devices=devices)

@@ -1,0 +1,349 @@
+"""Gluon's `Trainer` (mxnet/gluon/trainer.py) over JAX devices and processes."""
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import numpy as np
+import optax
+
+from .._hyper import check_range, get_hyper, get_learning_rate, hyper_names, set_learning_rate
+from .._registry import _resolve, create
+from .._tree import param_names
+from ..checkpoint import load_state, save_state
+from . import _allreduce as ar
+from ._compression import parse_compression, zeros_residual
+
+__all__ = ["Trainer"]
+
+_KIND = "gradxform.Trainer/1"
+
+
+class Trainer:
+    """Applies an optimizer to a set of parameters replicated over devices (Gluon's ``Trainer``).
+
+    Gluon's split is kept: ``step(grads, batch_size)`` is ``allreduce_grads``
+    then ``update``; call the two yourself to transform the summed gradients
+    in between (e.g. clip them by their global norm)::
+
+        trainer = gradxform.Trainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9})
+        grads = trainer.grads(loss_fn, batch)      # per device: leading axis = local devices
+        trainer.step(grads, batch_size=len(batch)) # sum over devices, then w -= lr * sum / batch_size
+
+        g = trainer.allreduce_grads(grads)         # summed, still one copy per device
+        g = jax.vmap(clip_fn)(g)                   # any per-copy transform
+        trainer.update(g, batch_size)
+
+        step = trainer.compile_step(loss_fn)       # one program: forward, backward, all-reduce, update
+        loss = step(batch, batch_size)
+
+    **Devices and processes.** The parameters and the optimizer state live
+    on every device (``devices``, default all local devices), stacked along
+    a leading axis; the programs are `jax.pmap`s over that axis (see
+    `gradxform.trainer._allreduce` for the pmap/shard_map note). After
+    `jax.distributed.initialize`, the same code sums over every process's
+    devices: each process passes its own gradients or its own share of the
+    batch, and every process ends with the same parameters. With explicit
+    ``devices`` in several processes, pass the same global list in each.
+
+    **Gradients** come per device: a tree with the parameters' structure
+    whose leaves have a leading axis of the number of local devices, as a
+    pmapped gradient function returns them (`per_device_grads`,
+    ``trainer.grads``). As with Gluon's ``loss.backward()``, let the loss be
+    the sum over examples; ``step`` divides by ``batch_size``: it sets the
+    optimizer's ``rescale_grad`` hyperparameter to ``scale / batch_size``
+    (``scale`` = the ``rescale_grad`` the optimizer was created with) by
+    `gradxform.set_hyper` inside the step, so a new batch size never
+    recompiles. A transformation without that hyperparameter (a plain optax
+    one) gets its gradients multiplied by ``1 / batch_size`` instead.
+
+    **Stale gradients.** A leaf given as None is a parameter the step did not
+    use. With ``ignore_stale_grad=False`` that raises UserWarning (Gluon's
+    exception type) naming the parameter; with True that parameter and its
+    optimizer state stay as they were (the optimizer gets
+    ``update_mask=`` so that its step counter skips them too).
+
+    **Compression.** ``compression_params={'type': '2bit', 'threshold': t}``
+    is MXNet's 2-bit compression with error feedback, applied on each device
+    before the all-reduce; ``'1bit'`` is MXNet 2.x's. See
+    `gradxform.trainer._compression` for the rules. Each device keeps its
+    residual (saved by ``save_states``).
+
+    Args:
+      params: a pytree of floating-point arrays (one copy). Parameter names are
+        '/'-joined key paths (`gradxform.param_names`); leaf order is
+        Gluon's (dict keys sorted).
+      optimizer: a name for `gradxform.create` or a ready transformation.
+      optimizer_params: keywords for `gradxform.create`; must be empty when
+        ``optimizer`` is a transformation (as in Gluon).
+      devices: the devices to replicate over (default: all local devices).
+      compression_params: see above; None for none.
+      skip_nonfinite: a step whose summed gradient has a NaN/Inf changes
+        nothing (parameters, state and residuals).
+
+    Differences from Gluon: gradients are passed in, not read from
+    ``Parameter.grad``; the Trainer owns the parameters (``trainer.params``)
+    and ``save_states`` stores them with the optimizer state.
+    """
+
+    def __init__(self, params, optimizer, optimizer_params=None, *, devices=None,
+                 compression_params=None, skip_nonfinite: bool = False):
+        if isinstance(optimizer, str):
+            tx = create(optimizer, **(optimizer_params or {}))
+            self._opt_name = _resolve(optimizer)
+        elif hasattr(optimizer, "init") and hasattr(optimizer, "update"):
+            if optimizer_params:
+                raise ValueError("Trainer(optimizer_params=...): must be None if optimizer is a "
+                                 "transformation instead of a name (as in Gluon); build the "
+                                 "transformation with those parameters instead.")
+            tx, self._opt_name = optimizer, None
+        else:
+            raise TypeError(f"Trainer(optimizer=...): expected an optimizer name or a transformation; "
+                            f"got {type(optimizer).__name__}.")
+        self._optimizer = tx
+        self._tx = optax.with_extra_args_support(tx)
+        leaves, self._treedef = jax.tree.flatten(params)
+        self._names = param_names(params)
+        if not leaves:
+            raise ValueError("Trainer(params=...): no parameters (an empty pytree).")
+        for name, x in zip(self._names, leaves):
+            if not jax.numpy.issubdtype(jax.numpy.result_type(x), jax.numpy.inexact):
+                raise TypeError(f"Trainer(params=...): parameter {name!r} is "
+                                f"{jax.numpy.result_type(x)}; parameters must be floating point.")
+        self._shapes = [tuple(np.shape(x)) for x in leaves]
+        if devices is None:
+            self._devices, local = None, jax.local_devices()
+        else:
+            self._devices = tuple(devices)
+            local = [d for d in self._devices if d.process_index == jax.process_index()]
+            if not local:
+                raise ValueError("Trainer(devices=...): none of the devices belongs to this process.")
+        self._local_devices = tuple(local)
+        self._n = len(local)
+        self._compression = parse_compression(compression_params)
+        self._skip_nonfinite = bool(skip_nonfinite)
+
+        state = self._tx.init(params)
+        self._has_rescale = "rescale_grad" in hyper_names(state)
+        self._scale = float(get_hyper(state, "rescale_grad")) if self._has_rescale else 1.0
+        self._params = ar.replicate(params, self._n, self._devices)
+        self._state = ar.replicate(state, self._n, self._devices)
+        self._residual = (ar.replicate([zeros_residual(x) for x in leaves], self._n, self._devices)
+                          if self._compression else [])
+        self._programs: dict = {}
+
+    # -- properties ------------------------------------------------------------
+    @property
+    def optimizer(self):
+        """The transformation (as given, or as `gradxform.create` built it)."""
+        return self._optimizer
+
+    @property
+    def params(self):
+        """One copy of the current parameters (device 0's)."""
+        return ar.unreplicate(self._params)
+
+    @property
+    def state(self):
+        """One copy of the optimizer state (device 0's)."""
+        return ar.unreplicate(self._state)
+
+    @property
+    def num_devices(self) -> int:
+        """Local devices the parameters are replicated over (the gradients' leading axis)."""
+        return self._n
+
+    @property
+    def learning_rate(self) -> float:
+        """The current learning rate, schedule included (`gradxform.get_learning_rate`)."""
+        return get_learning_rate(self._hyper_view())
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Sets a new base learning rate without a recompile of the step.
+
+        Raises UserWarning, as Gluon does, when the optimizer has a schedule."""
+        set_learning_rate(self._hyper_view(), lr)  # host-side checks and Gluon's error
+        self._set_hyper(learning_rate=lr)
+
+    def _hyper_view(self):
+        # Hyperparameters are the only per-copy scalars; slicing just those is cheap.
+        return jax.tree.map(lambda x: ar.unreplicate(x) if np.ndim(x) <= 1 else x, self._state)
+
+    def _set_hyper(self, **values):
+        key = ("set", tuple(sorted(values)))
+        if key not in self._programs:
+            self._programs[key] = ar.build_set_hyper(key[1], self._devices)
+        self._state = self._programs[key](self._state, {k: np.float32(v) for k, v in values.items()})
+
+    # -- gradients ------------------------------------------------------------
+    def grads(self, loss_fn: Callable, batch, *, with_loss: bool = False):
+        """Per-device gradients of ``loss_fn(params, shard)`` at the current
+        parameters, this process's ``batch`` split evenly over the local
+        devices (see `per_device_grads`)."""
+        loss, grads = ar.grad_program(loss_fn, True, self._devices)(
+            self._params, ar.split_batch(batch, self._n))
+        return (loss, grads) if with_loss else grads
+
+    def _split_grads(self, grads, where: str, *, need_mapped: bool):
+        """(present flags, present leaves, per-device?) after host-side checks."""
+        try:
+            leaves = self._treedef.flatten_up_to(grads)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"Trainer.{where}: grads must have the parameters' structure "
+                             f"{self._treedef}; {err}") from None
+        mapped = None
+        for name, shape, g in zip(self._names, self._shapes, leaves):
+            if g is None:
+                continue
+            s = tuple(np.shape(g))
+            this = True if s == (self._n,) + shape else False if s == shape and not need_mapped else None
+            if this is None:
+                raise ValueError(
+                    f"Trainer.{where}: the gradient of parameter {name!r} has shape {s}; expected "
+                    f"{(self._n,) + shape} (one copy per device, as a pmapped gradient gives)"
+                    + ("" if need_mapped else f" or {shape} (one copy)") + ".")
+            if mapped is not None and this != mapped:
+                raise ValueError(f"Trainer.{where}: gradient {name!r} is "
+                                 f"{'per device' if this else 'one copy'} but earlier ones are not; "
+                                 "give all per device or all as one copy.")
+            mapped = this
+        present = tuple(g is not None for g in leaves)
+        return present, [g for g in leaves if g is not None], bool(mapped)
+
+    def _check_stale(self, present, where: str, ignore_stale_grad: bool) -> None:
+        if ignore_stale_grad or all(present):
+            return
+        name = self._names[present.index(False)]
+        raise UserWarning(
+            f"Trainer.{where}: the gradient of Parameter `{name}` is None: it has not been computed "
+            "since the last `step`. This could mean a bug in your model that made it only use a "
+            "subset of the Parameters for this iteration. If you are intentionally only using a "
+            "subset, call step with ignore_stale_grad=True to skip updating the Parameters with "
+            "stale gradients.")
+
+    def _rescale(self, batch_size, where: str) -> np.float32:
+        check_range(f"Trainer.{where}", "batch_size", batch_size, low=0.0, low_open=True)
+        return np.float32(self._scale / batch_size)
+
+    def _residual_of(self, present):
+        return [r for here, r in zip(present, self._residual) if here] if self._compression else []
+
+    def _set_residual(self, present, new):
+        if self._compression:
+            it = iter(new)
+            self._residual = [next(it) if here else r for here, r in zip(present, self._residual)]
+
+    def _program(self, key, build):
+        if key not in self._programs:
+            self._programs[key] = build()
+        return self._programs[key]
+
+    # -- Gluon's step / allreduce_grads / update ------------------------------
+    def allreduce_grads(self, grads):
+        """Sums per-device gradients over all devices (of all processes).
+
+        Returns the sums, still one (identical) copy per device, None where the
+        input was None; with compression, what is summed is each device's
+        quantized gradient and the residuals advance. Transform the result per
+        copy (``jax.vmap(fn)(summed)``) and pass it to `update`.
+        """
+        present, g_leaves, _ = self._split_grads(grads, "allreduce_grads", need_mapped=True)
+        program = self._program(("reduce",), lambda: ar.build_reduce(self._compression, self._devices))
+        summed, residual = program(g_leaves, self._residual_of(present))
+        self._set_residual(present, residual)
+        it = iter(summed)
+        return self._treedef.unflatten([next(it) if here else None for here in present])
+
+    def update(self, grads, batch_size, ignore_stale_grad: bool = False) -> None:
+        """Applies already-summed gradients (per device, or one copy), each
+        normalized by ``1 / batch_size``; see the class docstring for stale ones."""
+        present, g_leaves, mapped = self._split_grads(grads, "update", need_mapped=False)
+        self._check_stale(present, "update", ignore_stale_grad)
+        rescale = self._rescale(batch_size, "update")
+        if not any(present):
+            return
+        program = self._program(("update", present, mapped), lambda: ar.build_update(
+            self._tx, present, mapped, has_rescale=self._has_rescale,
+            skip_nonfinite=self._skip_nonfinite, devices=self._devices))
+        self._params, self._state = program(self._params, self._state, g_leaves, rescale)
+
+    def step(self, grads, batch_size, ignore_stale_grad: bool = False) -> None:
+        """``allreduce_grads`` then ``update``, as one program.
+
+        Args:
+          grads: per-device gradients (leading axis = local devices); None
+            leaves are stale.
+          batch_size: the examples behind the summed gradient (over all
+            devices and processes); gradients are normalized by 1/batch_size.
+            Use 1 if the loss was already averaged over the global batch.
+          ignore_stale_grad: skip (rather than reject) parameters whose gradient is None.
+        """
+        present, g_leaves, _ = self._split_grads(grads, "step", need_mapped=True)
+        self._check_stale(present, "step", ignore_stale_grad)
+        rescale = self._rescale(batch_size, "step")
+        if not any(present):
+            return
+        program = self._program(("step", present), lambda: ar.build_step(
+            self._tx, present, self._compression, has_rescale=self._has_rescale,
+            skip_nonfinite=self._skip_nonfinite, devices=self._devices))
+        self._params, self._state, residual = program(
+            self._params, self._state, g_leaves, self._residual_of(present), rescale)
+        self._set_residual(present, residual)
+
+    def compile_step(self, loss_fn: Callable) -> Callable:
+        """One pmapped program: forward, backward, all-reduce, update.
+
+        Returns ``run(batch, batch_size) -> loss``: ``batch`` is this process's
+        batch (split over the local devices), ``loss`` the sum of
+        ``loss_fn(params, shard)`` over all devices. Parameters, optimizer
+        state and residuals are donated to the program, so no second copy is
+        held. Same result as ``step(trainer.grads(loss_fn, batch), batch_size)``.
+        """
+        program = self._program(("compiled", loss_fn), lambda: ar.build_compiled(
+            self._tx, loss_fn, self._compression, has_rescale=self._has_rescale,
+            skip_nonfinite=self._skip_nonfinite, devices=self._devices))
+
+        def run(batch, batch_size):
+            rescale = self._rescale(batch_size, "compile_step")
+            self._params, self._state, self._residual, loss = program(
+                self._params, self._state, self._residual, ar.split_batch(batch, self._n), rescale)
+            return loss
+
+        return run
+
+    # -- checkpoints ------------------------------------------------------------
+    def _meta(self) -> dict:
+        return {"kind": _KIND, "optimizer": self._opt_name,
+                "compression": self._compression.describe() if self._compression else None}
+
+    def save_states(self, fname) -> None:
+        """Writes everything needed to resume to ``fname``, atomically
+        (`gradxform.save_state`): the parameters, the optimizer state (step
+        counts, schedule position, hyperparameters, RNG keys) and each local
+        device's compression residual. With several processes, give each its
+        own file (e.g. ``f"{fname}.{jax.process_index()}"``)."""
+        save_state(fname, self._tree(self.params, self.state, self._residual), meta=self._meta())
+
+    def load_states(self, fname) -> None:
+        """Loads a ``save_states`` file; training then continues bit for bit.
+
+        Raises `gradxform.checkpoint.CheckpointError` ('truncated', 'corrupt'
+        or 'mismatch': another optimizer, parameter structure or compression)
+        and changes nothing when the file cannot be used.
+        """
+        def abstract(x, drop):
+            return jax.ShapeDtypeStruct(x.shape[1:] if drop else x.shape, x.dtype)
+
+        like = self._tree(jax.tree.map(lambda x: abstract(x, True), self._params),
+                          jax.tree.map(lambda x: abstract(x, True), self._state),
+                          [abstract(r, False) for r in self._residual])
+        loaded = load_state(fname, like=like, meta=self._meta())
+        params = ar.replicate(loaded["params"], self._n, self._devices)
+        state = ar.replicate(loaded["state"], self._n, self._devices)
+        residual = ar.shard_leading(loaded["residual"], self._devices) if self._compression else []
+        self._params, self._state, self._residual = params, state, residual
+
+    @staticmethod
+    def _tree(params, state, residual) -> dict:
+        return {"params": params, "state": state, "residual": list(residual)}
+
