@@ -8,6 +8,7 @@ from ._tree import param_names
 from ._errors import validated
 from ._fused import fused
 from .pieces._guards import NonFiniteError, check_guard, get_loss_scale, guard_status, scale_loss
+from . import migrate
 
 __version__ = "0.1.0"
 
@@ -17,4 +18,5 @@ __all__ = [
     "get_hyper", "set_hyper", "hyper_names", "get_learning_rate", "set_learning_rate",
     "param_names", "lr_scheduler", "mxnet", "pieces",
     "validated", "fused", "NonFiniteError", "check_guard", "guard_status", "get_loss_scale", "scale_loss",
+    "migrate",
 ]
