@@ -1,0 +1,82 @@
+"""THE optimizer table: one row per registered optimizer, kwargs and capability flags.
+
+Adding an optimizer adds one row here. A registered name without a row is
+still tested, with `DEFAULT` (its defaults, and only the properties every
+optimizer must have). Tests read flags; they never branch on a name.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gradxform
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """How the shared harness drives one optimizer.
+
+    kwargs: keywords for ``gradxform.create`` (small, valid, exercising the
+      optional pieces: momentum on, some weight decay).
+    zero_wd: the keyword overrides that switch every weight decay off.
+    zero_grad_fixed: a zero gradient with zero weight decay leaves the
+      parameters unchanged (False where noise, a closed form or a
+      proximal step moves them anyway).
+    zero_grad_atol: absolute tolerance for that check (0: bit-exact).
+    converges: 200 steps on a small quadratic lower the loss.
+    skip_nonfinite_kwarg: ``create(name, skip_nonfinite=True)`` is accepted.
+    rtol, atol: tolerance for jit against op-by-op, vmap against a loop.
+    supports_complex, per_leaf_count: declared capabilities (documentation
+      for now; complex parameters are not exercised).
+    """
+    kwargs: dict = dataclasses.field(default_factory=dict)
+    zero_wd: dict = dataclasses.field(default_factory=dict)
+    zero_grad_fixed: bool = False
+    zero_grad_atol: float = 0.0
+    converges: bool = True
+    skip_nonfinite_kwarg: bool = True
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    supports_complex: bool = False
+    per_leaf_count: bool = True
+
+
+DEFAULT = Case()
+
+_WD = {"wd": 0.0}
+TABLE: dict[str, Case] = {
+    "mxnet.sgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3), _WD, True),
+    "mxnet.ccsgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3), _WD, True),
+    "mxnet.nag": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3), _WD, True),
+    "mxnet.signum": Case(dict(learning_rate=0.01, momentum=0.9, wd=1e-3, wd_lh=1e-3),
+                         {"wd": 0.0, "wd_lh": 0.0}, True),
+    "mxnet.lbsgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3, batch_scale=2,
+                             warmup_epochs=1, updates_per_epoch=4), _WD, True),
+    "mxnet.dcasgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3, lamda=0.04), _WD, True),
+    "mxnet.sgld": Case(dict(learning_rate=1e-3, wd=1e-3, seed=3), _WD, False, converges=False),
+    "mxnet.adam": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True),
+    "mxnet.adamax": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True),
+    "mxnet.nadam": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True),
+    "mxnet.adagrad": Case(dict(learning_rate=0.1, wd=1e-3), _WD, True),
+    "mxnet.rmsprop": Case(dict(learning_rate=0.01, wd=1e-3, centered=True, gamma2=0.5,
+                               clip_weights=10.0), _WD, True),
+    "mxnet.adadelta": Case(dict(rho=0.9, wd=1e-3), _WD, True),
+    "mxnet.ftml": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True, zero_grad_atol=1e-6),
+    # FTRL's closed form sets w = 0 where |z| <= lamda1: a zero gradient moves w.
+    "mxnet.ftrl": Case(dict(learning_rate=0.1, wd=1e-3), _WD, False),
+}
+
+
+def case(name: str) -> Case:
+    """The row for ``name``, or `DEFAULT` for a registered optimizer without one."""
+    return TABLE.get(name, DEFAULT)
+
+
+def names() -> list[str]:
+    """Every registered optimizer (new families are covered automatically)."""
+    return gradxform.registered_names()
+
+
+def create(name: str, **overrides: Any):
+    """``gradxform.create(name, **row.kwargs, **overrides)``."""
+    return gradxform.create(name, **{**case(name).kwargs, **overrides})

@@ -1,0 +1,256 @@
+"""The shared property harness: every registered optimizer, one row of tests/cases.py each.
+
+Properties: jit == op-by-op; vmap over independent problems == a loop;
+bf16/f16/f32 parameters keep their dtype; one trace while set_hyper changes
+lr / wd / momentum / betas; the state keeps its structure and no NaN appears
+over 200 steps on a quadratic; optax interop both ways; a non-finite step
+with skip_nonfinite=True leaves parameters and state untouched.
+Compile time dominates: each optimizer's jitted step is built once and shared.
+"""
+from __future__ import annotations
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import cases
+import gradxform as gx
+
+NAMES = cases.names()
+
+PARAMS = {"dense": {"kernel": jnp.asarray([[0.5, -1.0], [2.0, 0.25], [-0.75, 1.5]], jnp.float32),
+                    "bias": jnp.asarray([0.1, -0.2], jnp.float32)},
+          "scale": [jnp.asarray(1.5, jnp.float32)]}
+TARGET = jax.tree.map(lambda p: jnp.full_like(p, 0.3), PARAMS)
+
+
+def quad_grad(params):
+    """Gradient of 0.5 * sum((w - 0.3)^2) (computed in each leaf's dtype)."""
+    return jax.tree.map(lambda p: p - jnp.asarray(0.3, p.dtype), params)
+
+
+def quad_loss(params):
+    return sum(jnp.sum(jnp.square(p.astype(jnp.float32) - 0.3)) for p in jax.tree.leaves(params)) / 2
+
+
+def grads_at(k: int, params=PARAMS):
+    """Deterministic, varied gradients for step k."""
+    return jax.tree.map(lambda p, i: (jnp.sin(jnp.arange(p.size, dtype=jnp.float32) + 1.7 * i + k)
+                                      .reshape(p.shape).astype(p.dtype)),
+                        params, {"dense": {"kernel": 0, "bias": 1}, "scale": [2]})
+
+
+def close(a, b, rtol, atol):
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x, np.float64), np.asarray(y, np.float64),
+                                                         rtol=rtol, atol=atol), a, b)
+
+
+class Fixture:
+    """One optimizer, its jitted step and a trace counter, built once per name."""
+
+    def __init__(self, name):
+        self.name, self.case = name, cases.case(name)
+        self.tx = cases.create(name)
+        self.traces = 0
+
+        def step(params, state, grads):
+            self.traces += 1
+            updates, state = self.tx.update(grads, state, params)
+            return gx.apply_updates(params, updates), state
+
+        self.raw_step = step
+        self.step = jax.jit(step)
+
+    def run(self, steps, jit=True, params=PARAMS, state=None):
+        state = self.tx.init(params) if state is None else state
+        fn = self.step if jit else self.raw_step
+        for k in range(steps):
+            params, state = fn(params, state, grads_at(k, params))
+        return params, state
+
+
+@functools.lru_cache(maxsize=None)
+def fixture(name) -> Fixture:
+    return Fixture(name)
+
+
+def test_table_rows_name_registered_optimizers():
+    """A row for a name that is not registered is a typo (or a removed optimizer)."""
+    assert set(cases.TABLE) <= set(NAMES), sorted(set(cases.TABLE) - set(NAMES))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_jit_matches_op_by_op(name):
+    f = fixture(name)
+    pj, sj = f.run(3, jit=True)
+    pn, sn = f.run(3, jit=False)
+    close(pj, pn, f.case.rtol, f.case.atol)
+    close(sj, sn, f.case.rtol, f.case.atol)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_one_trace_while_set_hyper_changes_hyperparameters(name):
+    f = fixture(name)
+    params, state = PARAMS, f.tx.init(PARAMS)
+    params, state = f.step(params, state, grads_at(0))
+    traces = f.traces
+    present = [n for n in ("learning_rate", "wd", "momentum", "beta1", "beta2") if n in gx.hyper_names(state)]
+    assert present, f"{name}: none of lr / wd / momentum / betas is a hyperparameter in its state"
+    for k, value in enumerate((0.5, 0.25, 0.125)):
+        new = {n: value * (gx.get_hyper(state, n) if n != "learning_rate" else 0.01) for n in present}
+        state = gx.set_hyper(state, **new)
+        for n, v in new.items():
+            np.testing.assert_allclose(float(gx.get_hyper(state, n)), float(v), rtol=1e-7)
+        params, state = f.step(params, state, grads_at(k + 1))
+    jax.block_until_ready(params)
+    assert f.traces == traces, f"{name}: set_hyper({present}) caused {f.traces - traces} retrace(s)"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_200_steps_quadratic_finite_and_state_stable(name):
+    f = fixture(name)
+    state0 = f.tx.init(PARAMS)
+
+    @jax.jit
+    def run(params, state):
+        def body(carry, _):
+            p, s = carry
+            u, s = f.tx.update(quad_grad(p), s, p)
+            return (gx.apply_updates(p, u), s), None
+        return jax.lax.scan(body, (params, state), None, length=200)[0]
+
+    params, state = run(PARAMS, state0)
+    assert jax.tree.structure(state) == jax.tree.structure(state0)
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(state0)):
+        assert a.shape == b.shape and a.dtype == b.dtype
+    for leaf in jax.tree.leaves((params, state)):
+        if jnp.issubdtype(leaf.dtype, jnp.inexact):
+            assert np.all(np.isfinite(np.asarray(leaf, np.float64))), name
+    if f.case.converges:
+        assert float(quad_loss(params)) < float(quad_loss(PARAMS)), name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_vmap_over_independent_problems_matches_a_loop(name):
+    f = fixture(name)
+    batch = jax.tree.map(lambda p: jnp.stack([p, 2 * p, -p]), PARAMS)
+    grads = jax.tree.map(lambda p: jnp.stack([jnp.cos(p), p, jnp.sin(3 * p)]), PARAMS)
+    states = jax.vmap(f.tx.init)(batch)
+    step = jax.jit(jax.vmap(f.raw_step))
+    p, s = step(batch, states, grads)
+    p, s = step(p, s, grads)
+    for i in range(3):
+        pi, gi = jax.tree.map(lambda x: x[i], batch), jax.tree.map(lambda x: x[i], grads)
+        si = f.tx.init(pi)
+        pi, si = f.step(pi, si, gi)
+        pi, si = f.step(pi, si, gi)
+        close(jax.tree.map(lambda x: x[i], p), pi, f.case.rtol, f.case.atol)
+        close(jax.tree.map(lambda x: x[i], s), si, f.case.rtol, f.case.atol)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_low_precision_params_keep_their_dtype(name):
+    params = {"f32": PARAMS["dense"]["kernel"], "f16": PARAMS["dense"]["kernel"].astype(jnp.float16),
+              "bf16": PARAMS["dense"]["bias"].astype(jnp.bfloat16)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # MXNet's float16-without-multi_precision warning
+        tx = cases.create(name)
+        state = tx.init(params)
+
+    @jax.jit
+    def step(p, s, g):
+        u, s = tx.update(g, s, p)
+        assert jax.tree.map(lambda x: x.dtype, u) == jax.tree.map(lambda x: x.dtype, p)
+        return gx.apply_updates(p, u), s
+
+    p = params
+    for k in range(2):
+        p, state = step(p, state, jax.tree.map(lambda x: (jnp.cos(x.astype(jnp.float32) + k)).astype(x.dtype), p))
+    assert jax.tree.map(lambda x: x.dtype, p) == jax.tree.map(lambda x: x.dtype, params)
+    for leaf in jax.tree.leaves(p):
+        assert np.all(np.isfinite(np.asarray(leaf, np.float32)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_optax_interop_both_ways(name):
+    """gradxform optimizer inside optax.chain, and an optax piece inside gradxform.chain."""
+    f = fixture(name)
+    outer = optax.chain(optax.identity(), f.tx, optax.scale(2.0))   # ours inside optax
+    inner = gx.chain(optax.scale(0.5), f.tx)                         # optax inside ours
+
+    @jax.jit
+    def both(p, so, si, g):
+        uo, so = outer.update(g, so, p)
+        ui, si = inner.update(g, si, p)
+        return uo, so, ui, si
+
+    p, so, si = PARAMS, outer.init(PARAMS), inner.init(PARAMS)
+    ref_o = ref_i = (PARAMS, f.tx.init(PARAMS))
+    for k in range(2):
+        g = grads_at(k)
+        uo, so, ui, si = both(p, so, si, g)
+        # reference: our optimizer alone, then x2 / on g * 0.5
+        u, s = jax.jit(f.tx.update)(g, ref_o[1], p)
+        close(uo, jax.tree.map(lambda x: 2 * x, u), f.case.rtol, f.case.atol)
+        ref_o = (p, s)
+        u, s = jax.jit(f.tx.update)(jax.tree.map(lambda x: 0.5 * x, g), ref_i[1], p)
+        close(ui, u, f.case.rtol, f.case.atol)
+        ref_i = (p, s)
+    close(so[1], ref_o[1], f.case.rtol, f.case.atol)
+    close(si[1], ref_i[1], f.case.rtol, f.case.atol)
+
+
+def _poison(tree, value):
+    """``tree`` with one element of its first non-empty leaf set to ``value``."""
+    leaves, treedef = jax.tree.flatten(tree)
+    i = next(j for j, x in enumerate(leaves) if x.size)
+    leaves[i] = leaves[i].reshape(-1).at[0].set(value).reshape(leaves[i].shape)
+    return treedef.unflatten(leaves)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_nonfinite_step_changes_nothing(name):
+    c = cases.case(name)
+    tx = cases.create(name, skip_nonfinite=True) if c.skip_nonfinite_kwarg \
+        else gx.pieces.skip_nonfinite(cases.create(name))
+
+    @jax.jit
+    def step(p, s, g):
+        u, s = tx.update(g, s, p)
+        return gx.apply_updates(p, u), s, u
+
+    p, s = PARAMS, tx.init(PARAMS)
+    p, s, _ = step(p, s, grads_at(0))
+    for k, bad in enumerate((jnp.nan, jnp.inf, -jnp.inf)):
+        p2, s2, u = step(p, s, _poison(grads_at(1), bad))
+        for leaf in jax.tree.leaves(u):
+            assert np.all(np.asarray(leaf) == 0), name
+        jax.tree.map(np.testing.assert_array_equal, p2, p)          # bit-exact
+        status = gx.guard_status(s2)[0]
+        assert status["skipped"] == k + 1 and status["consecutive"] == k + 1
+        inner_before, inner_after = _inner(s), _inner(s2)
+        jax.tree.map(np.testing.assert_array_equal, inner_after, inner_before)
+        s = s2
+    p3, s3, _ = step(p, s, grads_at(1))
+    assert gx.guard_status(s3)[0]["consecutive"] == 0
+    assert any(np.any(np.asarray(a) != np.asarray(b)) for a, b in zip(jax.tree.leaves(p3), jax.tree.leaves(p)))
+
+
+def _inner(state):
+    """The optimizer state inside the (first) guard."""
+    from gradxform.pieces._guards import SkipNonfiniteState  # noqa: PLC0415
+    found = []
+
+    def go(node):
+        if isinstance(node, SkipNonfiniteState):
+            found.append(node.inner)
+        elif isinstance(node, (tuple, list)):
+            for c in node:
+                go(c)
+    go(state)
+    return found[0]
