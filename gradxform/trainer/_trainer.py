@@ -93,7 +93,7 @@ class Trainer:
             self._opt_name = _resolve(optimizer)
         elif hasattr(optimizer, "init") and hasattr(optimizer, "update"):
             if optimizer_params:
-                raise ValueError("Trainer(optimizer_params=...): must be None if optimizer is a "
+                raise ValueError("Trainer(optimizer_params=...): optimizer_params must be None if optimizer is a "
                                  "transformation instead of a name (as in Gluon); build the "
                                  "transformation with those parameters instead.")
             tx, self._opt_name = optimizer, None

@@ -1,0 +1,317 @@
+"""gradxform.Trainer on 4 fake CPU devices (conftest): the data-parallel paths
+equal one device on the same global batch.
+
+Tolerances: 4 devices vs 1 device differ only in the order of the float32
+gradient sum, so parameters agree to rtol=1e-5, atol=1e-6 after 3 steps.
+Paths that compute the same sums in the same order (compiled vs step by
+step vs allreduce_grads + update, resume vs uninterrupted) are compared bit
+for bit. Measured: 4 vs 1 device max |diff| 1.2e-7 (step, compiled) and
+6.4e-10 (clipped); compiled vs step 0.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gradxform
+from gradxform import lr_scheduler
+from gradxform.checkpoint import CheckpointError
+from gradxform.trainer import Trainer, per_device_grads, split_batch
+
+TOL = dict(rtol=1e-5, atol=1e-6)
+DEV1 = jax.devices()[:1]
+
+
+def init_params():
+    k1, k2 = jax.random.split(jax.random.key(0))
+    return {"dense": {"kernel": jax.random.normal(k1, (3, 4)) * 0.5, "bias": jnp.zeros(4)},
+            "out": jax.random.normal(k2, (4,)) * 0.5}
+
+
+def loss_fn(p, batch):
+    """Summed over the examples, as Gluon's ``loss.backward()``."""
+    x, y = batch
+    h = jnp.tanh(x @ p["dense"]["kernel"] + p["dense"]["bias"])
+    return jnp.sum((h @ p["out"] - y) ** 2)
+
+
+def partial_loss(p, batch):
+    """Uses only ``dense``: ``out`` gets no gradient."""
+    x, y = batch
+    return jnp.sum((jnp.tanh(x @ p["dense"]["kernel"] + p["dense"]["bias"]).sum(-1) - y) ** 2)
+
+
+_rng = np.random.RandomState(0)
+BATCHES = [(_rng.randn(8, 3).astype(np.float32), _rng.randn(8).astype(np.float32)) for _ in range(4)]
+SGD = ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01})
+
+
+def assert_close(a, b, **tol):
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(np.asarray(x), np.asarray(y), **tol), a, b)
+
+
+def assert_equal(a, b):
+    jax.tree.map(lambda x, y: np.testing.assert_array_equal(np.asarray(x), np.asarray(y)), a, b)
+
+
+def clip(g, max_norm=0.5):
+    norm = optax.tree.norm(g)
+    return jax.tree.map(lambda x: x * jnp.minimum(1.0, max_norm / norm), g)
+
+
+def train(mode, devices=None, steps=3, opt=SGD, **kw):
+    t = Trainer(init_params(), *opt, devices=devices, **kw)
+    run = t.compile_step(loss_fn) if mode == "compiled" else None
+    for batch in BATCHES[:steps]:
+        if mode == "step":
+            t.step(t.grads(loss_fn, batch), 8)
+        elif mode == "clip":
+            t.update(jax.vmap(clip)(t.allreduce_grads(t.grads(loss_fn, batch))), 8)
+        else:
+            run(batch, 8)
+    return t
+
+
+@pytest.fixture(scope="module")
+def one_device():
+    return {mode: train(mode, DEV1).params for mode in ("step", "clip")}
+
+
+def test_one_device_is_the_plain_optimizer_with_rescale_grad():
+    t = train("step", DEV1)
+    tx = gradxform.create(SGD[0], **SGD[1], rescale_grad=1 / 8)
+    p, s = init_params(), tx.init(init_params())
+
+    @jax.jit
+    def one(p, s, batch):
+        u, s = tx.update(jax.grad(loss_fn)(p, batch), s, p)
+        return gradxform.apply_updates(p, u), s
+
+    for batch in BATCHES[:3]:
+        p, s = one(p, s, batch)
+    assert_close(t.params, p, rtol=1e-6, atol=1e-7)
+    assert float(gradxform.get_hyper(t.state, "rescale_grad")) == np.float32(1 / 8)
+
+
+@pytest.mark.parametrize("mode", ["step", "clip"])
+def test_four_devices_equal_one_device(one_device, mode):
+    t = train(mode)
+    assert t.num_devices == 4
+    assert_close(t.params, one_device[mode], **TOL)
+
+
+def test_compiled_step_equals_step_by_step_and_one_device(one_device):
+    t = train("compiled")
+    assert_equal(t.params, train("step").params)  # same sums in the same order: bit for bit
+    assert_close(t.params, one_device["step"], **TOL)
+    # the state (momentum, per-leaf counts) advanced the same way
+    assert np.asarray(t.state[0].count).tolist() == [3, 3, 3]
+
+
+def test_compiled_step_returns_total_loss_and_donates():
+    t = Trainer(init_params(), *SGD)
+    run = t.compile_step(loss_fn)
+    before = t._params["out"]
+    expected = loss_fn(t.params, BATCHES[0])
+    loss = run(BATCHES[0], 8)
+    np.testing.assert_allclose(float(loss), float(expected), rtol=1e-5)
+    assert before.is_deleted()  # donated: no second copy of the parameters was kept
+
+
+def test_allreduce_sums_over_devices_and_update_takes_one_copy():
+    t = Trainer(init_params(), "sgd", {"learning_rate": 0.1})
+    grads = t.grads(loss_fn, BATCHES[0])
+    summed = t.allreduce_grads(grads)
+    whole = jax.grad(loss_fn)(init_params(), BATCHES[0])
+    for k in range(4):  # every device holds the same sum, equal to the whole-batch gradient
+        assert_close(jax.tree.map(lambda x: x[k], summed), whole, **TOL)
+    t.update(jax.tree.map(lambda x: x[0], summed), 8)  # one copy is accepted too
+    expected = jax.tree.map(lambda w, g: w - 0.1 * g / 8, init_params(), whole)
+    assert_close(t.params, expected, **TOL)
+
+
+def test_per_device_grads_helper_matches_pmap():
+    grads = per_device_grads(loss_fn, init_params(), BATCHES[1])
+    shards = split_batch(BATCHES[1], 4)
+    for k in range(4):
+        want = jax.grad(loss_fn)(init_params(), jax.tree.map(lambda x: x[k], shards))
+        assert_close(jax.tree.map(lambda x: x[k], grads), want, **TOL)
+    with pytest.raises(ValueError, match=r"multiple of the 4 devices"):
+        split_batch(np.zeros((6, 2)), 4)
+
+
+def test_plain_optax_transformation_is_normalized_by_batch_size():
+    t = Trainer(init_params(), optax.sgd(0.1), devices=DEV1)
+    t.step(t.grads(loss_fn, BATCHES[0]), 8)
+    whole = jax.grad(loss_fn)(init_params(), BATCHES[0])
+    assert_close(t.params, jax.tree.map(lambda w, g: w - 0.1 * g / 8, init_params(), whole), **TOL)
+    with pytest.raises(ValueError, match="optimizer_params must be None"):
+        Trainer(init_params(), optax.sgd(0.1), {"learning_rate": 0.1})
+
+
+def test_stale_gradients():
+    t = Trainer(init_params(), *SGD)
+    grads = t.grads(partial_loss, BATCHES[0])
+    grads["out"] = None
+    with pytest.raises(UserWarning, match="Parameter `out`"):
+        t.step(grads, 8)
+    assert_equal(t.params, init_params())  # the refused step changed nothing
+    state0 = t.state
+    t.step(grads, 8, ignore_stale_grad=True)
+    assert_equal(t.params["out"], init_params()["out"])
+    assert not np.allclose(np.asarray(t.params["dense"]["kernel"]), np.asarray(init_params()["dense"]["kernel"]))
+    # flatten order: dense/bias, dense/kernel, out -> only the first two counted
+    assert np.asarray(t.state[0].count).tolist() == [1, 1, 0]
+    mom_out = lambda s: np.asarray(jax.tree.leaves(s[-1])[-1])  # noqa: E731 (out's momentum)
+    assert_equal(mom_out(t.state), mom_out(state0))
+    # the same through allreduce_grads + update
+    summed = t.allreduce_grads(grads)
+    assert summed["out"] is None
+    with pytest.raises(UserWarning, match="Parameter `out`"):
+        t.update(summed, 8)
+    t.update(summed, 8, ignore_stale_grad=True)
+    assert np.asarray(t.state[0].count).tolist() == [2, 2, 0]
+
+
+def test_set_learning_rate_does_not_recompile():
+    traces = []
+    inner = gradxform.create("sgd", learning_rate=0.1)
+
+    def update(u, s, p=None, **kw):
+        traces.append(1)
+        return inner.update(u, s, p, **kw)
+
+    t = Trainer(init_params(), optax.GradientTransformationExtraArgs(inner.init, update))
+    t.step(t.grads(loss_fn, BATCHES[0]), 8)
+    t.set_learning_rate(0.0)
+    assert t.learning_rate == pytest.approx(0.0)
+    frozen = t.params
+    t.step(t.grads(loss_fn, BATCHES[1]), 4)  # new lr and new batch size: same program
+    assert_equal(t.params, frozen)
+    t.set_learning_rate(0.05)
+    t.step(t.grads(loss_fn, BATCHES[2]), 8)
+    assert len(traces) == 1
+    assert t.learning_rate == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="learning_rate"):
+        t.set_learning_rate(-1.0)
+
+
+def test_learning_rate_with_schedule_and_gluon_error():
+    sched = lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.1)
+    t = Trainer(init_params(), "sgd", {"learning_rate": 0.1, "lr_scheduler": sched})
+    run = t.compile_step(loss_fn)
+    for batch in BATCHES[:3]:
+        run(batch, 8)
+    assert t.learning_rate == pytest.approx(0.05)  # MXNet: num_update=3 > step=2
+    with pytest.raises(UserWarning, match="LRScheduler of the optimizer has already been defined"):
+        t.set_learning_rate(0.3)
+
+
+def _two_bit_reference(grads_per_device, threshold, steps):
+    """NumPy transcription of MXNet quantize_2bit / dequantize_2bit with residuals."""
+    res = np.zeros_like(grads_per_device[0])
+    sums = []
+    for _ in range(steps):
+        r = res + grads_per_device
+        q = np.where(r >= threshold, threshold, np.where(r <= -threshold, -threshold, 0.0)).astype(np.float32)
+        res = (r - q).astype(np.float32)
+        sums.append(q.sum(0))
+    return sums, res
+
+
+@pytest.mark.parametrize("kind", ["2bit", "1bit"])
+def test_compression_round_trip(kind):
+    threshold = 0.5 if kind == "2bit" else 0.0
+    t = Trainer({"w": jnp.zeros(6)}, "sgd", {"learning_rate": 1.0},
+                compression_params={"type": kind, "threshold": threshold})
+    g = np.array([[0.3, -0.2, 0.7, -0.9, 0.0, 0.26]] * 2 + [[0.1, 0.3, -0.7, 0.2, 0.05, 0.26]] * 2,
+                 np.float32)
+    sums = [np.asarray(t.allreduce_grads({"w": g})["w"]) for _ in range(3)]
+    res = np.stack([np.asarray(r) for r in t._residual[0]])
+    if kind == "2bit":
+        want, want_res = _two_bit_reference(g, threshold, 3)
+    else:
+        want_res, want = np.zeros_like(g), []
+        for _ in range(3):
+            r = want_res + g
+            q = np.where(r > threshold, 1.0, -1.0).astype(np.float32)
+            want_res, want = r - q, want + [q.sum(0)]
+    for k in range(4):
+        assert_close([s[k] for s in sums], want, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(res, want_res, rtol=0, atol=1e-6)
+    # error feedback: nothing is lost, only delayed
+    np.testing.assert_allclose(np.sum(sums, 0)[0] + res.sum(0), 3 * g.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_compressed_step_matches_allreduce_plus_update_and_compiled():
+    comp = {"type": "2bit", "threshold": 0.05}
+    a, b, c = (Trainer(init_params(), *SGD, compression_params=comp) for _ in range(3))
+    run = c.compile_step(loss_fn)
+    for batch in BATCHES[:3]:
+        a.step(a.grads(loss_fn, batch), 8)
+        b.update(b.allreduce_grads(b.grads(loss_fn, batch)), 8)
+        run(batch, 8)
+    assert_equal(a.params, b.params)
+    assert_equal(a.params, c.params)
+    assert_equal(a._residual, c._residual)
+    with pytest.raises(ValueError, match="'2bit' or '1bit'"):
+        Trainer(init_params(), *SGD, compression_params={"type": "3bit"})
+
+
+def test_skip_nonfinite_keeps_everything():
+    t = Trainer(init_params(), *SGD, skip_nonfinite=True, compression_params={"type": "2bit", "threshold": 0.1})
+    t.step(t.grads(loss_fn, BATCHES[0]), 8)
+    p, s, r = t.params, t.state, [np.asarray(x) for x in t._residual]
+    grads = t.grads(loss_fn, BATCHES[1])
+    grads["out"] = grads["out"].at[2, 1].set(jnp.nan)  # one device, one element
+    t.step(grads, 8)
+    assert_equal(t.params, p)
+    assert_equal(t.state, s)
+    assert_equal([np.asarray(x) for x in t._residual], r)
+
+
+def test_resume_is_bit_exact(tmp_path):
+    opt = ("adam", {"learning_rate": 0.01, "wd": 0.001,
+                    "lr_scheduler": lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.01)})
+    comp = {"type": "2bit", "threshold": 0.05}
+    full = Trainer(init_params(), *opt, compression_params=comp)
+    for batch in BATCHES:
+        full.step(full.grads(loss_fn, batch), 8)
+    first = Trainer(init_params(), *opt, compression_params=comp)
+    for batch in BATCHES[:2]:
+        first.step(first.grads(loss_fn, batch), 8)
+    first.save_states(tmp_path / "t.states")
+    resumed = Trainer(init_params(), *opt, compression_params=comp)  # fresh parameters
+    resumed.load_states(tmp_path / "t.states")
+    assert resumed.learning_rate == first.learning_rate
+    for batch in BATCHES[2:]:
+        resumed.step(resumed.grads(loss_fn, batch), 8)
+    assert_equal(resumed.params, full.params)
+    assert_equal(resumed.state, full.state)
+    assert_equal(resumed._residual, full._residual)
+
+
+def test_load_states_refuses_bad_files_and_changes_nothing(tmp_path):
+    t = Trainer(init_params(), *SGD)
+    t.step(t.grads(loss_fn, BATCHES[0]), 8)
+    t.save_states(tmp_path / "sgd.states")
+    other = Trainer(init_params(), "nag", {"learning_rate": 0.1, "momentum": 0.9})
+    other.save_states(tmp_path / "nag.states")
+    smaller = Trainer({"w": jnp.zeros(3)}, *SGD)
+    smaller.save_states(tmp_path / "small.states")
+    data = (tmp_path / "sgd.states").read_bytes()
+    (tmp_path / "cut.states").write_bytes(data[: len(data) // 2])
+
+    fresh = Trainer(init_params(), *SGD)
+    p, s = fresh.params, fresh.state
+    for name, kind, match in [("nag.states", "mismatch", "optimizer"),
+                              ("small.states", "mismatch", "tree"),
+                              ("cut.states", "truncated", "bytes of the")]:
+        with pytest.raises(CheckpointError, match=match) as err:
+            fresh.load_states(tmp_path / name)
+        assert err.value.kind == kind
+        assert_equal(fresh.params, p)
+        assert_equal(fresh.state, s)
+    fresh.load_states(tmp_path / "sgd.states")
+    assert_equal(fresh.params, t.params)
