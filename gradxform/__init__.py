@@ -9,6 +9,9 @@ from ._errors import validated
 from ._fused import fused
 from .pieces._guards import NonFiniteError, check_guard, get_loss_scale, guard_status, scale_loss
 from . import migrate
+from . import checkpoint, trainer
+from .checkpoint import CheckpointError, load_state, save_state
+from .trainer import Trainer, per_device_grads, split_batch
 
 __version__ = "0.1.0"
 
@@ -19,4 +22,6 @@ __all__ = [
     "param_names", "lr_scheduler", "mxnet", "pieces",
     "validated", "fused", "NonFiniteError", "check_guard", "guard_status", "get_loss_scale", "scale_loss",
     "migrate",
+    "checkpoint", "trainer", "Trainer", "per_device_grads", "split_batch",
+    "save_state", "load_state", "CheckpointError",
 ]
