@@ -27,6 +27,7 @@ from functools import lru_cache
 import numpy as np
 
 from ._pickle import MigrateError
+from ._state import Slot, fill_state, tree_hyper, warn_hyper_mismatch
 
 __all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint"]
 
@@ -136,3 +137,161 @@ def read_mindspore_checkpoint(fname) -> dict[str, object]:
                                f"{n * dt.itemsize} (truncated or corrupt).")
         out[tag] = np.frombuffer(raw, dt).reshape(shape).astype(dt.newbyteorder("="))
     return out
+
+
+# ---------------------------------------------------------------------------
+# Checkpoint entries -> gradxform state
+# ---------------------------------------------------------------------------
+class _Kind:
+    def __init__(self, name, slots, optional=(), scalars=()):
+        self.name, self.slots, self.optional, self.scalars = name, slots, tuple(optional), tuple(scalars)
+
+    @property
+    def prefixes(self):
+        return tuple(self.slots)
+
+
+# Tried in order: the first kind whose required prefixes all occur in the file.
+_KINDS = (
+    _Kind("Adam (amsgrad)", {"moment1": Slot("AmsgradState", "mu"), "moment2": Slot("AmsgradState", "nu"),
+                             "vhat": Slot("AmsgradState", "vhat")}, scalars=("beta1_power", "beta2_power")),
+    _Kind("Adam / LazyAdam / AdamOffload", {"moment1": Slot("MomentsState", "mu"),
+                                            "moment2": Slot("MomentsState", "nu")},
+          scalars=("beta1_power", "beta2_power")),
+    _Kind("AdamWeightDecay", {"adam_m": Slot("MomentsState", "mu"), "adam_v": Slot("MomentsState", "nu")}),
+    _Kind("Lamb", {"lamb_m": Slot("LambState", "mu"), "lamb_v": Slot("LambState", "nu")}),
+    _Kind("FTRL", {"moments": Slot("FtrlState", "accum"), "linear": Slot("FtrlState", "linear")}),
+    _Kind("Momentum", {"moments": Slot("TraceState", "trace", "momentum")}, scalars=("momentum",)),
+    _Kind("SGD", {"accum": Slot("SGDMomentumState", "accum"), "stat": Slot("SGDMomentumState", "stat")},
+          scalars=("momentum",)),
+    _Kind("Adagrad / ProximalAdagrad", {"accum": Slot("AccumState", "accum")}),
+    _Kind("RMSProp (centered)", {"mean_square": Slot("RMSPropState", "mean_square"),
+                                 "mean_grad": Slot("RMSPropState", "mean_grad"),
+                                 "moment": Slot("RMSPropState", "moment")}),
+    _Kind("RMSProp", {"mean_square": Slot("RMSPropState", "mean_square"),
+                      "moment": Slot("RMSPropState", "moment")}),
+)
+_ALL_PREFIXES = sorted({p for k in _KINDS for p in k.prefixes} | {"exp_avg", "afactor_step"})
+# Entries that are hyperparameters or bookkeeping, not per-parameter state.
+_SCALARS = {"global_step", "learning_rate", "momentum", "beta1_power", "beta2_power"}
+
+
+def _ms_name(gname: str, names: dict, tags) -> str:
+    if gname in names:
+        return names[gname]
+    if gname in tags or "/" not in gname:
+        return gname
+    dotted = gname.replace("/", ".")  # nested dicts: 'dense1/weight' -> 'dense1.weight'
+    return dotted if any(t.endswith("." + dotted) or t == dotted for t in tags) else gname
+
+
+def from_mindspore_checkpoint(fname, params, tx, names=None):
+    """The gradxform state of ``tx`` (``gradxform.create('mindspore.<name>', ...)``
+    with the run's hyperparameters) continuing a MindSpore run from a
+    checkpoint of its optimizer (``ms.save_checkpoint(opt, path)``, or a
+    training checkpoint that includes the optimizer's parameters).
+
+    Restores the per-parameter slots (``moment1.<p>``/``moment2.<p>``,
+    ``moments.<p>``, ``accum.<p>``, ``stat.<p>``, ``linear.<p>``,
+    ``mean_square.<p>``, ``mean_grad.<p>``, ``moment.<p>``, ``adam_m.<p>``,
+    ``adam_v.<p>``, ``vhat.<p>``, ``lamb_m.<p>``, ``lamb_v.<p>``) and the step
+    count from ``global_step``, which positions a learning-rate list or
+    schedule and Adam's bias correction (``beta1_power``/``beta2_power`` are
+    checked against ``beta^global_step``).
+
+    Args:
+      fname: the ``.ckpt`` path (or a binary file object).
+      params: the parameters (as for ``tx.init``).
+      tx: the gradxform optimizer.
+      names: gradxform name ('/'-joined key path) -> MindSpore parameter name
+        (``dense1.weight``); default identical, or with '/' read as '.'.
+
+    Raises: `MigrateError` naming the parameter for a missing or extra entry
+    or a shape/dtype that does not fit, or when the checkpoint's optimizer
+    is not the one ``tx`` is.
+    """
+    ckpt = read_mindspore_checkpoint(fname)
+    return _fill(ckpt, params, tx, dict(names or {}))
+
+
+def _fill(ckpt, params, tx, names):
+    import jax  # noqa: PLC0415
+
+    from .._tree import param_names  # noqa: PLC0415
+
+    gnames = param_names(params)
+    unknown = sorted(set(names) - set(gnames))
+    if unknown:
+        raise MigrateError(f"{WHO}(names=...): {unknown[0]!r} is not a parameter name; the names are "
+                           f"{gnames[:8]}{' ...' if len(gnames) > 8 else ''}.")
+    leaves = jax.tree.leaves(params)
+    tags = set(ckpt)
+    msn = [_ms_name(g, names, tags) for g in gnames]
+    present = {p for p in _ALL_PREFIXES for t in tags if t.startswith(p + ".")}
+    if any(t.startswith(("exp_avg_sq_", "afactor_step")) for t in tags):
+        present.add("afactor_step")  # AdaFactor: not supported, reported below
+    kind = next((k for k in _KINDS if set(k.prefixes) <= present), None)
+    if kind is None:
+        found = sorted(present) or "none"
+        raise MigrateError(f"{WHO}: no supported optimizer state in the checkpoint (state prefixes found: "
+                           f"{found}); supported: Momentum, SGD, Adam, LazyAdam, AdamOffload, "
+                           "AdamWeightDecay, Lamb, FTRL, Adagrad, ProximalAdagrad, RMSProp.")
+    # Every state entry must belong to one of our parameters, and each parameter must have all.
+    known = {f"{p}.{m}" for p in kind.prefixes for m in msn}
+    for t in sorted(tags):
+        if any(t.startswith(p + ".") for p in kind.prefixes) and t not in known:
+            raise MigrateError(f"{WHO}: the checkpoint has {t!r}, a {kind.name} state for a parameter that "
+                               "is not in params (or is named differently: pass names={gradxform name: "
+                               "MindSpore name}).")
+    per_leaf = {}
+    for prefix, slot in kind.slots.items():
+        vals = []
+        for g, m, leaf in zip(gnames, msn, leaves):
+            tag = f"{prefix}.{m}"
+            if tag not in ckpt:
+                raise MigrateError(f"{WHO}: the checkpoint has no {tag!r} for parameter {g!r}"
+                                   + (" (MindSpore name)" if m == g else f" (MindSpore name {m!r})") + ".")
+            a = ckpt[tag]
+            if not isinstance(a, np.ndarray) or a.shape != tuple(np.shape(leaf)):
+                raise MigrateError(f"{WHO}: {tag!r} has shape {getattr(a, 'shape', None)} but parameter {g!r} "
+                                   f"has shape {tuple(np.shape(leaf))}; was the checkpoint saved for other "
+                                   "parameters?")
+            vals.append(a)
+        per_leaf[slot] = vals
+    for g, m, leaf in zip(gnames, msn, leaves):  # the weights themselves, when saved alongside
+        a = ckpt.get(m)
+        if isinstance(a, np.ndarray) and a.shape != tuple(np.shape(leaf)):
+            raise MigrateError(f"{WHO}: the checkpoint's weight {m!r} has shape {a.shape} but parameter "
+                               f"{g!r} has shape {tuple(np.shape(leaf))}.")
+    if "global_step" not in ckpt:
+        raise MigrateError(f"{WHO}: the checkpoint has no 'global_step'; is it an optimizer checkpoint?")
+    step = int(np.asarray(ckpt["global_step"]).reshape(-1)[0])
+    whole = {Slot("StepState", "count"): np.full((len(gnames),), step, np.int32),
+             Slot("StepState", "num_update"): np.asarray(step, np.int32)}
+    hint = f"the checkpoint holds {kind.name} state; was tx made with gradxform.create('mindspore.<that>', ...)?"
+    state0 = tx.init(params)
+    new_state = fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
+    expected = {}
+    for key in ("learning_rate", "momentum"):
+        v = ckpt.get(key)
+        if isinstance(v, np.ndarray) and v.ndim == 0:
+            expected[key] = float(v)
+    warn_hyper_mismatch(new_state, expected, WHO)
+    _check_beta_powers(ckpt, new_state, step)
+    return new_state
+
+
+def _check_beta_powers(ckpt, state, step):
+    import warnings  # noqa: PLC0415
+
+    hyper = tree_hyper(state)
+    for b in ("beta1", "beta2"):
+        power = ckpt.get(f"{b}_power")
+        if power is None or b not in hyper:
+            continue
+        have = float(np.asarray(power).reshape(-1)[0])
+        want = float(np.float64(hyper[b]) ** step)
+        if not np.isclose(have, want, rtol=1e-4, atol=1e-12):
+            warnings.warn(f"{WHO}: {b}_power is {have:.7g} in the checkpoint but tx's {b}={hyper[b]:g} "
+                          f"gives {want:.7g} after {step} steps; tx's {b} differs from the run's.",
+                          UserWarning, stacklevel=3)
