@@ -12,6 +12,7 @@ from . import migrate
 from . import checkpoint, trainer
 from .checkpoint import CheckpointError, load_state, save_state
 from .trainer import Trainer, per_device_grads, split_batch
+from . import mindspore, paddle, schedules
 
 __version__ = "0.1.0"
 
@@ -24,4 +25,5 @@ __all__ = [
     "migrate",
     "checkpoint", "trainer", "Trainer", "per_device_grads", "split_batch",
     "save_state", "load_state", "CheckpointError",
+    "mindspore", "paddle", "schedules",
 ]

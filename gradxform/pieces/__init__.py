@@ -1,5 +1,6 @@
 """Framework-neutral chainable pieces. Each is an optax-compatible
 ``(init, update)`` pair whose numeric hyperparameters live in its state."""
+from ._centralization import centralize_gradients
 from ._clipping import clip_by_global_norm, clip_by_value, global_norm
 from ._decay import add_decayed_weights, add_decoupled_weight_decay, provide_weight_decay
 from ._guards import all_finite, dynamic_loss_scale, skip_nonfinite
@@ -12,7 +13,7 @@ from ._step import scale_by_learning_rate, scale_by_lr, track_step
 
 __all__ = [
     "add_decayed_weights", "add_decoupled_weight_decay", "all_finite", "dynamic_loss_scale",
-    "skip_nonfinite", "bias_correction", "clip_by_global_norm",
+    "skip_nonfinite", "bias_correction", "centralize_gradients", "clip_by_global_norm",
     "clip_by_value", "ema", "gated", "global_norm", "lazy_rows", "provide_weight_decay", "rescale",
     "scale", "scale_by_accumulated_squares", "scale_by_adam_moments", "scale_by_adamax",
     "scale_by_centered_rms", "scale_by_learning_rate", "scale_by_lr", "scale_by_rms", "sign",

@@ -1,0 +1,251 @@
+"""Parameter groups (MindSpore ``nn.Optimizer`` style): per-group learning
+rate, weight decay and gradient centralization, selected by parameter name.
+
+A group list is what MindSpore takes as ``params``, with parameters named
+instead of passed (gradxform sees the parameters only at ``init``)::
+
+    groups = [{"params": "conv*", "weight_decay": 0.01, "grad_centralization": True},
+              {"params": lambda name: "conv" not in name, "lr": 0.01},
+              {"order_params": [...]}]
+
+``params`` selects by exact name, glob pattern (``fnmatch``), a list of
+those, or a predicate over names (names as `gradxform.param_names`). A
+parameter selected by two groups is an error; a pattern that matches nothing
+is an error; a parameter that no group selects is not optimized (update zero,
+state untouched), as in MindSpore, where only grouped parameters belong to
+the optimizer. ``order_params`` fixes MindSpore's parameter order: it must
+list every grouped parameter exactly once; since each parameter's update
+here depends only on its own values, it changes no number.
+
+Two pieces carry the per-leaf values, both hyperparameters in their state:
+`group_learning_rate` (``learning_rate_group_<i>``, MindSpore's names) and
+`group_weight_decay` (``weight_decay`` plus ``weight_decay_group_<i>``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._base import CONTEXT_KEY, GradientTransformation, context_value, transformation
+from ._hyper import hyper_scalar
+from ._tree import param_names
+from .schedules._common import as_schedule, check_number
+
+__all__ = ["GroupSpec", "parse_groups", "assign_groups", "beta_gamma_filter", "group_learning_rate",
+           "group_weight_decay", "GroupState", "unselected_frozen"]
+
+GROUP_KEYS = ("params", "lr", "weight_decay", "grad_centralization", "order_params")
+
+
+def beta_gamma_filter(name: str) -> bool:
+    """MindSpore's default weight-decay filter: True (decay) unless the name
+    contains 'beta' or 'gamma' (normalization offsets and scales)."""
+    return "beta" not in name and "gamma" not in name
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSpec:
+    index: int                      # position in the user's list (MindSpore's group number)
+    select: Any                     # str | list[str] | callable(name) -> bool
+    lr: Any = None                  # None: the optimizer's learning_rate
+    lr_base: float | None = None
+    lr_schedule: Callable | None = None
+    weight_decay: float | None = None
+    grad_centralization: bool = False
+
+    def matches(self, name: str) -> bool:
+        s = self.select
+        if callable(s):
+            return bool(s(name))
+        pats = [s] if isinstance(s, str) else list(s)
+        return any(name == p or fnmatch.fnmatchcase(name, p) for p in pats)
+
+
+def parse_groups(owner: str, groups, *, allow_lr=True, allow_gc=True, list_cls=None):
+    """Checks a group list at construction; returns ``(specs, order_params)``."""
+    if groups is None:
+        return None, None
+    if not isinstance(groups, (list, tuple)) or not groups:
+        raise TypeError(f"{owner}(groups=...): must be a non-empty list of dicts; got {groups!r}.")
+    specs, order = [], None
+    for i, g in enumerate(groups):
+        if not isinstance(g, dict):
+            raise TypeError(f"{owner}(groups=...): group {i} must be a dict; got {type(g).__name__}.")
+        bad = [k for k in g if k not in GROUP_KEYS]
+        if bad:
+            raise ValueError(f"{owner}(groups=...): group {i} has unknown key(s) {bad}; the keys are {GROUP_KEYS}.")
+        if "order_params" in g:
+            if len(g) > 1:
+                raise ValueError(f"{owner}(groups=...): the 'order_params' dict (group {i}) must hold "
+                                 f"only that key; got {sorted(g)}.")
+            if isinstance(g["order_params"], str) or not isinstance(g["order_params"], (list, tuple)):
+                raise TypeError(f"{owner}(groups=...): order_params must be a list of names.")
+            order = list(g["order_params"])
+            continue
+        if "params" not in g:
+            raise ValueError(f"{owner}(groups=...): group {i} needs a 'params' selection.")
+        sel = g["params"]
+        if not (callable(sel) or isinstance(sel, str)
+                or (isinstance(sel, (list, tuple)) and sel and all(isinstance(x, str) for x in sel))):
+            raise TypeError(f"{owner}(groups=...): group {i} 'params' must be a name, a glob pattern, a "
+                            f"list of those, or a predicate over names; got {sel!r}.")
+        lr_base = lr_sched = None
+        if "lr" in g:
+            if not allow_lr:
+                raise ValueError(f"{owner}(groups=...): a per-group 'lr' is not supported (group {i}).")
+            lr_base, lr_sched = as_schedule(f"{owner}(groups[{i}]['lr'])", g["lr"], list_cls)
+        wd = None
+        if "weight_decay" in g:
+            check_number(f"{owner}(groups[{i}])", "weight_decay", g["weight_decay"], low=0.0)
+            wd = float(g["weight_decay"])
+        gc = g.get("grad_centralization", False)
+        if not isinstance(gc, bool):
+            raise TypeError(f"{owner}(groups=...): group {i} 'grad_centralization' must be a bool; got {gc!r}.")
+        if gc and not allow_gc:
+            raise ValueError(f"{owner}(groups=...): grad_centralization is not supported (group {i}).")
+        specs.append(GroupSpec(i, sel, g.get("lr"), lr_base, lr_sched, wd, gc))
+    if not specs:
+        raise ValueError(f"{owner}(groups=...): no group selects any parameter (only 'order_params').")
+    return specs, order
+
+
+def assign_groups(owner: str, specs, order, names: list[str]) -> np.ndarray:
+    """Each leaf's position in ``specs`` (-1: in no group), with the checks of the module docstring."""
+    slot = np.full(len(names), -1, np.int32)
+    for k, spec in enumerate(specs):
+        hits = [i for i, n in enumerate(names) if spec.matches(n)]
+        if not hits and not callable(spec.select):
+            raise ValueError(f"{owner}: group {spec.index} 'params' {spec.select!r} matches no parameter; "
+                             f"parameter names are {names[:8]}{' ...' if len(names) > 8 else ''}.")
+        for i in hits:
+            if slot[i] >= 0:
+                raise ValueError(f"{owner}: parameter {names[i]!r} is in group {specs[slot[i]].index} and "
+                                 f"group {spec.index}; a parameter may be set only once.")
+            slot[i] = k
+    if order is not None:
+        grouped = [names[i] for i in range(len(names)) if slot[i] >= 0]
+        if sorted(order) != sorted(grouped):
+            raise ValueError(f"{owner}: order_params must list every grouped parameter exactly once; "
+                             f"got {order}, grouped parameters are {grouped}.")
+    return slot
+
+
+class GroupState(NamedTuple):
+    hyper: dict
+    slot: jax.Array          # int32 (n,): the leaf's group position, -1 for none
+    flags: jax.Array         # bool (n,): per-leaf switch (decay filter)
+
+
+def _slots(owner, specs, order, params):
+    names = param_names(params)
+    if specs is None:
+        return names, np.full(len(names), -1, np.int32)
+    return names, assign_groups(owner, specs, order, names)
+
+
+def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
+    """Overrides the step context's ``lr`` for leaves of groups with their own
+    'lr': hyperparameter ``learning_rate_group_<i>`` (a fixed value, or the
+    base of the group's list/schedule, evaluated at the leaf's completed
+    updates ``count - 1``). Must follow `track_step`; other leaves keep the
+    lr `track_step` published."""
+    own = [(k, s) for k, s in enumerate(specs or []) if s.lr_base is not None]
+
+    def init(params):
+        _, slot = _slots(owner, specs, order, params)
+        return GroupState({f"learning_rate_group_{s.index}": hyper_scalar(s.lr_base) for _, s in own},
+                          jnp.asarray(slot), jnp.ones(slot.shape, bool))
+
+    def update(updates, state, params=None, **extra_args):
+        del params
+        if not own:
+            return updates, state
+        ctx = extra_args[CONTEXT_KEY]
+        lr_tree = context_value(extra_args, "lr", owner)
+        count = context_value(extra_args, "count", owner)
+        leaves, treedef = jax.tree.flatten(lr_tree)
+        lr = jnp.stack([jnp.asarray(x, jnp.float32).reshape(()) for x in leaves])
+        t = jnp.stack([jnp.asarray(c).reshape(()) for c in treedef.flatten_up_to(count)])
+        for k, s in own:
+            base = state.hyper[f"learning_rate_group_{s.index}"]
+            val = s.lr_schedule(t - 1, base) if s.lr_schedule is not None else jnp.broadcast_to(base, t.shape)
+            lr = jnp.where(state.slot == k, val, lr)
+        ctx["lr"] = treedef.unflatten([lr[i] for i in range(len(leaves))])
+        return updates, state
+
+    return transformation(init, update)
+
+
+def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
+                       decay_filter: Callable[[str], bool] | None = beta_gamma_filter,
+                       loss_scale: float | None = None, add: bool = True) -> GradientTransformation:
+    """Coupled, per-group weight decay ``u -> u + wd[i] * loss_scale * w``.
+
+    ``wd[i]`` is the leaf's group ``weight_decay_group_<i>`` or else the
+    hyperparameter ``weight_decay``. Without groups, ``decay_filter(name)``
+    picks the decayed leaves (MindSpore: not 'beta'/'gamma'); with groups
+    every grouped leaf is decayed by its group's value (MindSpore ignores the
+    name filter there). ``loss_scale`` (a hyperparameter when given) multiplies
+    the decay because MindSpore decays the still-scaled gradient and divides
+    by the loss scale afterwards. The per-leaf decay is published in the
+    step context as ``wd``; ``add=False`` only publishes it (Lamb and
+    AdamWeightDecay use it inside their rule).
+    """
+    own = [(k, s) for k, s in enumerate(specs or []) if s.weight_decay is not None]
+
+    def init(params):
+        names, slot = _slots(owner, specs, order, params)
+        if specs is None and decay_filter is not None:
+            flags = np.array([bool(decay_filter(n)) for n in names], bool)
+        else:
+            flags = np.ones(len(names), bool)
+        hyper = {"weight_decay": hyper_scalar(weight_decay)}
+        hyper.update({f"weight_decay_group_{s.index}": hyper_scalar(s.weight_decay) for _, s in own})
+        if loss_scale is not None:
+            hyper["loss_scale"] = hyper_scalar(loss_scale)
+        return GroupState(hyper, jnp.asarray(slot), jnp.asarray(flags))
+
+    def update(updates, state, params=None, **extra_args):
+        leaves, treedef = jax.tree.flatten(updates)
+        wd = jnp.broadcast_to(state.hyper["weight_decay"], state.slot.shape)
+        for k, s in own:
+            wd = jnp.where(state.slot == k, state.hyper[f"weight_decay_group_{s.index}"], wd)
+        wd = jnp.where(state.flags, wd, 0.0)
+        ctx = extra_args.get(CONTEXT_KEY)
+        if ctx is not None:
+            ctx["wd"] = treedef.unflatten([wd[i] for i in range(len(leaves))])
+        if not add:
+            return updates, state
+        if params is None:
+            raise ValueError(f"{owner}: weight decay needs params; call update(grads, state, params).")
+        scaled = wd * state.hyper["loss_scale"] if loss_scale is not None else wd
+        pl = treedef.flatten_up_to(params)
+        out = [jnp.where(state.flags[i], u + scaled[i].astype(u.dtype) * p.astype(u.dtype), u)
+               for i, (u, p) in enumerate(zip(leaves, pl))]
+        return treedef.unflatten(out), state
+
+    return transformation(init, update)
+
+
+def unselected_frozen(owner: str, specs, order, inner: GradientTransformation) -> GradientTransformation:
+    """Runs ``inner`` and, when groups are given, zeroes the update and keeps
+    the state of every leaf no group selects (not part of the optimizer)."""
+    if specs is None:
+        return inner
+    from ._tree import select_tree  # noqa: PLC0415
+
+    def update(updates, state, params=None, **extra_args):
+        _, slot = _slots(owner, specs, order, updates)
+        if (slot >= 0).all():
+            return inner.update(updates, state, params, **extra_args)
+        mask = jax.tree.unflatten(jax.tree.structure(updates), [bool(s >= 0) for s in slot])
+        out, new_state = inner.update(updates, state, params, **extra_args)
+        out = jax.tree.map(lambda u, m: u if m else jnp.zeros_like(u), out, mask)
+        return out, select_tree(jax.tree.map(jnp.asarray, mask), new_state, state)
+
+    return transformation(inner.init, update)

@@ -1,0 +1,153 @@
+"""MindSpore (2.x) AdaFactor (``mindspore/nn/optim/adafactor.py``,
+``_run_opt_with_one_number``; Shazeer & Stern 2018)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._base import GradientTransformation, context_value, transformation
+from .._hyper import hyper_scalar
+from ._common import check_bool, check_float, parse
+
+__all__ = ["adafactor", "AdaFactorState"]
+
+
+class AdaFactorState(NamedTuple):
+    """Per parameter: ``exp_avg`` (the first moment, () without beta1),
+    ``exp_avg_sq_row``/``exp_avg_sq_col`` (factored, 2+ dimensions) and
+    ``exp_avg_sq`` (unfactored; float16 with ``compression``); unused slots
+    hold a 1-element zero array, as MindSpore's."""
+    hyper: dict
+    exp_avg: object
+    exp_avg_sq_row: object
+    exp_avg_sq_col: object
+    exp_avg_sq: object
+
+
+def _rms(x):
+    return jnp.sqrt(jnp.mean(jnp.square(x)))
+
+
+def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_parameter, relative_step,
+                    warmup_init, compression) -> GradientTransformation:
+    use_first_moment = beta1 > 0
+
+    def init(params):
+        def row(p):
+            return jnp.zeros(p.shape[:-1], p.dtype) if p.ndim > 1 else jnp.zeros((1,), p.dtype)
+
+        def col(p):
+            return jnp.zeros(p.shape[:-2] + p.shape[-1:], p.dtype) if p.ndim > 1 else jnp.zeros((1,), p.dtype)
+
+        def sq(p):
+            if p.ndim > 1:
+                return jnp.zeros((1,), p.dtype)
+            return jnp.zeros(p.shape, jnp.float16 if compression else p.dtype)
+
+        params = jax.tree.map(jnp.asarray, params)
+        return AdaFactorState(
+            {"epsilon1": hyper_scalar(eps[0]), "epsilon2": hyper_scalar(eps[1]),
+             "clip_threshold": hyper_scalar(clip_threshold), "decay_rate": hyper_scalar(decay_rate),
+             "beta1": hyper_scalar(beta1), "weight_decay": hyper_scalar(weight_decay)},
+            jax.tree.map(jnp.zeros_like, params) if use_first_moment else (),
+            jax.tree.map(row, params), jax.tree.map(col, params), jax.tree.map(sq, params))
+
+    def update(updates, state, params=None, **extra_args):
+        if params is None:
+            raise ValueError("mindspore.adafactor: needs params; call update(grads, state, params).")
+        h = state.hyper
+        lr_tree = context_value(extra_args, "lr", "mindspore.adafactor")
+        count = context_value(extra_args, "count", "mindspore.adafactor")
+        leaves, treedef = jax.tree.flatten(updates)
+        flat = lambda t: treedef.flatten_up_to(t)  # noqa: E731
+        avg = flat(state.exp_avg) if use_first_moment else [None] * len(leaves)
+        res = []
+        for g, p, m, r, c, s, lr, t in zip(leaves, flat(params), avg, flat(state.exp_avg_sq_row),
+                                           flat(state.exp_avg_sq_col), flat(state.exp_avg_sq), flat(lr_tree),
+                                           flat(count)):
+            g32, p32 = g.astype(jnp.float32), p.astype(jnp.float32)
+            step = t.astype(jnp.float32)
+            if relative_step:
+                min_step = 1e-6 * step if warmup_init else jnp.float32(1e-2)
+                lr = jnp.minimum(min_step, 1.0 / jnp.sqrt(step))
+            beta2t = 1.0 - jnp.power(step, -h["decay_rate"])
+            lr_u = lr * jnp.maximum(h["epsilon2"], _rms(p32)) if scale_parameter else lr
+            upd = g32 * g32 + h["epsilon1"]
+            if g.ndim >= 2:
+                r = (r.astype(jnp.float32) * beta2t + jnp.mean(upd, -1) * (1 - beta2t)).astype(r.dtype)
+                c = (c.astype(jnp.float32) * beta2t + jnp.mean(upd, -2) * (1 - beta2t)).astype(c.dtype)
+                r32, c32 = r.astype(jnp.float32), c.astype(jnp.float32)
+                r_factor = (1.0 / jnp.sqrt(r32 / jnp.mean(r32, -1, keepdims=True)))[..., None]
+                c_factor = (1.0 / jnp.sqrt(c32))[..., None, :]
+                u = r_factor * c_factor * g32
+            else:
+                s = (s.astype(jnp.float32) * beta2t + upd * (1 - beta2t)).astype(s.dtype)
+                u = g32 / jnp.sqrt(s.astype(jnp.float32))
+            u = u / jnp.maximum(_rms(u) / h["clip_threshold"], 1.0) * lr_u
+            if use_first_moment:
+                m = (m.astype(jnp.float32) * h["beta1"] + u * (1 - h["beta1"])).astype(m.dtype)
+                u = m.astype(jnp.float32)
+            delta = -u
+            if weight_decay:
+                delta = p32 * (-h["weight_decay"] * lr_u) - u
+            res.append(((delta).astype(g.dtype), m, r, c, s))
+        col_ = lambda i: treedef.unflatten([x[i] for x in res])  # noqa: E731
+        return col_(0), AdaFactorState(h, col_(1) if use_first_moment else (), col_(2), col_(3), col_(4))
+
+    return transformation(init, update)
+
+
+def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_rate=0.8, beta1=0.9,
+              weight_decay=0.0, scale_parameter=True, relative_step=True, warmup_init=False, compression=False,
+              loss_scale=1.0, *, groups=None) -> GradientTransformation:
+    """MindSpore AdaFactor (``nn.AdaFactor``), at step ``t`` (1 on the first update)::
+
+        lr = min(1e-6 t if warmup_init else 1e-2, 1/sqrt(t))   if relative_step  else learning_rate
+        lr_u = lr * max(eps[1], RMS(w))  if scale_parameter  else lr
+        b = 1 - t^(-decay_rate);  q = g^2 + eps[0]
+        2+ dims: R = b R + (1-b) mean(q, -1);  C = b C + (1-b) mean(q, -2)
+                 U = g / sqrt(R / mean(R) (x) C)
+        else:    V = b V + (1-b) q;  U = g / sqrt(V)
+        U = U / max(RMS(U) / clip_threshold, 1) * lr_u
+        beta1 > 0: M = beta1 M + (1-beta1) U;  U = M
+        w = w - weight_decay * lr_u * w - U
+
+    Args (MindSpore's; its code's defaults win over the seed's, e.g. beta1=0.9):
+      learning_rate: None with relative_step; otherwise a number, list or
+        schedule (then scale_parameter is off, as MindSpore).
+      eps: (eps1, eps2), floats >= 0. clip_threshold: float >= 0.
+      decay_rate: float in (0, 1). beta1: >= 0 (0: no first moment, static).
+      weight_decay: in [0, 1). scale_parameter, relative_step, warmup_init,
+      compression (unfactored second moments stored as float16): bools.
+      loss_scale: accepted; MindSpore's AdaFactor never applies it (no
+        ``scale_grad`` call), so neither does this.
+    """
+    owner = "mindspore.adafactor"
+    if learning_rate is not None and relative_step:
+        raise ValueError(f"{owner}(learning_rate=...): cannot combine a learning_rate with relative_step=True.")
+    if warmup_init and not relative_step:
+        raise ValueError(f"{owner}(warmup_init=True): needs relative_step=True.")
+    if learning_rate is None and not relative_step:
+        raise ValueError(f"{owner}(learning_rate=None): needs relative_step=True, or give a learning_rate.")
+    if beta1 is None:
+        beta1 = 0.0
+    fixed_lr = learning_rate is None or (isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool))
+    o = parse(owner, 0.0 if learning_rate is None else learning_rate, weight_decay, loss_scale, groups,
+              allow_group_lr=False, allow_gc=False)
+    if not isinstance(eps, (list, tuple)):
+        raise TypeError(f"{owner}(eps=...): eps must be a list or tuple of 2 floats; got {eps!r}.")
+    if len(eps) != 2:
+        raise ValueError(f"{owner}(eps=...): eps must have 2 values (eps1, eps2); got {eps!r}.")
+    eps = tuple(check_float(owner, f"eps{i}", e, low=0.0) for i, e in enumerate(eps))
+    clip_threshold = check_float(owner, "clip_threshold", clip_threshold, low=0.0)
+    decay_rate = check_float(owner, "decay_rate", decay_rate, low=0.0, low_open=True, high=1.0, high_open=True)
+    check_float(owner, "weight_decay", weight_decay, ints=True, low=0.0, high=1.0, high_open=True)
+    for name, flag in (("scale_parameter", scale_parameter), ("relative_step", relative_step),
+                       ("warmup_init", warmup_init), ("compression", compression)):
+        check_bool(owner, name, flag)
+    beta1 = check_float(owner, "beta1", beta1, ints=True, low=0.0)
+    step = _adafactor_step(eps, clip_threshold, decay_rate, beta1, float(weight_decay),
+                           scale_parameter and fixed_lr, relative_step and fixed_lr, warmup_init, compression)
+    return o.build(step)

@@ -1,0 +1,270 @@
+"""MindSpore (2.x) / TinyMS Adam family: Adam (nesterov, amsgrad, lazy,
+offload), AdamWeightDecay, LazyAdam, AdamOffload, Lamb.
+
+Sources: ``mindspore/nn/optim/adam.py`` (``P.Adam``, ``AdamWeightDecay``,
+``AdamNoUpdateParam``), ``lazyadam.py``, ``lamb.py``; seed ``003_*.txt``.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._base import GradientTransformation, chain, context_value, identity, transformation
+from .._hyper import hyper_scalar
+from ..pieces import bias_correction, lazy_rows, scale_by_adam_moments, scale_by_lr
+from ..pieces._moments import MomentsState
+from ._common import check_bool, check_float, parse
+
+__all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState"]
+
+
+def _check_betas(owner, beta1, beta2, eps):
+    check_float(owner, "beta1", beta1, low=0.0, low_open=True, high=1.0, high_open=True)
+    check_float(owner, "beta2", beta2, low=0.0, low_open=True, high=1.0, high_open=True)
+    check_float(owner, "eps", eps, low=0.0, low_open=True)
+
+
+def _nesterov_adam_moments(beta1, beta2, eps) -> GradientTransformation:
+    """``P.Adam(use_nesterov=True)``: the usual EMAs, but emits
+    ``(beta1 * m + (1 - beta1) * g) / (sqrt(v) + eps)``."""
+
+    def init(params):
+        z = jax.tree.map(jnp.zeros_like, params)
+        return MomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
+                             "epsilon": hyper_scalar(eps)}, z, z)
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        h = state.hyper
+        b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
+        out = jax.tree.map(lambda m, v, g: (b1 * m + (1 - b1) * g) / (jnp.sqrt(v) + e), mu, nu, updates)
+        return out, MomentsState(h, mu, nu)
+
+    return transformation(init, update)
+
+
+class AmsgradState(NamedTuple):
+    hyper: dict
+    mu: object
+    nu: object
+    vhat: object
+
+
+def _amsgrad_moments(beta1, beta2, eps) -> GradientTransformation:
+    """``ApplyAdamWithAmsgradV2``: ``vhat = max(vhat, v)``; emits ``m / (sqrt(vhat) + eps)``."""
+
+    def init(params):
+        z = jax.tree.map(jnp.zeros_like, params)
+        return AmsgradState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
+                             "epsilon": hyper_scalar(eps)}, z, z, z)
+
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        h = state.hyper
+        b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
+        vhat = jax.tree.map(jnp.maximum, state.vhat, nu)
+        out = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + e), mu, vhat)
+        return out, AmsgradState(h, mu, nu, vhat)
+
+    return transformation(init, update)
+
+
+def _host_sharding(x):
+    """The pinned-host placement of ``x``'s device, or None where the backend
+    has no host memory kind (or ``x`` is being traced)."""
+    if isinstance(x, jax.core.Tracer) or not hasattr(x, "devices"):
+        return None
+    devs = list(x.devices())
+    if len(devs) != 1:
+        return None
+    try:
+        devs[0].memory("pinned_host")
+    except Exception:  # noqa: BLE001 - backends without memory kinds
+        return None
+    return jax.sharding.SingleDeviceSharding(devs[0], memory_kind="pinned_host")
+
+
+def _on_host(x) -> bool:
+    aval = getattr(x, "aval", None)
+    space = getattr(aval, "memory_space", None)
+    return space is not None and space == jax.memory.Space.Host
+
+
+def offloaded_moments(inner: GradientTransformation) -> GradientTransformation:
+    """Keeps ``inner``'s moment buffers (``mu``, ``nu``) in pinned host memory
+    where the JAX backend has that memory kind, on the device otherwise; they
+    are brought to the device for the arithmetic and written back, so the
+    numbers are those of ``inner`` (MindSpore AdamOffload's intent)."""
+
+    def move(tree, to_host):
+        if to_host:
+            return jax.tree.map(lambda x: jax.device_put(x, s) if (s := _host_sharding(x)) else x, tree)
+        return tree
+
+    def init(params):
+        s = inner.init(params)
+        return s._replace(mu=move(s.mu, True), nu=move(s.nu, True))
+
+    def update(updates, state, params=None, **extra_args):
+        host = [_on_host(x) for x in jax.tree.leaves((state.mu, state.nu))]
+        if any(host):
+            dev = jax.memory.Space.Device
+            to_dev = lambda x: jax.device_put(x, dev) if _on_host(x) else x  # noqa: E731
+            state = state._replace(mu=jax.tree.map(to_dev, state.mu), nu=jax.tree.map(to_dev, state.nu))
+        out, new = inner.update(updates, state, params, **extra_args)
+        if any(host):
+            hs = jax.memory.Space.Host
+            new = new._replace(mu=jax.tree.map(lambda x: jax.device_put(x, hs), new.mu),
+                               nu=jax.tree.map(lambda x: jax.device_put(x, hs), new.nu))
+        return out, new
+
+    return transformation(init, update)
+
+
+def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False, use_nesterov=False,
+         weight_decay=0.0, loss_scale=1.0, use_amsgrad=False, *, use_lazy=False, use_offload=False,
+         groups=None) -> GradientTransformation:
+    """MindSpore Adam (``nn.Adam`` -> ``P.Adam``)::
+
+        g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
+        m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g^2
+        w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps)
+        use_nesterov: m in the last line is beta1 * m + (1 - beta1) * g
+        use_amsgrad:  v in the last line is vhat = max(vhat, v)
+
+    Args:
+      beta1, beta2: floats in (0, 1); eps: float > 0 (hyperparameters).
+      use_locking: accepted and ignored (a JAX update has no concurrent writers).
+      use_nesterov, use_amsgrad, use_lazy, use_offload: bools (static);
+        use_lazy: only rows (first axis) touched by the gradient change,
+        moments included (`lazy_rows`); use_offload: moments in host memory
+        (`offloaded_moments`), no gradient centralization (as MindSpore).
+        amsgrad combines with neither.
+      Others as `gradxform.mindspore.momentum`.
+    """
+    owner = "mindspore.adam"
+    for name, flag in (("use_locking", use_locking), ("use_nesterov", use_nesterov),
+                       ("use_amsgrad", use_amsgrad), ("use_lazy", use_lazy), ("use_offload", use_offload)):
+        check_bool(owner, name, flag)
+    if use_lazy and use_offload:
+        raise ValueError(f"{owner}(use_lazy=True, use_offload=True): the two cannot both be True.")
+    if use_amsgrad and (use_lazy or use_offload):
+        raise ValueError(f"{owner}(use_amsgrad=True): not available with use_lazy or use_offload.")
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, allow_gc=not use_offload)
+    _check_betas(owner, beta1, beta2, eps)
+    if use_amsgrad:
+        moments = _amsgrad_moments(beta1, beta2, eps)
+    elif use_nesterov:
+        moments = _nesterov_adam_moments(beta1, beta2, eps)
+    else:
+        moments = scale_by_adam_moments(beta1, beta2, eps)
+    if use_offload:
+        moments = offloaded_moments(moments)
+    body = chain(o.head(), moments, bias_correction(beta1, beta2), scale_by_lr())
+    return o.build(lazy_rows(body) if use_lazy else body)
+
+
+def lazy_adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False, use_nesterov=False,
+              weight_decay=0.0, loss_scale=1.0, *, groups=None) -> GradientTransformation:
+    """MindSpore LazyAdam (``nn.LazyAdam``): `adam` where only the rows (first
+    axis) touched by the gradient change: a row whose gradient is all zero
+    keeps its weight and its moments (``FusedSparseLazyAdam``; the decay is
+    applied to touched rows only). ``eps`` defaults to 1e-8 as in MindSpore's
+    code (the seed says 1e-6). With dense gradients without zero rows this is `adam`."""
+    return adam(learning_rate, beta1, beta2, eps, use_locking, use_nesterov, weight_decay, loss_scale,
+                use_lazy=True, groups=groups)
+
+
+def adam_offload(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False, use_nesterov=False,
+                 weight_decay=0.0, loss_scale=1.0, *, groups=None) -> GradientTransformation:
+    """MindSpore AdamOffload (``nn.AdamOffload`` -> ``AdamNoUpdateParam`` on the host):
+    `adam`'s numbers; the moments live in pinned host memory where the JAX
+    backend supports memory kinds, on the device otherwise. No gradient
+    centralization (MindSpore's AdamOffload does not apply it)."""
+    return adam(learning_rate, beta1, beta2, eps, use_locking, use_nesterov, weight_decay, loss_scale,
+                use_offload=True, groups=groups)
+
+
+def adam_weight_decay(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *,
+                      groups=None) -> GradientTransformation:
+    """MindSpore AdamWeightDecay (``nn.AdamWeightDecay`` -> ``P.AdamWeightDecay``)::
+
+        m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g^2
+        update = m / (sqrt(v) + eps) + weight_decay * w      (no decay for 'beta'/'gamma')
+        w -= lr * update
+
+    No bias correction, no loss scale, no gradient centralization (MindSpore
+    has none of them here). ``weight_decay`` is decoupled from the moments.
+    """
+    owner = "mindspore.adam_weight_decay"
+    o = parse(owner, learning_rate, weight_decay, 1.0, groups, allow_gc=False)
+    _check_betas(owner, beta1, beta2, eps)
+    return o.build(scale_by_adam_moments(beta1, beta2, eps), o.decay(loss_scaled=False), scale_by_lr())
+
+
+class LambState(NamedTuple):
+    hyper: dict
+    mu: object
+    nu: object
+
+
+def _lamb_direction(beta1, beta2, eps) -> GradientTransformation:
+    """LAMB's layer-wise direction (the seed's formula, with bias correction
+    ``1 - beta^t``, ``t`` from the step context, and ``wd`` the per-leaf decay
+    published by the decay piece)::
+
+        m, v = EMAs;  r = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
+        u = r + wd * w;   emits |w| / |u| * u     (ratio 1 when |w| or |u| is 0)
+    """
+
+    def init(params):
+        z = jax.tree.map(jnp.zeros_like, params)
+        return LambState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
+                          "epsilon": hyper_scalar(eps)}, z, z)
+
+    def update(updates, state, params=None, **extra_args):
+        if params is None:
+            raise ValueError("mindspore.lamb: needs params; call update(grads, state, params).")
+        h = state.hyper
+        b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
+        count = context_value(extra_args, "count", "mindspore.lamb")
+        wd = context_value(extra_args, "wd", "mindspore.lamb")
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
+
+        def one(m, v, w, t, d):
+            t = t.astype(jnp.float32)
+            r = (m / (1 - b1 ** t)) / (jnp.sqrt(v / (1 - b2 ** t)) + e)
+            u = r + d * w
+            w_norm, u_norm = jnp.linalg.norm(w.reshape(-1)), jnp.linalg.norm(u.reshape(-1))
+            ratio = jnp.where((w_norm > 0) & (u_norm > 0), w_norm / jnp.where(u_norm > 0, u_norm, 1.0), 1.0)
+            return ratio * u
+
+        return jax.tree.map(one, mu, nu, params, count, wd), LambState(h, mu, nu)
+
+    return transformation(init, update)
+
+
+def lamb(learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *, groups=None) -> GradientTransformation:
+    """MindSpore Lamb (``nn.Lamb``), the seed's rule::
+
+        m, v = EMAs of g, g^2;  m^ = m / (1 - beta1^t);  v^ = v / (1 - beta2^t)
+        r = m^ / (sqrt(v^) + eps)
+        w -= lr * |w| / |r + wd * w| * (r + wd * w)      (wd = 0 for 'beta'/'gamma')
+
+    (The seed prints ``m / beta1^t``; that is a typo for the bias correction
+    above, which MindSpore applies.) No loss scale; gradient centralization
+    per group as MindSpore. MindSpore has no CPU kernel for Lamb, so this is
+    checked against a NumPy transcription of the seed only.
+    """
+    owner = "mindspore.lamb"
+    o = parse(owner, learning_rate, weight_decay, 1.0, groups)
+    _check_betas(owner, beta1, beta2, eps)
+    return o.build(o.decay(loss_scaled=False, add=False), o.centralize(),
+                   _lamb_direction(beta1, beta2, eps), scale_by_lr())

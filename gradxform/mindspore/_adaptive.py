@@ -1,0 +1,243 @@
+"""MindSpore (2.x) / TinyMS per-coordinate rules: Adagrad, ProximalAdagrad,
+FTRL, RMSProp.
+
+Sources: ``mindspore/nn/optim/ada_grad.py`` (``ApplyAdagrad``),
+``proximal_ada_grad.py`` (``ApplyProximalAdagrad``), ``ftrl.py``
+(``ApplyFtrl``), ``rmsprop.py`` (``ApplyRMSProp``/``ApplyCenteredRMSProp``).
+Each rule uses the learning rate inside its formula, so each is one piece
+that reads ``lr`` from the step context.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from .._base import GradientTransformation, context_value, transformation
+from .._hyper import hyper_scalar
+from ._common import check_bool, check_float, parse
+
+__all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "FtrlState", "RMSPropState"]
+
+
+class AccumState(NamedTuple):
+    hyper: dict
+    accum: object
+
+
+def _full(params, value):
+    return jax.tree.map(lambda p: jnp.full(jnp.shape(p), value, jnp.result_type(p)), params)
+
+
+def _adagrad_step(accum: float, update_slots: bool) -> GradientTransformation:
+    """``ApplyAdagrad``: ``h += g^2`` (when update_slots); emits ``-lr * g / sqrt(h)``."""
+
+    def init(params):
+        return AccumState({}, _full(params, accum))
+
+    def update(updates, state, params=None, **extra_args):
+        del params
+        lr = context_value(extra_args, "lr", "mindspore.adagrad")
+        h = jax.tree.map(lambda a, g: a + g * g, state.accum, updates) if update_slots else state.accum
+        out = jax.tree.map(lambda g, a, l: -l.astype(g.dtype) * g / jnp.sqrt(a), updates, h, lr)
+        return out, AccumState(state.hyper, h)
+
+    return transformation(init, update)
+
+
+def adagrad(accum=0.1, learning_rate=0.001, update_slots=True, loss_scale=1.0, weight_decay=0.0, *,
+            groups=None) -> GradientTransformation:
+    """MindSpore Adagrad (``nn.Adagrad`` -> ``ApplyAdagrad``)::
+
+        g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
+        h += g^2            (only when update_slots; h starts at accum)
+        w -= lr * g / sqrt(h)
+
+    (The seed prints ``h += g``; the kernel accumulates the square, as here.)
+    Args: accum: float >= 0; update_slots: bool (static); others as
+    `gradxform.mindspore.momentum`.
+    """
+    owner = "mindspore.adagrad"
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
+    accum = check_float(owner, "accum", accum, low=0.0)
+    check_bool(owner, "update_slots", update_slots)
+    return o.build(o.head(), _adagrad_step(accum, update_slots))
+
+
+def _proximal_adagrad_step(accum: float, l1: float, l2: float) -> GradientTransformation:
+    """``ApplyProximalAdagrad``::
+
+        h += g^2;  v = w - lr * g / sqrt(h)
+        w' = sign(v) / (1 + lr * l2) * max(|v| - lr * l1, 0);   emits w' - w
+    """
+
+    def init(params):
+        return AccumState({"l1": hyper_scalar(l1), "l2": hyper_scalar(l2)}, _full(params, accum))
+
+    def update(updates, state, params=None, **extra_args):
+        if params is None:
+            raise ValueError("mindspore.proximal_adagrad: needs params; call update(grads, state, params).")
+        lr = context_value(extra_args, "lr", "mindspore.proximal_adagrad")
+        l1, l2 = state.hyper["l1"], state.hyper["l2"]
+        h = jax.tree.map(lambda a, g: a + g * g, state.accum, updates)
+
+        def one(g, a, w, lr_):
+            v = w - lr_ * g / jnp.sqrt(a)
+            new = jnp.sign(v) / (1 + lr_ * l2) * jnp.maximum(jnp.abs(v) - lr_ * l1, 0.0)
+            return (new - w).astype(g.dtype)
+
+        return jax.tree.map(one, updates, h, params, lr), AccumState(state.hyper, h)
+
+    return transformation(init, update)
+
+
+def proximal_adagrad(accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking=False, loss_scale=1.0,
+                     weight_decay=0.0, *, groups=None) -> GradientTransformation:
+    """MindSpore ProximalAdagrad (``nn.ProximalAdagrad`` -> ``ApplyProximalAdagrad``)::
+
+        g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
+        h += g^2;   v = w - lr * g / sqrt(h)
+        w = sign(v) / (1 + lr * l2) * max(|v| - lr * l1, 0)
+
+    Args: accum, l1, l2: floats >= 0 (l1, l2 hyperparameters); use_locking
+    accepted and ignored; others as `gradxform.mindspore.momentum`.
+    """
+    owner = "mindspore.proximal_adagrad"
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
+    accum = check_float(owner, "accum", accum, low=0.0)
+    l1 = check_float(owner, "l1", l1, low=0.0)
+    l2 = check_float(owner, "l2", l2, low=0.0)
+    check_bool(owner, "use_locking", use_locking)
+    return o.build(o.head(), _proximal_adagrad_step(accum, l1, l2))
+
+
+class FtrlState(NamedTuple):
+    hyper: dict
+    accum: object
+    linear: object
+
+
+def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> GradientTransformation:
+    """``ApplyFtrl`` (``p = lr_power``)::
+
+        m' = m + g^2
+        u += g - (m'^-p - m^-p) / lr * w
+        w' = (sign(u) * l1 - u) / (m'^-p / lr + 2 * l2)  if |u| > l1  else 0;   emits w' - w
+    """
+
+    def init(params):
+        return FtrlState({"lr_power": hyper_scalar(lr_power), "l1": hyper_scalar(l1), "l2": hyper_scalar(l2)},
+                         _full(params, initial_accum), jax.tree.map(jnp.zeros_like, params))
+
+    def update(updates, state, params=None, **extra_args):
+        if params is None:
+            raise ValueError("mindspore.ftrl: needs params; call update(grads, state, params).")
+        lr_tree = context_value(extra_args, "lr", "mindspore.ftrl")
+        h = state.hyper
+        p, l1, l2 = h["lr_power"], h["l1"], h["l2"]
+
+        def one(g, m, u, w, lr):
+            m2 = m + g * g
+            pw_new, pw_old = jnp.power(m2, -p), jnp.power(m, -p)
+            u2 = u + g - (pw_new - pw_old) / lr * w
+            quad = pw_new / lr + 2 * l2
+            new = jnp.where(jnp.abs(u2) > l1, (jnp.sign(u2) * l1 - u2) / quad, 0.0)
+            return (new - w).astype(g.dtype), m2, u2
+
+        leaves, treedef = jax.tree.flatten(updates)
+        res = [one(*a) for a in zip(leaves, treedef.flatten_up_to(state.accum), treedef.flatten_up_to(state.linear),
+                                    treedef.flatten_up_to(params), treedef.flatten_up_to(lr_tree))]
+        col = lambda i: treedef.unflatten([r[i] for r in res])  # noqa: E731
+        return col(0), FtrlState(h, col(1), col(2))
+
+    return transformation(init, update)
+
+
+def ftrl(initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0, use_locking=False,
+         loss_scale=1.0, weight_decay=0.0, *, groups=None) -> GradientTransformation:
+    """MindSpore FTRL (``nn.FTRL`` -> ``ApplyFtrl``)::
+
+        g = (g + weight_decay * loss_scale * w) / loss_scale   (all parameters decayed)
+        m' = m + g^2;  u += g - (m'^-p - m^-p) / lr * w
+        w = (sign(u) * l1 - u) / (m'^-p / lr + 2 * l2)  if |u| > l1  else 0
+
+    Args: initial_accum >= 0; learning_rate: a float > 0 (no dynamic or
+    per-group learning rate, as MindSpore); lr_power <= 0; l1, l2 >= 0;
+    use_locking accepted and ignored. Without groups every parameter is
+    decayed (MindSpore's FTRL has no beta/gamma filter).
+    """
+    owner = "mindspore.ftrl"
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, float):
+        raise TypeError(f"{owner}(learning_rate=...): learning_rate must be a float; got {learning_rate!r}.")
+    check_float(owner, "learning_rate", learning_rate, low=0.0, low_open=True)
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, allow_dynamic_lr=False, allow_group_lr=False)
+    initial_accum = check_float(owner, "initial_accum", initial_accum, low=0.0)
+    lr_power = check_float(owner, "lr_power", lr_power, high=0.0)
+    l1 = check_float(owner, "l1", l1, low=0.0)
+    l2 = check_float(owner, "l2", l2, low=0.0)
+    check_bool(owner, "use_locking", use_locking)
+    return o.build(o.head(decay_filter=None), _ftrl_step(initial_accum, lr_power, l1, l2))
+
+
+class RMSPropState(NamedTuple):
+    hyper: dict
+    mean_square: object
+    mean_grad: object
+    moment: object
+
+
+def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool) -> GradientTransformation:
+    """``ApplyRMSProp`` / ``ApplyCenteredRMSProp`` (``ms`` starts at 1, MindSpore's init)::
+
+        ms = decay * ms + (1 - decay) * g^2;   mg = decay * mg + (1 - decay) * g   (centered)
+        mom = momentum * mom + lr * g / sqrt(ms + eps)   (centered: sqrt(ms - mg^2 + eps))
+        emits -mom
+    """
+
+    def init(params):
+        return RMSPropState({"decay": hyper_scalar(decay), "momentum": hyper_scalar(momentum),
+                             "epsilon": hyper_scalar(epsilon)},
+                            jax.tree.map(jnp.ones_like, params),
+                            jax.tree.map(jnp.zeros_like, params) if centered else (),
+                            jax.tree.map(jnp.zeros_like, params))
+
+    def update(updates, state, params=None, **extra_args):
+        del params
+        lr = context_value(extra_args, "lr", "mindspore.rmsprop")
+        h = state.hyper
+        d, mu, e = h["decay"], h["momentum"], h["epsilon"]
+        ms = jax.tree.map(lambda s, g: d * s + (1 - d) * g * g, state.mean_square, updates)
+        if centered:
+            mg = jax.tree.map(lambda s, g: d * s + (1 - d) * g, state.mean_grad, updates)
+            denom = jax.tree.map(lambda s, m: jnp.sqrt(s - m * m + e), ms, mg)
+        else:
+            mg = state.mean_grad
+            denom = jax.tree.map(lambda s: jnp.sqrt(s + e), ms)
+        mom = jax.tree.map(lambda m, g, q, l: mu * m + l * g / q, state.moment, updates, denom, lr)
+        return jax.tree.map(jnp.negative, mom), RMSPropState(h, ms, mg, mom)
+
+    return transformation(init, update)
+
+
+def rmsprop(learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locking=False, centered=False,
+            loss_scale=1.0, weight_decay=0.0, *, groups=None) -> GradientTransformation:
+    """MindSpore RMSProp (``nn.RMSProp``)::
+
+        g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
+        s = decay * s + (1 - decay) * g^2                  (s starts at 1)
+        m = momentum * m + lr * g / sqrt(s + epsilon)      (centered: sqrt(s - mg^2 + epsilon),
+        w -= m                                               mg = decay * mg + (1 - decay) * g)
+
+    The learning rate is inside the momentum (unlike MXNet/optax), so a
+    changing lr acts on new gradients only. Args: decay, momentum: floats >= 0;
+    epsilon: float > 0; centered (static); use_locking accepted and ignored.
+    """
+    owner = "mindspore.rmsprop"
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
+    decay = check_float(owner, "decay", decay, low=0.0)
+    momentum = check_float(owner, "momentum", momentum, low=0.0)
+    epsilon = check_float(owner, "epsilon", epsilon, low=0.0, low_open=True)
+    check_bool(owner, "use_locking", use_locking)
+    check_bool(owner, "centered", centered)
+    return o.build(o.head(), _rmsprop_step(decay, momentum, epsilon, centered))

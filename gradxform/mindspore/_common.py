@@ -1,0 +1,120 @@
+"""What every MindSpore optimizer shares (``mindspore.nn.Optimizer``, 2.x):
+the learning rate (fixed, list, or schedule, per group), weight decay with
+the beta/gamma filter or per group, gradient centralization, the static
+``loss_scale``, and the order MindSpore applies them in::
+
+    g = (g + weight_decay * loss_scale * w)      # decay_weight (filtered)
+    g = centralize(g)                            # gradients_centralization (groups)
+    g = g / loss_scale                           # scale_grad
+    lr = get_lr()  (at global_step, read before it is incremented)
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Callable
+
+from .._base import GradientTransformation, chain, identity
+from .._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay, parse_groups,
+                       unselected_frozen)
+from .._optimizer import finalize
+from ..pieces import centralize_gradients, track_step, unscale
+from ..schedules._common import as_schedule, check_number, on_completed_steps
+from ..schedules._mindspore import DynamicLR
+
+__all__ = ["MSOptions", "parse", "check_float", "check_bool"]
+
+
+def check_float(owner: str, name: str, value, *, ints: bool = False, **range_kw) -> float:
+    """MindSpore's ``check_value_type(name, value, [float])`` (ints too where
+    MindSpore converts them) and range check; errors name the argument."""
+    allowed = (int, float) if ints else (float,)
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        raise TypeError(f"{owner}({name}=...): {name} must be a float; got {value!r}.")
+    check_number(owner, name, value, **range_kw)
+    return float(value)
+
+
+def check_bool(owner: str, name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}({name}=...): {name} must be a bool; got {value!r}.")
+    return value
+
+
+def _ms_gc_select(owner, specs):
+    """MindSpore's rule for a group with grad_centralization=True: a parameter
+    with 3+ dimensions whose axis 1 is not a multiple of 16 is left as it is
+    (``_tensor_apply_grad_centralization``; warned here); every other
+    parameter of the group is selected, so a non-convolution one raises in
+    `centralize_gradients` (the seed's rule; MindSpore itself skips it silently)."""
+
+    def select(name, shape):
+        spec = next((s for s in specs if s.matches(name)), None)
+        if spec is None or not spec.grad_centralization:
+            return False
+        if len(shape) >= 3 and shape[1] % 16 != 0:
+            warnings.warn(f"{owner}: grad_centralization skipped for {name!r} of shape {tuple(shape)}: "
+                          "MindSpore centralizes only kernels whose axis 1 is a multiple of 16.",
+                          UserWarning, stacklevel=2)
+            return False
+        return True
+
+    return select
+
+
+@dataclasses.dataclass(frozen=True)
+class MSOptions:
+    owner: str
+    learning_rate: float
+    schedule: Callable | None
+    weight_decay: float
+    loss_scale: float
+    specs: Any
+    order: Any
+
+    @property
+    def grouped(self) -> bool:
+        return self.specs is not None
+
+    def step(self) -> GradientTransformation:
+        """`track_step` (the default lr) then the per-group lr override."""
+        sched = on_completed_steps(self.schedule) if self.schedule is not None else None
+        return chain(track_step(self.learning_rate, schedule=sched),
+                     group_learning_rate(self.owner, self.specs, self.order) if self.grouped else identity())
+
+    def decay(self, *, loss_scaled: bool = True, add: bool = True,
+              decay_filter: Callable[[str], bool] | None = beta_gamma_filter) -> GradientTransformation:
+        return group_weight_decay(self.owner, self.weight_decay, self.specs, self.order,
+                                  decay_filter=decay_filter, add=add,
+                                  loss_scale=self.loss_scale if loss_scaled else None)
+
+    def centralize(self) -> GradientTransformation:
+        if not self.grouped or not any(s.grad_centralization for s in self.specs):
+            return identity()
+        return centralize_gradients(_ms_gc_select(self.owner, self.specs), output_axis=0)
+
+    def unscale(self) -> GradientTransformation:
+        return unscale(self.loss_scale)
+
+    def head(self, *, decay_filter=beta_gamma_filter) -> GradientTransformation:
+        """``decay_weight -> gradients_centralization -> scale_grad``."""
+        return chain(self.decay(decay_filter=decay_filter), self.centralize(), self.unscale())
+
+    def build(self, *body: GradientTransformation) -> GradientTransformation:
+        return finalize(unselected_frozen(self.owner, self.specs, self.order, chain(self.step(), *body)))
+
+
+def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=None, *,
+          allow_dynamic_lr=True, allow_group_lr=True, allow_gc=True, check_loss_scale=True) -> MSOptions:
+    """Checks the base-class arguments at construction (MindSpore's
+    ``Optimizer.__init__`` rules) and returns the shared options."""
+    base, sched = as_schedule(owner, learning_rate, DynamicLR)
+    if sched is not None and not allow_dynamic_lr:
+        raise ValueError(f"{owner}(learning_rate=...): a dynamic learning rate is not supported; got {learning_rate!r}.")
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+        raise TypeError(f"{owner}(weight_decay=...): weight_decay must be a float or int; got {weight_decay!r}.")
+    check_number(owner, "weight_decay", weight_decay, low=0.0)
+    if check_loss_scale:
+        check_float(owner, "loss_scale", loss_scale, ints=True, low=0.0, low_open=True)
+    specs, order = parse_groups(owner, groups, allow_lr=allow_group_lr, allow_gc=allow_gc, list_cls=DynamicLR)
+    return MSOptions(owner, base, sched, float(weight_decay), float(loss_scale), specs, order)
