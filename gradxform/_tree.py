@@ -103,3 +103,11 @@ def select_tree(mask, new, old):
         return n
 
     return walk(new, old)
+
+
+def map_unzip(fn, n: int, tree, *rest):
+    """``jax.tree.map`` for a ``fn`` returning an ``n``-tuple per leaf; returns
+    ``n`` trees shaped like ``tree`` (an optimizer rule's update and its new
+    state buffers, computed together leaf by leaf)."""
+    out = jax.tree.map(fn, tree, *rest)
+    return jax.tree.transpose(jax.tree.structure(tree), jax.tree.structure((0,) * n), out)

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, chain, context_value, identity, transformation
 from .._hyper import check_range, hyper_scalar
+from .._tree import map_unzip
 from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adam_moments,
                       scale_by_adamax, scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
 from ._common import check_unit, parse_options
@@ -221,9 +222,8 @@ def _adadelta_direction(rho, epsilon):
             ad = r * ad + (1 - r) * delta * delta
             return delta, ag, ad
 
-        out = jax.tree.map(one, updates, state.acc_g, state.acc_delta)
-        pick = lambda i: jax.tree.map(lambda _, t: t[i], updates, out)  # noqa: E731
-        return pick(0), AdaDeltaState(state.hyper, pick(1), pick(2))
+        out, s1, s2 = map_unzip(one, 3, updates, state.acc_g, state.acc_delta)
+        return out, AdaDeltaState(state.hyper, s1, s2)
 
     return transformation(init, update)
 
@@ -272,9 +272,8 @@ def _ftml_step(beta1, beta2, epsilon):
             z = b1 * z + (1 - b1) * g - (d_t - b1 * d) * w
             return -z / d_t - w, d_t, v, z
 
-        out = jax.tree.map(one, updates, params, state.d, state.v, state.z, lr, count)
-        pick = lambda i: jax.tree.map(lambda _, t: t[i], updates, out)  # noqa: E731
-        return pick(0), FTMLState(h, pick(1), pick(2), pick(3))
+        out, s1, s2, s3 = map_unzip(one, 4, updates, params, state.d, state.v, state.z, lr, count)
+        return out, FTMLState(h, s1, s2, s3)
 
     return transformation(init, update)
 
@@ -321,9 +320,8 @@ def _ftrl_step(lamda1, beta):
             w_new = (jnp.sign(z) * l1 - z) / ((b + jnp.sqrt(n)) / l + d) * (jnp.abs(z) > l1)
             return w_new - w, z, n
 
-        out = jax.tree.map(one, updates, params, state.z, state.n, lr, wd)
-        pick = lambda i: jax.tree.map(lambda _, t: t[i], updates, out)  # noqa: E731
-        return pick(0), FtrlState(h, pick(1), pick(2))
+        out, s1, s2 = map_unzip(one, 3, updates, params, state.z, state.n, lr, wd)
+        return out, FtrlState(h, s1, s2)
 
     return transformation(init, update)
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, identity, transformation
 from .._hyper import check_range, hyper_scalar
+from .._tree import map_unzip
 from ..pieces import add_decoupled_weight_decay, ema, gated, lazy_rows, scale_by_lr, sign, trace
 from ._common import check_unit, parse_options
 
@@ -73,9 +74,8 @@ def _nesterov_step(momentum):
             w_new = w - mom + (mu + 1) * (mom - l * (g + d * w))
             return w_new - w, mom - l * (g + d * w_new)
 
-        out = jax.tree.map(one, updates, params, state.mom, lr, wd)
-        pick = lambda i: jax.tree.map(lambda _, t: t[i], updates, out)  # noqa: E731
-        return pick(0), NAGState(state.hyper, pick(1))
+        out, s1 = map_unzip(one, 2, updates, params, state.mom, lr, wd)
+        return out, NAGState(state.hyper, s1)
 
     return transformation(init, update)
 
