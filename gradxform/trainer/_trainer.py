@@ -126,10 +126,9 @@ class Trainer:
         state = self._tx.init(params)
         self._has_rescale = "rescale_grad" in hyper_names(state)
         self._scale = float(get_hyper(state, "rescale_grad")) if self._has_rescale else 1.0
-        self._params = ar.replicate(params, self._n, self._devices)
-        self._state = ar.replicate(state, self._n, self._devices)
-        self._residual = (ar.replicate([zeros_residual(x) for x in leaves], self._n, self._devices)
-                          if self._compression else [])
+        residual = [zeros_residual(x) for x in leaves] if self._compression else []
+        self._params, self._state, self._residual = ar.replicate(
+            (params, state, residual), self._n, self._devices)
         self._programs: dict = {}
 
     # -- properties ------------------------------------------------------------
@@ -338,8 +337,7 @@ class Trainer:
                           jax.tree.map(lambda x: abstract(x, True), self._state),
                           [abstract(r, False) for r in self._residual])
         loaded = load_state(fname, like=like, meta=self._meta())
-        params = ar.replicate(loaded["params"], self._n, self._devices)
-        state = ar.replicate(loaded["state"], self._n, self._devices)
+        params, state = ar.replicate((loaded["params"], loaded["state"]), self._n, self._devices)
         residual = ar.shard_leading(loaded["residual"], self._devices) if self._compression else []
         self._params, self._state, self._residual = params, state, residual
 

@@ -1,0 +1,129 @@
+"""Two processes on this machine's CPU, 2 devices each, reduce over all 4 devices.
+
+Each process runs this file as a script (``worker``): `jax.distributed.initialize`
+with a coordinator on 127.0.0.1, gloo CPU collectives (jax 0.10.2's default
+for ``jax_cpu_collectives_implementation``; set explicitly anyway), then the
+same Trainer code as one process would run, on its half of every global
+batch. Both must end with the same parameters as one process training on the
+whole batch on one device (float32 summation order only: rtol=1e-5,
+atol=1e-6), and with bit-identical parameters to each other.
+"""
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+TIMEOUT_S = 120
+STEPS = ("step", "step", "clip", "compiled")
+
+
+def _model():
+    import jax
+    import jax.numpy as jnp
+
+    k1, k2 = jax.random.split(jax.random.key(1))
+    params = {"dense": {"kernel": jax.random.normal(k1, (3, 4)) * 0.5, "bias": jnp.zeros(4)},
+              "out": jax.random.normal(k2, (4,)) * 0.5}
+
+    def loss_fn(p, batch):
+        x, y = batch
+        return jnp.sum((jnp.tanh(x @ p["dense"]["kernel"] + p["dense"]["bias"]) @ p["out"] - y) ** 2)
+
+    rng = np.random.RandomState(3)
+    batches = [(rng.randn(8, 3).astype(np.float32), rng.randn(8).astype(np.float32)) for _ in STEPS]
+    return params, loss_fn, batches
+
+
+def _train(trainer, loss_fn, batches):
+    """The training loop both sides run; ``batches`` are this process's share."""
+    import jax
+    import optax
+
+    def clip(g):
+        norm = optax.tree.norm(g)
+        return jax.tree.map(lambda x: x * jax.numpy.minimum(1.0, 0.5 / norm), g)
+
+    run = trainer.compile_step(loss_fn)
+    for how, batch in zip(STEPS, batches):
+        if how == "step":
+            trainer.step(trainer.grads(loss_fn, batch), 8)
+        elif how == "clip":
+            trainer.update(jax.vmap(clip)(trainer.allreduce_grads(trainer.grads(loss_fn, batch))), 8)
+        else:
+            run(batch, 8)
+    return trainer.params
+
+
+def worker(process_id: int, port: int, out: str) -> None:
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    sys.path.insert(0, REPO)
+    import jax
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                               process_id=process_id, initialization_timeout=60)
+    from gradxform import Trainer
+
+    assert jax.process_count() == 2 and jax.device_count() == 4 and jax.local_device_count() == 2
+    params, loss_fn, batches = _model()
+    mine = [jax.tree.map(lambda x: x[4 * process_id: 4 * process_id + 4], b) for b in batches]
+    trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01},
+                      compression_params=None)
+    final = _train(trainer, loss_fn, mine)
+    np.savez(out, **{"/".join(k): np.asarray(v) for k, v in
+                     [(("dense", "bias"), final["dense"]["bias"]), (("dense", "kernel"), final["dense"]["kernel"]),
+                      (("out",), final["out"])]})
+    jax.distributed.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_equal_one_process_on_the_whole_batch(tmp_path):
+    import jax
+
+    from gradxform import Trainer
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    outs = [tmp_path / f"p{i}.npz" for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, __file__, str(i), str(port), str(outs[i])], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    # the one-process reference runs while the workers start
+    params, loss_fn, batches = _model()
+    single = Trainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01},
+                     devices=jax.devices()[:1])
+    want = _train(single, loss_fn, batches)
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=TIMEOUT_S)[0])
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        raise AssertionError(f"the two processes did not finish in {TIMEOUT_S} s:\n"
+                             + "\n".join(p.communicate()[0][-3000:] for p in procs)) from None
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-4000:]
+
+    got = [dict(np.load(o)) for o in outs]
+    for name, value in got[0].items():
+        np.testing.assert_array_equal(value, got[1][name])  # both processes hold the same model
+        keys = name.split("/")
+        ref = want[keys[0]] if len(keys) == 1 else want[keys[0]][keys[1]]
+        np.testing.assert_allclose(value, np.asarray(ref), rtol=1e-5, atol=1e-6, err_msg=name)
+    assert not np.allclose(got[0]["out"], np.asarray(params["out"]))  # it did train
+
+
+if __name__ == "__main__":
+    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
