@@ -2,10 +2,24 @@
 
 Each reader returns a state for a gradxform optimizer ``tx`` (made with
 `gradxform.create` and the run's hyperparameters) such that the next
-``tx.update`` computes the framework's next step. No framework is needed, and
-no file is unpickled without an allow-list (see `UnsafePickleError`).
+``tx.update`` computes the framework's next step:
+
+* `from_gluon_states`: Gluon ``Trainer.save_states`` / Module ``.states`` (MXNet 1.x);
+* `from_mindspore_checkpoint`: a MindSpore ``.ckpt`` of the optimizer (protobuf);
+* `from_paddle_state_dict`: Paddle ASGD ``opt.state_dict()`` or its ``.pdopt`` file.
+
+No framework is needed, and no file is unpickled without an allow-list (see
+`UnsafePickleError`). Every problem (a missing or extra entry, a shape that
+does not fit, a state for another optimizer) is a `MigrateError` raised
+before anything is built.
 """
 from ._gluon import from_gluon_states, read_gluon_states
+from ._mindspore import from_mindspore_checkpoint, read_mindspore_checkpoint
+from ._paddle import from_paddle_state_dict, read_paddle_state_dict
 from ._pickle import MigrateError, UnsafePickleError
 
-__all__ = ["from_gluon_states", "read_gluon_states", "MigrateError", "UnsafePickleError"]
+__all__ = [
+    "from_gluon_states", "from_mindspore_checkpoint", "from_paddle_state_dict",
+    "read_gluon_states", "read_mindspore_checkpoint", "read_paddle_state_dict",
+    "MigrateError", "UnsafePickleError",
+]

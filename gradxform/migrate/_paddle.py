@@ -1,0 +1,211 @@
+"""Reading a Paddle ASGD optimizer state (``paddle.save(opt.state_dict(), 'x.pdopt')``) without Paddle.
+
+Format (Paddle 3.x dygraph; ``tools/PADDLE_NOTES.md`` section 3): a plain
+pickle (protocol 2-4) of a dict whose values are numpy arrays::
+
+    "<param>_d_<u>"  float, param shape            running sum of the stored gradients
+    "<param>_y_<u>"  float, [batch_num, *shape]   the last batch_num gradients (ring buffer)
+    "<param>_m_<u>"  int64, [1]                   steps applied to the parameter
+    "LR_Scheduler"   {"last_epoch": int, "last_lr": float, ...}   when the lr is a scheduler
+    "master_weights" {param: array}               multi_precision float16/bfloat16 only
+    "StructuredToParameterName@@"                 bookkeeping, ignored
+
+``<param>`` is the Paddle parameter name (``linear_0.w_0``) and ``<u>`` a
+per-process unique-name counter (``_0`` in a fresh process); an optimizer
+built with ``name='foo'`` writes ``<param>_foo_d_<u>``. The pickle is read
+with the restricted unpickler: only numpy arrays, dtypes and scalars.
+"""
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from typing import Any, Mapping
+
+import jax
+import numpy as np
+
+from .._tree import param_names
+from ._pickle import NUMPY_GLOBALS, MigrateError, safe_loads
+from ._state import Slot, fill_state
+
+__all__ = ["read_paddle_state_dict", "from_paddle_state_dict"]
+
+WHO = "from_paddle_state_dict"
+_IGNORED = ("StructuredToParameterName@@",)
+_SPECIAL = ("LR_Scheduler", "master_weights")
+
+
+def _to_numpy(v, key: str):
+    if isinstance(v, np.ndarray):
+        return v
+    if isinstance(v, (dict, str, int, float)) or v is None:
+        return v
+    if hasattr(v, "numpy"):  # a paddle Tensor, when the dict comes straight from opt.state_dict()
+        return np.asarray(v.numpy())
+    if hasattr(v, "__array__"):
+        return np.asarray(v)
+    raise MigrateError(f"{WHO}: entry {key!r} is a {type(v).__name__}; expected an array.")
+
+
+def read_paddle_state_dict(path_or_dict) -> dict[str, Any]:
+    """The optimizer state dict as ``{key: numpy array | dict}`` (bookkeeping removed)."""
+    if isinstance(path_or_dict, Mapping):
+        raw, label = dict(path_or_dict), "state_dict"
+    else:
+        if hasattr(path_or_dict, "read"):
+            data, label = path_or_dict.read(), getattr(path_or_dict, "name", "<file>")
+        else:
+            label = os.fspath(path_or_dict)
+            with open(label, "rb") as f:
+                data = f.read()
+        raw = safe_loads(data, f"{WHO}({label!r})", allowed=(NUMPY_GLOBALS,))
+        if not isinstance(raw, dict):
+            raise MigrateError(f"{WHO}({label!r}): expected a dict (paddle.save(opt.state_dict(), ...)); "
+                               f"got {type(raw).__name__}.")
+    out = {}
+    for k, v in raw.items():
+        if k in _IGNORED:
+            continue
+        if not isinstance(k, str):
+            raise MigrateError(f"{WHO}({label!r}): key {k!r} is not a string.")
+        if k == "master_weights" and isinstance(v, Mapping):
+            out[k] = {mk: _to_numpy(mv, f"master_weights[{mk!r}]") for mk, mv in v.items()}
+        else:
+            out[k] = _to_numpy(v, k)
+    return out
+
+
+def _accumulators(sd: dict, pname: str, gname: str) -> dict[str, tuple[str, np.ndarray]]:
+    pat = re.compile(r"^" + re.escape(pname) + r"_(?:.+_)?([dym])_\d+$")
+    found: dict[str, tuple[str, np.ndarray]] = {}
+    for key, v in sd.items():
+        m = pat.match(key)
+        if m is None or key in _SPECIAL:
+            continue
+        acc = m.group(1)
+        if acc in found:
+            raise MigrateError(f"{WHO}: parameter {gname!r} (Paddle {pname!r}) has two '{acc}' accumulators "
+                               f"({found[acc][0]!r}, {key!r}); keep one optimizer's entries.")
+        found[acc] = (key, v)
+    return found
+
+
+def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | None = None):
+    """The gradxform state of ``tx`` (``gradxform.create('paddle.asgd', ...)``
+    with the run's hyperparameters) continuing a Paddle ASGD run.
+
+    Restores each parameter's ``d``, ``y`` ring buffer and step count ``m``
+    and, when the run used an ``LRScheduler``, the schedule position
+    (``last_epoch``), so the next ``tx.update`` is Paddle's next ``opt.step()``.
+
+    Args:
+      path_or_dict: a ``.pdopt`` file (path or binary file object) or the
+        state dict itself (numpy arrays or Paddle tensors).
+      params: the parameters (as for ``tx.init``).
+      tx: the gradxform optimizer.
+      names: gradxform parameter name ('/'-joined key path) -> Paddle
+        parameter name (``linear_0.w_0``); default identical.
+
+    Raises: `MigrateError` naming the parameter for a missing or extra entry
+    or a shape/dtype that does not fit; `UnsafePickleError` for a pickle
+    naming anything but numpy arrays.
+    """
+    sd = read_paddle_state_dict(path_or_dict)
+    gnames = param_names(params)
+    leaves = jax.tree.leaves(params)
+    names = dict(names or {})
+    unknown = sorted(set(names) - set(gnames))
+    if unknown:
+        raise MigrateError(f"{WHO}(names=...): {unknown[0]!r} is not a parameter name; the names are "
+                           f"{gnames[:8]}{' ...' if len(gnames) > 8 else ''}.")
+    state0 = tx.init(params)
+    return _fill_asgd(sd, params, leaves, gnames, names, state0, tx)
+
+
+def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
+    del tx
+    keys = [k for k in sd if k not in _SPECIAL]
+    used: set[str] = set()
+    d_vals, y_vals, counts, masters = [], [], [], []
+    pnames = []
+    for g, leaf in zip(gnames, leaves):
+        p = names.get(g, g)
+        if g not in names and "/" in g and not any(k.startswith(p + "_") for k in keys):
+            p = g.replace("/", ".")
+        pnames.append(p)
+        acc = _accumulators({k: sd[k] for k in keys}, p, g)
+        for a in "dym":
+            if a not in acc:
+                raise MigrateError(f"{WHO}: no '{a}' accumulator ('{p}_{a}_0') for parameter {g!r}"
+                                   + ("" if p == g else f" (Paddle name {p!r})") + "; pass names={gradxform "
+                                   "name: Paddle name} if they differ.")
+        shape = tuple(np.shape(leaf))
+        (kd, d), (ky, y), (km, m) = acc["d"], acc["y"], acc["m"]
+        used.update((kd, ky, km))
+        for key, arr in ((kd, d), (ky, y), (km, m)):
+            if not isinstance(arr, np.ndarray):
+                raise MigrateError(f"{WHO}: {key!r} is a {type(arr).__name__}, not an array.")
+        if d.shape != shape:
+            raise MigrateError(f"{WHO}: {kd!r} has shape {d.shape} but parameter {g!r} has shape {shape}; was "
+                               "the state saved for other parameters?")
+        if y.shape[1:] != shape:
+            raise MigrateError(f"{WHO}: {ky!r} has shape {y.shape}; parameter {g!r} of shape {shape} needs "
+                               f"(batch_num,) + {shape}.")
+        if m.size != 1 or not np.issubdtype(m.dtype, np.integer):
+            raise MigrateError(f"{WHO}: {km!r} should be one integer step count; got {m.dtype} {m.shape}.")
+        d_vals.append(d)
+        y_vals.append(y)
+        counts.append(int(m.reshape(-1)[0]))
+        mw = (sd.get("master_weights") or {}).get(p)
+        masters.append(None if mw is None else np.asarray(mw))
+    extra = sorted(set(keys) - used)
+    if extra:
+        raise MigrateError(f"{WHO}: the state has {extra[0]!r}, which belongs to no parameter in params "
+                           f"({len(extra)} such entries); was it saved for another model?")
+    leaf_y = jax.tree.leaves(_find_field(state0, "ASGDState", "y"))
+    for g, y, t in zip(gnames, y_vals, leaf_y):
+        if t is not None and y.shape[0] != np.shape(t)[0]:
+            raise MigrateError(f"{WHO}: parameter {g!r} keeps {y.shape[0]} gradients (batch_num={y.shape[0]}) "
+                               f"in the file but tx was made with batch_num={np.shape(t)[0]}.")
+    per_leaf = {Slot("ASGDState", "d"): d_vals, Slot("ASGDState", "y"): y_vals}
+    if any(m is not None for m in masters):
+        per_leaf[Slot("MasterWeightsState", "master")] = masters
+    count = np.asarray(counts, np.int32)
+    position = int(count.max()) if len(count) else 0
+    whole = {Slot("StepState", "count"): count}
+    sched = sd.get("LR_Scheduler")
+    if sched is not None:
+        if not isinstance(sched, dict) or "last_epoch" not in sched:
+            raise MigrateError(f"{WHO}: 'LR_Scheduler' should be a scheduler state dict with 'last_epoch'.")
+        last_epoch = int(sched["last_epoch"])
+        if last_epoch != position:
+            warnings.warn(f"{WHO}: the LRScheduler was stepped {last_epoch} times over {position} optimizer "
+                          "steps; gradxform advances a schedule once per update, so the learning rate "
+                          "continues from the scheduler's position but then moves once per update.",
+                          UserWarning, stacklevel=3)
+        position = last_epoch
+        if "best" in sched:  # ReduceOnPlateau
+            best = sched.get("best")
+            whole.update({Slot("PlateauState", "last_lr"): np.float32(sched["last_lr"]),
+                          Slot("PlateauState", "best"): np.float32(0.0 if best is None else best),
+                          Slot("PlateauState", "has_best"): np.asarray(best is not None),
+                          Slot("PlateauState", "num_bad_epochs"): np.int32(sched.get("num_bad_epochs", 0)),
+                          Slot("PlateauState", "cooldown_counter"): np.int32(sched.get("cooldown_counter", 0))})
+    whole[Slot("StepState", "num_update")] = np.asarray(position, np.int32)
+    hint = "was tx made with gradxform.create('paddle.asgd', ...) (and the run's LRScheduler)?"
+    return fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
+
+
+def _find_field(state, cls: str, field: str):
+    """The first ``cls.field`` in ``state`` (None when there is none)."""
+    stack = [state]
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            if type(node).__name__ == cls and field in node._fields:
+                return getattr(node, field)
+            stack.extend(getattr(node, f) for f in node._fields)
+        elif isinstance(node, (tuple, list)):
+            stack.extend(node)
+    return None
