@@ -54,10 +54,14 @@ def test_matches_mxnet(path):
             "multi_precision") else _nothing():
         state = tx.init(params)
 
-    @jax.jit
     def step(params, state, grads):
         updates, state = tx.update(grads, state, params)
         return gx.apply_updates(params, updates), state
+
+    if "wd_rescale_clip" in path.stem or "fp16" in path.stem:
+        # the compiled step is checked on these; elsewhere op by op is as exact and
+        # skips a compile per case (jit == op-by-op is a property test for every optimizer)
+        step = jax.jit(step)
 
     for t, g in enumerate(grads):
         params, state = step(params, state, [jax.numpy.asarray(x) for x in g])
