@@ -193,6 +193,13 @@ def test_set_learning_rate_does_not_recompile():
     t.step(t.grads(loss_fn, BATCHES[2]), 8)
     assert len(traces) == 1
     assert t.learning_rate == pytest.approx(0.05)
+    run = t.compile_step(loss_fn)  # the fused program: traced once more, then never again
+    run(BATCHES[0], 8)
+    t.set_learning_rate(0.0)
+    frozen = t.params
+    run(BATCHES[1], 2)
+    assert len(traces) == 2
+    assert_equal(t.params, frozen)
     with pytest.raises(ValueError, match="learning_rate"):
         t.set_learning_rate(-1.0)
 
@@ -271,20 +278,22 @@ def test_skip_nonfinite_keeps_everything():
     assert_equal([np.asarray(x) for x in t._residual], r)
 
 
-def test_resume_is_bit_exact(tmp_path):
-    opt = ("adam", {"learning_rate": 0.01, "wd": 0.001,
-                    "lr_scheduler": lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.01)})
-    comp = {"type": "2bit", "threshold": 0.05}
+@pytest.mark.parametrize("opt,comp", [
+    (("adam", {"learning_rate": 0.01, "wd": 0.001,
+               "lr_scheduler": lr_scheduler.FactorScheduler(step=2, factor=0.5, base_lr=0.01)}),
+     {"type": "2bit", "threshold": 0.05}),
+    (("sgld", {"learning_rate": 0.01, "seed": 3}), None),  # the PRNG key resumes too
+], ids=["adam-schedule-2bit", "sgld"])
+def test_resume_is_bit_exact(tmp_path, opt, comp):
     full = Trainer(init_params(), *opt, compression_params=comp)
-    for batch in BATCHES:
+    for k, batch in enumerate(BATCHES):
+        if k == 2:
+            full.save_states(tmp_path / "t.states")  # k = 2 of n = 4 steps
+            lr_at_save = full.learning_rate
         full.step(full.grads(loss_fn, batch), 8)
-    first = Trainer(init_params(), *opt, compression_params=comp)
-    for batch in BATCHES[:2]:
-        first.step(first.grads(loss_fn, batch), 8)
-    first.save_states(tmp_path / "t.states")
     resumed = Trainer(init_params(), *opt, compression_params=comp)  # fresh parameters
     resumed.load_states(tmp_path / "t.states")
-    assert resumed.learning_rate == first.learning_rate
+    assert resumed.learning_rate == lr_at_save
     for batch in BATCHES[2:]:
         resumed.step(resumed.grads(loss_fn, batch), 8)
     assert_equal(resumed.params, full.params)

@@ -247,6 +247,8 @@ class Trainer:
         copy (``jax.vmap(fn)(summed)``) and pass it to `update`.
         """
         present, g_leaves, _ = self._split_grads(grads, "allreduce_grads", need_mapped=True)
+        if not any(present):
+            return grads
         program = self._program(("reduce",), lambda: ar.build_reduce(self._compression, self._devices))
         summed, residual = program(g_leaves, self._residual_of(present))
         self._set_residual(present, residual)
