@@ -404,3 +404,13 @@ def test_lbsgd_accumulators_round_trip(tmp_path, monkeypatch):
     for n in names:
         np.testing.assert_array_equal(np.asarray(p1[n]), np.asarray(p2[n]))
     assert np.any(np.asarray(acc.cum_grad["a"]) != 0)  # the file was written mid-accumulation
+
+
+def test_scheduler_mismatch_warns():
+    z, meta = load("sgd_mom_clip_sched")
+    params = params_at(z, meta, 4)
+    no_sched = dict(meta["optimizer_params"])
+    no_sched.pop("lr_scheduler")
+    tx = gx.create("sgd", rescale_grad=1 / meta["batch_size"], **no_sched)
+    with pytest.warns(UserWarning, match="FactorScheduler"):
+        from_gluon_states(states_file("sgd_mom_clip_sched", meta), params, tx)

@@ -152,3 +152,26 @@ def test_truncated_file(tmp_path):
         f.write_bytes(data[:cut])
         with pytest.raises(MigrateError, match="truncated|cannot read"):
             from_paddle_state_dict(f, params_at(z, meta, 4), make_tx(meta))
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_numpy_pickles_of_every_protocol(tmp_path, protocol):
+    """paddle.save writes protocols 2-4; numpy arrays and scalars of any protocol are read."""
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    f = tmp_path / "x.pdopt"
+    f.write_bytes(pickle.dumps({"w_d_0": a, "w_m_0": np.array([3], np.int64), "s": np.float64(0.5),
+                                "LR_Scheduler": {"last_epoch": 3, "last_lr": 0.5}}, protocol=protocol))
+    sd = read_paddle_state_dict(f)
+    np.testing.assert_array_equal(sd["w_d_0"], a)
+    assert sd["w_m_0"].dtype == np.int64 and sd["s"] == 0.5 and sd["LR_Scheduler"]["last_epoch"] == 3
+
+
+def test_build_on_an_allowed_function_is_rejected(tmp_path):
+    """A stream may try BUILD on an allowed global (setting attributes on it); refused."""
+    f = tmp_path / "x.pdopt"
+    f.write_bytes(b"cnumpy\ndtype\n(dS'__defaults__'\n(I1\ntsb.")
+    with pytest.raises(UnsafePickleError, match="modify an allowed function"):
+        read_paddle_state_dict(f)
+    f.write_bytes(pickle.dumps({"a": np.zeros(2, object)}))
+    with pytest.raises(UnsafePickleError, match="object"):
+        read_paddle_state_dict(f)

@@ -185,6 +185,16 @@ def _np_scalar(dtype, data=None):
     return np.frombuffer(data, dtype, 1)[0]
 
 
+def _np_frombuffer(buf, dtype, shape, order):
+    """numpy's protocol-5 array rebuild (``numpy.core.numeric._frombuffer``)."""
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise UnsafePickleError("numpy object arrays are not allowed.")
+    if order not in ("C", "F"):
+        raise UnsafePickleError(f"numpy _frombuffer: order {order!r} is not allowed.")
+    return np.frombuffer(bytes(buf), dtype).reshape(shape, order=order).copy()
+
+
 def _np_dtype(spec, align=False, copy=False):
     dt = np.dtype(spec, align=align, copy=copy)
     if dt.hasobject:
@@ -197,6 +207,25 @@ def _reconstructor(cls, base, state):
     if not (isinstance(cls, type) and issubclass(cls, PickledObject)) or base is not object:
         raise UnsafePickleError(f"copyreg._reconstructor of {cls!r}: not an allowed class.")
     return cls()
+
+
+class _Guarded:
+    """An allowed function, shielded from the pickle's BUILD opcode (which would
+    otherwise set attributes such as ``__defaults__`` on the function itself)."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn):
+        object.__setattr__(self, "_fn", fn)
+
+    def __call__(self, *args, **kwargs):
+        return self._fn(*args, **kwargs)
+
+    def __setstate__(self, state):
+        raise UnsafePickleError("the pickle tries to modify an allowed function; not a state file.")
+
+    def __setattr__(self, name, value):
+        raise UnsafePickleError("the pickle tries to modify an allowed function; not a state file.")
 
 
 _RECORD_CACHE: dict[str, type] = {}
@@ -226,17 +255,20 @@ MXNET_GLOBALS: dict[tuple[str, str], Any] = {
 }
 
 NUMPY_GLOBALS: dict[tuple[str, str], Any] = {
-    **{(mod, "_reconstruct"): _np_reconstruct for mod in ("numpy.core.multiarray", "numpy._core.multiarray")},
-    **{(mod, "scalar"): _np_scalar for mod in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{(mod, "_reconstruct"): _Guarded(_np_reconstruct)
+       for mod in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{(mod, "scalar"): _Guarded(_np_scalar) for mod in ("numpy.core.multiarray", "numpy._core.multiarray")},
+    **{(mod, "_frombuffer"): _Guarded(_np_frombuffer) for mod in ("numpy.core.numeric", "numpy._core.numeric")},
     ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): _np_dtype,
+    ("numpy", "dtype"): _Guarded(_np_dtype),
 }
 
 _BASIC_GLOBALS: dict[tuple[str, str], Any] = {
     ("builtins", "bytearray"): bytearray, ("__builtin__", "bytearray"): bytearray,
     ("builtins", "object"): object, ("__builtin__", "object"): object,
-    ("copyreg", "_reconstructor"): _reconstructor, ("copy_reg", "_reconstructor"): _reconstructor,
-    ("_codecs", "encode"): lambda s, enc="utf-8": str(s).encode(_safe_codec(enc)),
+    ("copyreg", "_reconstructor"): _Guarded(_reconstructor),
+    ("copy_reg", "_reconstructor"): _Guarded(_reconstructor),
+    ("_codecs", "encode"): _Guarded(lambda s, enc="utf-8": str(s).encode(_safe_codec(enc))),
 }
 
 
