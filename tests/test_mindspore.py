@@ -1,0 +1,370 @@
+"""gradxform.mindspore against NumPy transcriptions of the seed's formulas
+(TinyMS/MindSpore docs, ../shared/seeds/003), 12 steps each, float32,
+rtol 1e-5 / atol 1e-6; plus argument checks, names, hyperparameters, offload."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradxform as gx
+from gradxform import mindspore as M
+from gradxform import schedules as S
+
+STEPS = 12
+SHAPES = {"dense/weight": (3, 4), "dense/bias": (4,), "bn/gamma": (2, 3)}
+
+
+def data(seed=0, zero_rows=False):
+    rng = np.random.default_rng(seed)
+    w0 = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+    gs = [{k: (0.5 * rng.standard_normal(s)).astype(np.float32) for k, s in SHAPES.items()} for _ in range(STEPS)]
+    if zero_rows:
+        for t, g in enumerate(gs):
+            g["dense/weight"][t % 3] = 0.0
+    return w0, gs
+
+
+def run(tx, w0, gs):
+    params = {k: jnp.asarray(v) for k, v in w0.items()}
+    state = tx.init(params)
+    step = jax.jit(tx.update)
+    for g in gs:
+        u, state = step({k: jnp.asarray(v) for k, v in g.items()}, state, params)
+        params = gx.apply_updates(params, u)
+    return {k: np.asarray(v) for k, v in params.items()}, state
+
+
+def reference(w0, gs, step, init, decay=0.0, ls=1.0, filt=lambda n: "beta" not in n and "gamma" not in n):
+    """The MindSpore base class around a per-parameter NumPy rule ``step(w, g, s, t, name)``."""
+    w = {k: v.astype(np.float64) for k, v in w0.items()}
+    s = {k: init(v) for k, v in w.items()}
+    for t, g in enumerate(gs, 1):
+        for k in w:
+            gg = g[k].astype(np.float64)
+            if decay and filt(k):
+                gg = gg + decay * ls * w[k]
+            w[k], s[k] = step(w[k], gg / ls, s[k], t, k)
+    return w
+
+
+def close(got, want):
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+Z = np.zeros_like
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_momentum(nesterov):
+    w0, gs = data()
+    lr, u = 0.1, 0.9
+
+    def step(w, g, v, t, k):
+        v = v * u + g
+        return (w - (g * lr + v * u * lr) if nesterov else w - lr * v), v
+
+    got, _ = run(M.momentum(lr, u, weight_decay=0.01, loss_scale=4.0, use_nesterov=nesterov), w0, gs)
+    close(got, reference(w0, gs, step, Z, decay=0.01, ls=4.0))
+
+
+@pytest.mark.parametrize("kw", [dict(momentum=0.9, dampening=0.2), dict(momentum=0.9, nesterov=True),
+                                dict(momentum=0.0)])
+def test_sgd_first_step_rule(kw):
+    w0, gs = data()
+    mu, d, nest = kw.get("momentum", 0.0), kw.get("dampening", 0.0), kw.get("nesterov", False)
+
+    def step(w, g, s, t, k):
+        v, first = s
+        if mu > 0:
+            v = g if first else mu * v + (1 - d) * g
+            g = g + mu * v if nest else v
+        return w - 0.1 * g, (v, False)
+
+    got, _ = run(M.sgd(0.1, weight_decay=0.01, **kw), w0, gs)
+    close(got, reference(w0, gs, step, lambda x: (Z(x), True), decay=0.01))
+
+
+@pytest.mark.parametrize("variant", ["plain", "nesterov", "amsgrad", "lazy", "offload"])
+def test_adam_variants(variant):
+    w0, gs = data(zero_rows=variant == "lazy")
+    lr, b1, b2, eps = 0.01, 0.9, 0.999, 1e-8
+
+    def step(w, g, s, t, k):
+        m, v, vh, n = s
+        rows = np.any(g.reshape(g.shape[0], -1) != 0, axis=1) if variant == "lazy" and g.ndim > 1 else None
+        n = n + 1
+        m2, v2 = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        vh2 = np.maximum(vh, v2)
+        num = b1 * m2 + (1 - b1) * g if variant == "nesterov" else m2
+        den = np.sqrt(vh2 if variant == "amsgrad" else v2) + eps
+        w2 = w - lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * num / den
+        if rows is not None:
+            r = rows[:, None]
+            w2, m2, v2 = np.where(r, w2, w), np.where(r, m2, m), np.where(r, v2, v)
+        return w2, (m2, v2, vh2, n)
+
+    kw = {"plain": {}, "nesterov": dict(use_nesterov=True), "amsgrad": dict(use_amsgrad=True),
+          "lazy": dict(use_lazy=True), "offload": dict(use_offload=True)}[variant]
+    wd = 0.0 if variant == "lazy" else 0.01  # lazy rows are judged on the raw gradient, before decay
+    got, _ = run(M.adam(lr, weight_decay=wd, **kw), w0, gs)
+    close(got, reference(w0, gs, step, lambda x: (Z(x), Z(x), Z(x), 0), decay=wd))
+
+
+def test_lazy_adam_leaves_untouched_rows_alone():
+    w0, gs = data()
+    for g in gs:
+        g["dense/weight"][1] = 0.0
+    got, state = run(M.lazy_adam(0.01), w0, gs)
+    np.testing.assert_array_equal(got["dense/weight"][1], w0["dense/weight"][1])
+    moments = [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(x := s, "mu")]
+    assert np.all(np.asarray(moments[0].mu["dense/weight"])[1] == 0)
+
+
+def test_adam_offload_state_in_host_memory_and_same_numbers():
+    w0, gs = data()
+    off, s_off = run(M.adam_offload(0.01), w0, gs)
+    ref, _ = run(M.adam(0.01), w0, gs)
+    close(off, ref)
+    mu = [s for s in jax.tree.leaves(s_off, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")][0].mu
+    kinds = {x.sharding.memory_kind for x in jax.tree.leaves(mu)}
+    try:
+        jax.devices()[0].memory("pinned_host")
+        assert kinds == {"pinned_host"}
+    except Exception:  # noqa: BLE001 - a backend without memory kinds keeps them on the device
+        assert "pinned_host" not in kinds
+
+
+def test_adam_weight_decay():
+    w0, gs = data()
+    lr, b1, b2, eps, wd = 0.01, 0.9, 0.999, 1e-6, 0.1
+
+    def step(w, g, s, t, k):
+        m, v = s
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        upd = m / (np.sqrt(v) + eps) + (wd * w if "gamma" not in k else 0)
+        return w - lr * upd, (m, v)
+
+    got, _ = run(M.adam_weight_decay(lr, weight_decay=wd), w0, gs)
+    close(got, reference(w0, gs, step, lambda x: (Z(x), Z(x))))
+
+
+def test_lamb():
+    w0, gs = data()
+    lr, b1, b2, eps, wd = 0.01, 0.9, 0.999, 1e-6, 0.01
+
+    def step(w, g, s, t, k):
+        m, v = s
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        r = (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+        u = r + (wd if "gamma" not in k else 0.0) * w
+        return w - lr * np.linalg.norm(w) / np.linalg.norm(u) * u, (m, v)
+
+    got, _ = run(M.lamb(lr, weight_decay=wd), w0, gs)
+    close(got, reference(w0, gs, step, lambda x: (Z(x), Z(x))))
+
+
+@pytest.mark.parametrize("use_clip", [False, True])
+def test_lars_over_momentum(use_clip):
+    w0, gs = data()
+    lr, u, eps, coef, wd, ls = 0.1, 0.9, 1e-5, 0.02, 0.01, 2.0
+
+    def step(w, g, v, t, k):
+        if "bias" not in k:
+            d = wd if "gamma" not in k else 0.0
+            lam = coef * np.linalg.norm(w) / (np.linalg.norm(g) + d * np.linalg.norm(w) + eps)
+            if use_clip:
+                lam = min(lam / lr, 1.0)
+            g = lam * (g + d * w)
+        v = u * v + g
+        return w - lr * v, v
+
+    tx = M.lars(M.momentum(lr, u), epsilon=eps, coefficient=coef, use_clip=use_clip, weight_decay=wd,
+                loss_scale=ls)
+    got, _ = run(tx, w0, gs)
+    close(got, reference(w0, gs, step, Z, ls=ls))
+
+
+def test_adagrad_and_update_slots():
+    w0, gs = data()
+    for slots in (True, False):
+        def step(w, g, h, t, k):
+            h = h + g * g if slots else h
+            return w - 0.05 * g / np.sqrt(h), h
+
+        got, _ = run(M.adagrad(accum=0.3, learning_rate=0.05, update_slots=slots), w0, gs)
+        close(got, reference(w0, gs, step, lambda x: np.full_like(x, 0.3)))
+
+
+def test_proximal_adagrad_l1_l2():
+    w0, gs = data()
+    lr, l1, l2 = 0.05, 0.01, 0.02
+
+    def step(w, g, h, t, k):
+        h = h + g * g
+        v = w - lr * g / np.sqrt(h)
+        return np.sign(v) / (1 + lr * l2) * np.maximum(np.abs(v) - lr * l1, 0), h
+
+    got, _ = run(M.proximal_adagrad(0.1, lr, l1=l1, l2=l2), w0, gs)
+    close(got, reference(w0, gs, step, lambda x: np.full_like(x, 0.1)))
+
+
+def test_ftrl_l1_l2_all_parameters_decayed():
+    w0, gs = data()
+    lr, p, l1, l2, wd = 0.05, -0.3, 0.01, 0.02, 0.01
+
+    def step(w, g, s, t, k):
+        m, u = s
+        m2 = m + g * g
+        u = u + g - (m2 ** -p - m ** -p) / lr * w
+        return np.where(np.abs(u) > l1, (np.sign(u) * l1 - u) / (m2 ** -p / lr + 2 * l2), 0.0), (m2, u)
+
+    got, _ = run(M.ftrl(0.2, lr, p, l1, l2, weight_decay=wd), w0, gs)
+    close(got, reference(w0, gs, step, lambda x: (np.full_like(x, 0.2), Z(x)), decay=wd, filt=lambda n: True))
+
+
+@pytest.mark.parametrize("centered", [False, True])
+def test_rmsprop_lr_inside_momentum_with_schedule(centered):
+    w0, gs = data()
+    sched = S.ExponentialDecayLR(0.01, 0.5, 2)
+    rho, mu, eps = 0.9, 0.5, 1e-10
+
+    def step(w, g, s, t, k):
+        ms, mg, mom = s
+        lr = 0.01 * 0.5 ** ((t - 1) / 2)
+        ms = rho * ms + (1 - rho) * g * g
+        mg = rho * mg + (1 - rho) * g
+        den = np.sqrt(ms - mg * mg + eps) if centered else np.sqrt(ms + eps)
+        mom = mu * mom + lr * g / den
+        return w - mom, (ms, mg, mom)
+
+    got, _ = run(M.rmsprop(sched, momentum=mu, centered=centered), w0, gs)
+    close(got, reference(w0, gs, step, lambda x: (np.ones_like(x), Z(x), Z(x))))
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(warmup_init=True, beta1=0.0),
+                                dict(learning_rate=0.01, relative_step=False, weight_decay=0.1)])
+def test_adafactor(kw):
+    w0, gs = data()
+    e1, e2, clip, dr, b1 = 1e-30, 1e-3, 1.0, 0.8, kw.get("beta1", 0.9)
+    rel, wd = kw.get("relative_step", True), kw.get("weight_decay", 0.0)
+    rms = lambda x: np.sqrt(np.mean(x * x))  # noqa: E731
+
+    def step(w, g, s, t, k):
+        m, r, c, v = s
+        lr = min(1e-6 * t if kw.get("warmup_init") else 1e-2, 1 / np.sqrt(t)) if rel else kw["learning_rate"]
+        lr_u = lr * max(e2, rms(w))
+        b = 1 - t ** -dr
+        q = g * g + e1
+        if g.ndim >= 2:
+            r, c = b * r + (1 - b) * q.mean(-1), b * c + (1 - b) * q.mean(-2)
+            u = g / np.sqrt(np.outer(r / r.mean(), c))
+        else:
+            v = b * v + (1 - b) * q
+            u = g / np.sqrt(v)
+        u = u / max(rms(u) / clip, 1.0) * lr_u
+        if b1 > 0:
+            m = b1 * m + (1 - b1) * u
+            u = m
+        return w - wd * lr_u * w - u, (m, r, c, v)
+
+    init = lambda x: (Z(x), np.zeros(x.shape[:-1]), np.zeros(x.shape[-1:]), Z(x))  # noqa: E731
+    got, _ = run(M.adafactor(**kw), w0, gs)
+    close(got, reference(w0, gs, step, init))
+
+
+def test_adafactor_compression_keeps_float16_second_moments():
+    w0, gs = data()
+    _, state = run(M.adafactor(compression=True), w0, gs)
+    af = [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "exp_avg_sq")) if hasattr(s, "exp_avg_sq")][0]
+    assert af.exp_avg_sq["dense/bias"].dtype == jnp.float16
+    assert af.exp_avg_sq_row["dense/weight"].dtype == jnp.float32
+
+
+def test_dynamic_lr_list_uses_ith_value_then_last():
+    w0, gs = data()
+    lrs = [0.1, 0.05, 0.02]
+
+    def step(w, g, v, t, k):
+        v = 0.9 * v + g
+        return w - lrs[min(t - 1, 2)] * v, v
+
+    got, _ = run(M.momentum(lrs, 0.9), w0, gs)
+    close(got, reference(w0, gs, step, Z))
+
+
+def test_registry_names_and_no_camelcase():
+    for name in ("momentum", "sgd", "lars", "adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb",
+                 "adagrad", "proximal_adagrad", "ftrl", "rmsprop", "adafactor"):
+        assert f"mindspore.{name}" in gx.registered_names()
+    assert gx.create("mindspore.RMSProp", learning_rate=0.1) is not None  # case-insensitive lookup
+    assert not any(n[0].isupper() for n in M.__all__)
+    with pytest.raises(ValueError, match="Cannot find"):
+        gx.create("mindspore.nadam")
+
+
+def test_set_hyper_changes_learning_rate_without_retrace():
+    w0, gs = data()
+    tx = M.adam(0.01, weight_decay=0.01)
+    params = {k: jnp.asarray(v) for k, v in w0.items()}
+    state = tx.init(params)
+    traces = []
+
+    @jax.jit
+    def step(g, s, p):
+        traces.append(1)
+        return tx.update(g, s, p)
+
+    g = {k: jnp.asarray(v) for k, v in gs[0].items()}
+    u1, _ = step(g, state, params)
+    state2 = gx.set_hyper(state, learning_rate=0.02, weight_decay=0.0, beta1=0.8)
+    u2, _ = step(g, state2, params)
+    assert len(traces) == 1
+    assert {"learning_rate", "weight_decay", "loss_scale", "beta1", "beta2", "epsilon"} <= set(gx.hyper_names(state))
+    assert not np.allclose(np.asarray(u1["dense/bias"]), np.asarray(u2["dense/bias"]))
+
+
+@pytest.mark.parametrize("make, exc, match", [
+    (lambda: M.momentum("0.1", 0.9), TypeError, "learning_rate"),
+    (lambda: M.momentum(-0.1, 0.9), ValueError, "learning_rate"),
+    (lambda: M.momentum([[0.1]], 0.9), ValueError, "learning_rate"),
+    (lambda: M.momentum(0.1, 1), TypeError, "momentum"),
+    (lambda: M.momentum(0.1, -0.5), ValueError, "momentum"),
+    (lambda: M.momentum(0.1, 0.9, weight_decay=-1.0), ValueError, "weight_decay"),
+    (lambda: M.momentum(0.1, 0.9, weight_decay="x"), TypeError, "weight_decay"),
+    (lambda: M.momentum(0.1, 0.9, loss_scale=0.0), ValueError, "loss_scale"),
+    (lambda: M.momentum(0.1, 0.9, loss_scale="2"), TypeError, "loss_scale"),
+    (lambda: M.momentum(0.1, 0.9, use_nesterov=1), TypeError, "use_nesterov"),
+    (lambda: M.sgd(0.1, momentum=-1.0), ValueError, "momentum"),
+    (lambda: M.sgd(0.1, dampening=-1.0), ValueError, "dampening"),
+    (lambda: M.sgd(0.1, momentum=0.0, nesterov=True), ValueError, "nesterov"),
+    (lambda: M.adam(beta1=1.0), ValueError, "beta1"),
+    (lambda: M.adam(beta2=0.0), ValueError, "beta2"),
+    (lambda: M.adam(eps=0.0), ValueError, "eps"),
+    (lambda: M.adam(beta1=1), TypeError, "beta1"),
+    (lambda: M.adam(use_locking=None), TypeError, "use_locking"),
+    (lambda: M.adam(use_lazy=True, use_offload=True), ValueError, "use_lazy"),
+    (lambda: M.adam_weight_decay(eps=-1.0), ValueError, "eps"),
+    (lambda: M.lamb(0.1, beta2=1.5), ValueError, "beta2"),
+    (lambda: M.ftrl(learning_rate=0.0), ValueError, "learning_rate"),
+    (lambda: M.ftrl(lr_power=0.5), ValueError, "lr_power"),
+    (lambda: M.ftrl(initial_accum=-0.1), ValueError, "initial_accum"),
+    (lambda: M.ftrl(l1=-0.1), ValueError, "l1"),
+    (lambda: M.ftrl(learning_rate=[0.1, 0.2]), TypeError, "learning_rate"),
+    (lambda: M.proximal_adagrad(accum=-1.0), ValueError, "accum"),
+    (lambda: M.proximal_adagrad(l2=1), TypeError, "l2"),
+    (lambda: M.adagrad(update_slots="yes"), TypeError, "update_slots"),
+    (lambda: M.rmsprop(epsilon=0.0), ValueError, "epsilon"),
+    (lambda: M.rmsprop(decay=-0.1), ValueError, "decay"),
+    (lambda: M.rmsprop(centered=1), TypeError, "centered"),
+    (lambda: M.adafactor(learning_rate=0.1), ValueError, "relative_step"),
+    (lambda: M.adafactor(learning_rate=0.1, relative_step=False, warmup_init=True), ValueError, "warmup_init"),
+    (lambda: M.adafactor(eps=(1e-30,)), ValueError, "eps"),
+    (lambda: M.adafactor(decay_rate=1.0), ValueError, "decay_rate"),
+    (lambda: M.adafactor(weight_decay=1.0), ValueError, "weight_decay"),
+    (lambda: M.lars(M.momentum(0.1, 0.9), epsilon=1), TypeError, "epsilon"),
+    (lambda: M.lars("sgd"), TypeError, "optimizer"),
+])
+def test_arguments_checked_at_construction(make, exc, match):
+    with pytest.raises(exc, match=match):
+        make()
