@@ -1,0 +1,121 @@
+"""Parameter groups (gradxform._groups) through gradxform.mindspore.momentum:
+per-group lr (fixed and list), weight decay, the beta/gamma filter, order_params,
+ungrouped parameters frozen, and the errors. NumPy reference, 10 steps, rtol 1e-6."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradxform as gx
+from gradxform import mindspore as M
+from gradxform._groups import beta_gamma_filter
+
+SHAPES = {"conv/weight": (4, 16, 1, 2), "dense/bias": (3,), "bn/gamma": (2, 2)}
+
+
+def setup(seed=0):
+    rng = np.random.default_rng(seed)
+    w0 = {k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()}
+    gs = [{k: rng.standard_normal(s).astype(np.float32) for k, s in SHAPES.items()} for _ in range(10)]
+    return w0, gs
+
+
+def run(tx, w0, gs):
+    p = {k: jnp.asarray(v) for k, v in w0.items()}
+    s = tx.init(p)
+    step = jax.jit(tx.update)
+    for g in gs:
+        u, s = step({k: jnp.asarray(v) for k, v in g.items()}, s, p)
+        p = gx.apply_updates(p, u)
+    return {k: np.asarray(v) for k, v in p.items()}, s
+
+
+def momentum_ref(w0, gs, lr_of, wd_of, gc=()):
+    w = {k: v.astype(np.float64) for k, v in w0.items()}
+    v = {k: np.zeros_like(x) for k, x in w.items()}
+    for t, g in enumerate(gs):
+        for k in w:
+            gg = g[k] + wd_of(k) * w[k]
+            if k in gc:
+                gg = gg - gg.mean(axis=tuple(range(1, gg.ndim)), keepdims=True)
+            v[k] = 0.9 * v[k] + gg
+            w[k] = w[k] - lr_of(k, t) * v[k]
+    return w
+
+
+def test_beta_gamma_filter():
+    assert beta_gamma_filter("dense/weight") and not beta_gamma_filter("bn/gamma") and not beta_gamma_filter("ln/beta")
+
+
+def test_default_filter_without_groups():
+    w0, gs = setup()
+    got, _ = run(M.momentum(0.1, 0.9, weight_decay=0.05), w0, gs)
+    want = momentum_ref(w0, gs, lambda k, t: 0.1, lambda k: 0.0 if "gamma" in k else 0.05)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-6)
+
+
+def test_groups_lr_list_weight_decay_gc_and_order():
+    w0, gs = setup()
+    lrs = [0.05, 0.04, 0.03]
+    groups = [{"params": "conv/*", "lr": lrs, "weight_decay": 0.01, "grad_centralization": True},
+              {"params": lambda n: not n.startswith("conv")},
+              {"order_params": ["dense/bias", "conv/weight", "bn/gamma"]}]
+    tx = M.momentum(0.1, 0.9, weight_decay=0.02, groups=groups)
+    got, state = run(tx, w0, gs)
+    want = momentum_ref(w0, gs, lambda k, t: lrs[min(t, 2)] if k.startswith("conv") else 0.1,
+                        lambda k: 0.01 if k.startswith("conv") else 0.02, gc=("conv/weight",))
+    for k in want:  # with groups, bn/gamma IS decayed (MindSpore ignores the name filter there)
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-6)
+    assert {"learning_rate_group_0", "weight_decay_group_0", "weight_decay"} <= set(gx.hyper_names(state))
+
+
+def test_group_hyperparameters_settable():
+    w0, gs = setup()
+    tx = M.momentum(0.1, 0.9, groups=[{"params": ["dense/bias"], "lr": 0.5}, {"params": ["conv/weight", "bn/gamma"]}])
+    _, state = run(tx, w0, gs[:1])
+    state = gx.set_hyper(state, learning_rate_group_0=0.0)
+    p = {k: jnp.asarray(v) for k, v in w0.items()}
+    u, _ = tx.update({k: jnp.asarray(v) for k, v in gs[1].items()}, state, p)
+    assert np.all(np.asarray(u["dense/bias"]) == 0) and np.any(np.asarray(u["bn/gamma"]) != 0)
+
+
+def test_ungrouped_parameters_are_not_optimized():
+    w0, gs = setup()
+    got, _ = run(M.momentum(0.1, 0.9, groups=[{"params": "dense/*"}]), w0, gs)
+    np.testing.assert_array_equal(got["bn/gamma"], w0["bn/gamma"])
+    assert not np.array_equal(got["dense/bias"], w0["dense/bias"])
+
+
+@pytest.mark.parametrize("groups, exc, match", [
+    ([{"params": "nothing*"}], ValueError, "matches no parameter"),
+    ([{"params": "dense/*"}, {"params": ["dense/bias"]}], ValueError, "only once"),
+    ([{"params": "dense/*"}, {"order_params": ["dense/bias", "bn/gamma"]}], ValueError, "order_params"),
+])
+def test_group_errors_at_init(groups, exc, match):
+    tx = M.momentum(0.1, 0.9, groups=groups)
+    with pytest.raises(exc, match=match):
+        tx.init({k: jnp.zeros(s) for k, s in SHAPES.items()})
+
+
+@pytest.mark.parametrize("groups, exc, match", [
+    ([{"params": "a", "beta": 1}], ValueError, "unknown key"),
+    ([{"params": 3}], TypeError, "params"),
+    ([{"params": "a", "weight_decay": -1.0}], ValueError, "weight_decay"),
+    ([{"params": "a", "grad_centralization": 1}], TypeError, "grad_centralization"),
+    ([{"order_params": ["a"], "lr": 0.1}], ValueError, "order_params"),
+    (["a"], TypeError, "dict"),
+    ([], TypeError, "groups"),
+])
+def test_group_errors_at_construction(groups, exc, match):
+    with pytest.raises(exc, match=match):
+        M.momentum(0.1, 0.9, groups=groups)
+
+
+def test_gc_on_non_conv_raises_and_indivisible_channels_warn():
+    tx = M.momentum(0.1, 0.9, groups=[{"params": "*", "grad_centralization": True}])
+    with pytest.raises(ValueError, match=r"params\['bn/gamma'\] has shape \(2, 2\)"):
+        tx.init({k: jnp.zeros(s) for k, s in SHAPES.items()})
+    tx = M.momentum(0.1, 0.9, groups=[{"params": "conv/*", "grad_centralization": True}, {"params": "[bd]*"}])
+    with pytest.warns(UserWarning, match="multiple of 16"):
+        tx.init({"conv/weight": jnp.zeros((4, 3, 2, 2)), "dense/bias": jnp.zeros(3), "bn/gamma": jnp.zeros(2)})

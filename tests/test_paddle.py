@@ -1,0 +1,143 @@
+"""gradxform.paddle.asgd against a NumPy transcription of Paddle's ASGD
+(clip -> regularize -> d/y rule), 12 steps, rtol 1e-5 / atol 1e-6; float16 with
+master weights; ReduceOnPlateau as a piece; argument checks."""
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradxform as gx
+from gradxform import paddle as P
+from gradxform import schedules as S
+
+SHAPES = {"w": (3, 4), "b": (4,)}
+
+
+def setup(seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    w0 = {k: rng.standard_normal(s).astype(dtype) for k, s in SHAPES.items()}
+    gs = [{k: (0.5 * rng.standard_normal(s)).astype(dtype) for k, s in SHAPES.items()} for _ in range(12)]
+    return w0, gs
+
+
+def run(tx, w0, gs, **extra):
+    p = {k: jnp.asarray(v) for k, v in w0.items()}
+    s = tx.init(p)
+    step = jax.jit(tx.update)
+    for i, g in enumerate(gs):
+        kw = {k: v[i] for k, v in extra.items()}
+        u, s = step({k: jnp.asarray(v) for k, v in g.items()}, s, p, **kw)
+        p = gx.apply_updates(p, u)
+    return {k: np.asarray(v) for k, v in p.items()}, s
+
+
+def asgd_ref(w0, gs, lr, n, wd=0.0, l1=False, clip=None, lrs=None):
+    w = {k: v.astype(np.float64) for k, v in w0.items()}
+    d = {k: np.zeros_like(x) for k, x in w.items()}
+    y = {k: np.zeros((n,) + x.shape) for k, x in w.items()}
+    for m, g in enumerate(gs):
+        g = {k: v.astype(np.float64) for k, v in g.items()}
+        if clip is not None:
+            norm = np.sqrt(sum(np.sum(v * v) for v in g.values()))
+            g = {k: v * clip / max(norm, clip) for k, v in g.items()}
+        step_lr = lrs[m] if lrs is not None else lr
+        for k in w:
+            gk = g[k] + wd * (np.sign(w[k]) if l1 else w[k])
+            i = m % n
+            d[k] = d[k] - y[k][i] + gk
+            y[k][i] = gk
+            w[k] = w[k] - step_lr * d[k] / min(m + 1, n)
+    return w
+
+
+@pytest.mark.parametrize("kw, ref", [
+    (dict(learning_rate=0.05, batch_num=3), dict(lr=0.05, n=3)),
+    (dict(learning_rate=0.05, batch_num=4, weight_decay=0.05, grad_clip=P.clip_grad_by_global_norm(1.0)),
+     dict(lr=0.05, n=4, wd=0.05, clip=1.0)),
+    (dict(learning_rate=0.05, batch_num=2, weight_decay=P.l1_decay(0.02)), dict(lr=0.05, n=2, wd=0.02, l1=True)),
+])
+def test_asgd_transcription(kw, ref):
+    w0, gs = setup()
+    got, _ = run(P.asgd(**kw), w0, gs)
+    want = asgd_ref(w0, gs, **ref)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_asgd_with_schedule_uses_completed_steps():
+    w0, gs = setup()
+    sched = S.StepDecay(0.1, step_size=4, gamma=0.5)
+    got, _ = run(P.asgd(sched, batch_num=3), w0, gs)
+    want = asgd_ref(w0, gs, None, 3, lrs=[0.1 * 0.5 ** (m // 4) for m in range(12)])
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_asgd_reduce_on_plateau_needs_loss_and_drops_lr():
+    w0, gs = setup()
+    rop = S.ReduceOnPlateau(0.05, factor=0.5, patience=1)
+    losses = [1.0, 1.0, 1.0, 1.0] + [1.0] * 8  # never better: lr halves every 2 bad steps
+    got, state = run(P.asgd(rop, batch_num=2), w0, gs, loss=[jnp.float32(l) for l in losses])
+    lrs, st = [], rop.init_state()
+    for l in losses:
+        lrs.append(float(st.last_lr))
+        st = rop.update_metric(st, l)
+    want = asgd_ref(w0, gs, None, 2, lrs=lrs)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+    assert lrs[-1] < 0.05
+    tx = P.asgd(rop)
+    p = {k: jnp.asarray(v) for k, v in w0.items()}
+    with pytest.raises(ValueError, match="loss"):
+        tx.update(p, tx.init(p), p)
+
+
+def test_asgd_float16_multi_precision_keeps_float32_master():
+    w0, gs = setup(dtype=np.float16)
+    got, state = run(P.asgd(0.05, batch_num=3, multi_precision=True), w0, gs)
+    want = asgd_ref({k: v.astype(np.float32) for k, v in w0.items()},
+                    [{k: v.astype(np.float32) for k, v in g.items()} for g in gs], 0.05, 3)
+    for k in want:
+        assert got[k].dtype == np.float16
+        np.testing.assert_allclose(got[k].astype(np.float32), want[k], rtol=1e-3, atol=1e-3)  # one float16 rounding
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        P.asgd(0.05).init({k: jnp.asarray(v) for k, v in w0.items()})
+    assert any("multi_precision" in str(r.message) for r in rec)
+
+
+def test_clips():
+    g = {"a": jnp.asarray([3.0, 4.0]), "b": jnp.asarray([0.0, 12.0])}
+    out, _ = P.clip_grad_by_norm(1.0).update(g, P.clip_grad_by_norm(1.0).init(g))
+    np.testing.assert_allclose(np.asarray(out["a"]), [0.6, 0.8], rtol=1e-6)
+    out, _ = P.clip_grad_by_global_norm(6.5).update(g, P.clip_grad_by_global_norm(6.5).init(g))
+    np.testing.assert_allclose(np.asarray(out["b"]), [0.0, 6.0], rtol=1e-6)
+    c = P.clip_grad_by_value(2.0, min=-1.0)
+    out, _ = c.update({"x": jnp.asarray([-3.0, 3.0])}, c.init(None))
+    np.testing.assert_allclose(np.asarray(out["x"]), [-1.0, 2.0])
+
+
+def test_registry_and_hyper():
+    tx = gx.create("paddle.asgd", learning_rate=0.1, batch_num=2, weight_decay=0.01)
+    p = {"w": jnp.ones(3)}
+    st = tx.init(p)
+    assert {"learning_rate", "l2_coeff"} <= set(gx.hyper_names(st))
+    assert gx.get_learning_rate(gx.set_learning_rate(st, 0.2)) == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(learning_rate=None), ValueError, "learning_rate"),
+    (dict(batch_num=None), ValueError, "batch_num"),
+    (dict(batch_num=0), ValueError, "batch_num"),
+    (dict(batch_num=1.5), TypeError, "batch_num"),
+    (dict(weight_decay="l2"), TypeError, "weight_decay"),
+    (dict(weight_decay=-0.1), ValueError, "weight_decay"),
+    (dict(grad_clip=1.0), TypeError, "grad_clip"),
+    (dict(multi_precision=1), TypeError, "multi_precision"),
+    (dict(learning_rate=-1.0), ValueError, "learning_rate"),
+])
+def test_asgd_arguments_checked_at_construction(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        P.asgd(**kw)
