@@ -41,7 +41,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import msgpack
 import numpy as np
 
 __all__ = ["CheckpointError", "save_state", "load_state", "read_metadata", "FORMAT_VERSION"]
@@ -64,6 +63,15 @@ class CheckpointError(ValueError):
         self.kind = kind
         self.path = os.fspath(path)
         super().__init__(f"{kind} checkpoint {self.path!r}: {message}")
+
+
+def _msgpack():
+    # Imported on first use: `import gradxform` must not need msgpack.
+    try:
+        import msgpack  # noqa: PLC0415
+    except ImportError:  # pragma: no cover - msgpack is installed wherever checkpoints are used
+        raise ImportError("gradxform.checkpoint needs msgpack: pip install msgpack") from None
+    return msgpack
 
 
 # -- leaves <-> bytes -------------------------------------------------------------
@@ -114,7 +122,8 @@ def _describe(tree) -> tuple[list, Any, list]:
 def _msgpack_safe(obj):
     """Meta values: only msgpack-native types, so a file never needs pickle."""
     try:
-        return msgpack.unpackb(msgpack.packb(obj, use_bin_type=True), raw=False, strict_map_key=False)
+        packed = _msgpack().packb(obj, use_bin_type=True)
+        return _msgpack().unpackb(packed, raw=False, strict_map_key=False)
     except (TypeError, ValueError) as err:
         raise TypeError(f"save_state(meta=...): meta must hold only numbers, strings, bools, None, "
                         f"lists and dicts; {err}.") from None
@@ -138,7 +147,7 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
         entries.append([p, list(_leaf_shape(x)), _leaf_dtype_name(x), offset, h.nbytes])
         offset += h.nbytes
         sha.update(h)
-    header = msgpack.packb({
+    header = _msgpack().packb({
         "format": FORMAT_VERSION, "leaves": entries, "treedef": str(treedef),
         "payload_size": offset, "payload_sha256": sha.hexdigest(),
         "meta": _msgpack_safe(meta or {}),
@@ -204,7 +213,7 @@ def _read(path) -> tuple[dict, memoryview]:
     if hashlib.sha256(raw).digest() != data[hend:hend + _SHA]:
         raise CheckpointError("corrupt", path, "the header fails its SHA-256 checksum.")
     try:
-        header = msgpack.unpackb(raw, raw=False, strict_map_key=False)
+        header = _msgpack().unpackb(raw, raw=False, strict_map_key=False)
     except Exception as err:  # noqa: BLE001 -- any decoding failure is corruption
         raise CheckpointError("corrupt", path, f"the header cannot be decoded ({err}).") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:

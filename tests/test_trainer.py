@@ -142,7 +142,9 @@ def test_per_device_grads_helper_matches_pmap():
 
 
 def test_plain_optax_transformation_is_normalized_by_batch_size():
-    t = Trainer(init_params(), optax.sgd(0.1), devices=DEV1)
+    tx = optax.sgd(0.1)
+    t = Trainer(init_params(), tx, devices=DEV1)
+    assert t.optimizer is tx and t.num_devices == 1
     t.step(t.grads(loss_fn, BATCHES[0]), 8)
     whole = jax.grad(loss_fn)(init_params(), BATCHES[0])
     assert_close(t.params, jax.tree.map(lambda w, g: w - 0.1 * g / 8, init_params(), whole), **TOL)
@@ -160,7 +162,8 @@ def test_stale_gradients():
     state0 = t.state
     t.step(grads, 8, ignore_stale_grad=True)
     assert_equal(t.params["out"], init_params()["out"])
-    assert not np.allclose(np.asarray(t.params["dense"]["kernel"]), np.asarray(init_params()["dense"]["kernel"]))
+    kernel = np.asarray(t.params["dense"]["kernel"])
+    assert not np.allclose(kernel, np.asarray(init_params()["dense"]["kernel"]))
     # flatten order: dense/bias, dense/kernel, out -> only the first two counted
     assert np.asarray(t.state[0].count).tolist() == [1, 1, 0]
     mom_out = lambda s: np.asarray(jax.tree.leaves(s[-1])[-1])  # noqa: E731 (out's momentum)
@@ -172,6 +175,23 @@ def test_stale_gradients():
         t.update(summed, 8)
     t.update(summed, 8, ignore_stale_grad=True)
     assert np.asarray(t.state[0].count).tolist() == [2, 2, 0]
+
+
+def test_gradient_errors_name_the_parameter():
+    t = Trainer(init_params(), *SGD)
+    grads = jax.tree.map(lambda p: np.zeros((4,) + p.shape, np.float32), init_params())
+    grads["dense"]["kernel"] = np.zeros((4, 4, 3), np.float32)
+    with pytest.raises(ValueError, match=r"parameter 'dense/kernel' has shape \(4, 4, 3\); expected "
+                                         r"\(4, 3, 4\)"):
+        t.step(grads, 8)
+    with pytest.raises(ValueError, match="grads must have the parameters' structure"):
+        t.step({"dense": grads["dense"]}, 8)
+    one_copy = jax.tree.map(lambda p: np.zeros(p.shape, np.float32), init_params())
+    with pytest.raises(ValueError, match="one copy per device"):
+        t.allreduce_grads(one_copy)  # the all-reduce needs every device's gradient
+    with pytest.raises(ValueError, match="batch_size"):
+        t.update(one_copy, 0)
+    assert_equal(t.params, init_params())
 
 
 def test_set_learning_rate_does_not_recompile():
@@ -267,7 +287,8 @@ def test_compressed_step_matches_allreduce_plus_update_and_compiled():
 
 
 def test_skip_nonfinite_keeps_everything():
-    t = Trainer(init_params(), *SGD, skip_nonfinite=True, compression_params={"type": "2bit", "threshold": 0.1})
+    t = Trainer(init_params(), *SGD, skip_nonfinite=True,
+                compression_params={"type": "2bit", "threshold": 0.1})
     t.step(t.grads(loss_fn, BATCHES[0]), 8)
     p, s, r = t.params, t.state, [np.asarray(x) for x in t._residual]
     grads = t.grads(loss_fn, BATCHES[1])

@@ -48,14 +48,19 @@ class Trainer:
 
     **Gradients** come per device: a tree with the parameters' structure
     whose leaves have a leading axis of the number of local devices, as a
-    pmapped gradient function returns them (`per_device_grads`,
-    ``trainer.grads``). As with Gluon's ``loss.backward()``, let the loss be
-    the sum over examples; ``step`` divides by ``batch_size``: it sets the
-    optimizer's ``rescale_grad`` hyperparameter to ``scale / batch_size``
-    (``scale`` = the ``rescale_grad`` the optimizer was created with) by
-    `gradxform.set_hyper` inside the step, so a new batch size never
-    recompiles. A transformation without that hyperparameter (a plain optax
-    one) gets its gradients multiplied by ``1 / batch_size`` instead.
+    pmapped gradient function returns them::
+
+        grads = jax.pmap(jax.grad(loss_fn))(replicated_params, split_batch(batch, n_local))
+
+    which is what `per_device_grads` (one copy of the parameters) and
+    ``trainer.grads`` (the Trainer's own replicas) compute. As with Gluon's
+    ``loss.backward()``, let the loss be the sum over examples; ``step``
+    divides by ``batch_size``: it sets the optimizer's ``rescale_grad``
+    hyperparameter to ``scale / batch_size`` (``scale`` = the
+    ``rescale_grad`` the optimizer was created with) by `gradxform.set_hyper`
+    inside the step, so a new batch size never recompiles. A transformation
+    without that hyperparameter (a plain optax one) gets its gradients
+    multiplied by ``1 / batch_size`` instead.
 
     **Stale gradients.** A leaf given as None is a parameter the step did not
     use. With ``ignore_stale_grad=False`` that raises UserWarning (Gluon's
@@ -65,9 +70,19 @@ class Trainer:
 
     **Compression.** ``compression_params={'type': '2bit', 'threshold': t}``
     is MXNet's 2-bit compression with error feedback, applied on each device
-    before the all-reduce; ``'1bit'`` is MXNet 2.x's. See
-    `gradxform.trainer._compression` for the rules. Each device keeps its
-    residual (saved by ``save_states``).
+    (residual ``r``, one per device and parameter, zero at first) to its own
+    gradient ``g`` before the all-reduce::
+
+        r += g
+        q  = +t where r >= t;  -t where r <= -t;  0 elsewhere
+        r -= q                  # what was not sent waits for the next step
+        summed = sum over all devices of q
+
+    ``{'type': '1bit', 'threshold': t}`` (MXNet 2.x; default t = 0) sends
+    ``q = +1 where r > t, else -1`` the same way. The values, not MXNet's
+    bit packing, are summed (see `gradxform.trainer._compression`). A step
+    whose raw gradient is non-finite on any device leaves every residual as
+    it was. The residuals are saved by ``save_states``.
 
     Args:
       params: a pytree of floating-point arrays (one copy). Parameter names are
@@ -93,9 +108,9 @@ class Trainer:
             self._opt_name = _resolve(optimizer)
         elif hasattr(optimizer, "init") and hasattr(optimizer, "update"):
             if optimizer_params:
-                raise ValueError("Trainer(optimizer_params=...): optimizer_params must be None if optimizer is a "
-                                 "transformation instead of a name (as in Gluon); build the "
-                                 "transformation with those parameters instead.")
+                raise ValueError("Trainer(optimizer_params=...): optimizer_params must be None if "
+                                 "optimizer is a transformation instead of a name (as in Gluon); "
+                                 "build the transformation with those parameters instead.")
             tx, self._opt_name = optimizer, None
         else:
             raise TypeError(f"Trainer(optimizer=...): expected an optimizer name or a transformation; "
