@@ -66,6 +66,31 @@ TABLE: dict[str, Case] = {
     "mxnet.ftrl": Case(dict(learning_rate=0.1, wd=1e-3), _WD, False),
 }
 
+_MS_WD = {"weight_decay": 0.0}
+_MS = dict(skip_nonfinite_kwarg=False)  # MindSpore's signatures have no skip_nonfinite keyword
+TABLE.update({
+    "mindspore.adafactor": Case(dict(learning_rate=0.05, relative_step=False, scale_parameter=False,
+                                     weight_decay=1e-3), _MS_WD, True, **_MS),
+    "mindspore.adagrad": Case(dict(learning_rate=0.1, weight_decay=1e-3), _MS_WD, True, **_MS),
+    "mindspore.adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, **_MS),
+    "mindspore.adam_offload": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, **_MS),
+    "mindspore.adam_weight_decay": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, **_MS),
+    # FTRL's closed form sets w = 0 where |u| <= l1.
+    "mindspore.ftrl": Case(dict(learning_rate=0.1, l1=1e-3, weight_decay=1e-3), _MS_WD, False, **_MS),
+    "mindspore.lamb": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, **_MS),
+    "mindspore.lars": Case(dict(optimizer=gradxform.create("mindspore.momentum", learning_rate=0.1, momentum=0.9),
+                                weight_decay=1e-3), _MS_WD, True, **_MS),
+    "mindspore.lazy_adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, **_MS),
+    "mindspore.momentum": Case(dict(learning_rate=0.1, momentum=0.9, weight_decay=1e-3), _MS_WD, True, **_MS),
+    "mindspore.proximal_adagrad": Case(dict(learning_rate=0.1, l1=1e-3, l2=1e-3, weight_decay=1e-3),
+                                       {"weight_decay": 0.0, "l1": 0.0, "l2": 0.0}, True, **_MS),
+    "mindspore.rmsprop": Case(dict(learning_rate=0.01, momentum=0.5, centered=True, weight_decay=1e-3),
+                              _MS_WD, True, **_MS),
+    "mindspore.sgd": Case(dict(learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3), _MS_WD, True,
+                          **_MS),
+    "paddle.asgd": Case(dict(learning_rate=0.05, batch_num=2, weight_decay=1e-3), _MS_WD, True),
+})
+
 
 def case(name: str) -> Case:
     """The row for ``name``, or `DEFAULT` for a registered optimizer without one."""
