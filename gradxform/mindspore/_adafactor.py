@@ -76,15 +76,16 @@ def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_
             lr_u = lr * jnp.maximum(h["epsilon2"], _rms(p32)) if scale_parameter else lr
             upd = g32 * g32 + h["epsilon1"]
             if g.ndim >= 2:
-                r = (r.astype(jnp.float32) * beta2t + jnp.mean(upd, -1) * (1 - beta2t)).astype(r.dtype)
-                c = (c.astype(jnp.float32) * beta2t + jnp.mean(upd, -2) * (1 - beta2t)).astype(c.dtype)
-                r32, c32 = r.astype(jnp.float32), c.astype(jnp.float32)
+                r32 = r.astype(jnp.float32) * beta2t + jnp.mean(upd, -1) * (1 - beta2t)
+                c32 = c.astype(jnp.float32) * beta2t + jnp.mean(upd, -2) * (1 - beta2t)
+                r, c = r32.astype(r.dtype), c32.astype(c.dtype)
                 r_factor = (1.0 / jnp.sqrt(r32 / jnp.mean(r32, -1, keepdims=True)))[..., None]
                 c_factor = (1.0 / jnp.sqrt(c32))[..., None, :]
                 u = r_factor * c_factor * g32
             else:
-                s = (s.astype(jnp.float32) * beta2t + upd * (1 - beta2t)).astype(s.dtype)
-                u = g32 / jnp.sqrt(s.astype(jnp.float32))
+                s32 = s.astype(jnp.float32) * beta2t + upd * (1 - beta2t)
+                s = s32.astype(s.dtype)
+                u = g32 / jnp.sqrt(s32)
             u = u / jnp.maximum(_rms(u) / h["clip_threshold"], 1.0) * lr_u
             if use_first_moment:
                 m = (m.astype(jnp.float32) * h["beta1"] + u * (1 - h["beta1"])).astype(m.dtype)
@@ -121,6 +122,9 @@ def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_r
       decay_rate: float in (0, 1). beta1: >= 0 (0: no first moment, static).
       weight_decay: in [0, 1). scale_parameter, relative_step, warmup_init,
       compression (unfactored second moments stored as float16): bools.
+        The update uses the float32 value of a moment before it is stored
+        (MindSpore reads the stored one back: the same for float32 state;
+        for float16 state this avoids eps[0]=1e-30 flushing to 0 and 0/0).
       loss_scale: accepted; MindSpore's AdaFactor never applies it (no
         ``scale_grad`` call), so neither does this.
     """

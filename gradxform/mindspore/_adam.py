@@ -11,13 +11,17 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, chain, context_value, identity, transformation
+from .._base import GradientTransformation, chain, context_value, transformation
 from .._hyper import hyper_scalar
 from ..pieces import bias_correction, lazy_rows, scale_by_adam_moments, scale_by_lr
 from ..pieces._moments import MomentsState
 from ._common import check_bool, check_float, parse
 
 __all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState"]
+
+
+def _c(h, x):
+    return h.astype(x.dtype)
 
 
 def _check_betas(owner, beta1, beta2, eps):
@@ -39,9 +43,10 @@ def _nesterov_adam_moments(beta1, beta2, eps) -> GradientTransformation:
         del params, extra_args
         h = state.hyper
         b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
-        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
-        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
-        out = jax.tree.map(lambda m, v, g: (b1 * m + (1 - b1) * g) / (jnp.sqrt(v) + e), mu, nu, updates)
+        mu = jax.tree.map(lambda m, g: _c(b1, g) * m + (1 - _c(b1, g)) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: _c(b2, g) * v + (1 - _c(b2, g)) * g * g, state.nu, updates)
+        out = jax.tree.map(lambda m, v, g: (_c(b1, g) * m + (1 - _c(b1, g)) * g) / (jnp.sqrt(v) + _c(e, g)),
+                           mu, nu, updates)
         return out, MomentsState(h, mu, nu)
 
     return transformation(init, update)
@@ -66,10 +71,10 @@ def _amsgrad_moments(beta1, beta2, eps) -> GradientTransformation:
         del params, extra_args
         h = state.hyper
         b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
-        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
-        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
+        mu = jax.tree.map(lambda m, g: _c(b1, g) * m + (1 - _c(b1, g)) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: _c(b2, g) * v + (1 - _c(b2, g)) * g * g, state.nu, updates)
         vhat = jax.tree.map(jnp.maximum, state.vhat, nu)
-        out = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + e), mu, vhat)
+        out = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + _c(e, v)), mu, vhat)
         return out, AmsgradState(h, mu, nu, vhat)
 
     return transformation(init, update)
@@ -235,16 +240,17 @@ def _lamb_direction(beta1, beta2, eps) -> GradientTransformation:
         b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
         count = context_value(extra_args, "count", "mindspore.lamb")
         wd = context_value(extra_args, "wd", "mindspore.lamb")
-        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, updates)
-        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, updates)
+        mu = jax.tree.map(lambda m, g: _c(b1, g) * m + (1 - _c(b1, g)) * g, state.mu, updates)
+        nu = jax.tree.map(lambda v, g: _c(b2, g) * v + (1 - _c(b2, g)) * g * g, state.nu, updates)
 
         def one(m, v, w, t, d):
             t = t.astype(jnp.float32)
-            r = (m / (1 - b1 ** t)) / (jnp.sqrt(v / (1 - b2 ** t)) + e)
-            u = r + d * w
-            w_norm, u_norm = jnp.linalg.norm(w.reshape(-1)), jnp.linalg.norm(u.reshape(-1))
+            m32, v32, w32 = m.astype(jnp.float32), v.astype(jnp.float32), w.astype(jnp.float32)
+            r = (m32 / (1 - b1 ** t)) / (jnp.sqrt(v32 / (1 - b2 ** t)) + e)
+            u = r + d * w32
+            w_norm, u_norm = jnp.linalg.norm(w32.reshape(-1)), jnp.linalg.norm(u.reshape(-1))
             ratio = jnp.where((w_norm > 0) & (u_norm > 0), w_norm / jnp.where(u_norm > 0, u_norm, 1.0), 1.0)
-            return ratio * u
+            return (ratio * u).astype(m.dtype)
 
         return jax.tree.map(one, mu, nu, params, count, wd), LambState(h, mu, nu)
 

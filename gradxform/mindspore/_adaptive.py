@@ -138,11 +138,13 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
         p, l1, l2 = h["lr_power"], h["l1"], h["l2"]
 
         def one(g, m, u, w, lr):
+            p_, l1_, l2_, lr = (x.astype(g.dtype) for x in (p, l1, l2, lr))
+            w = w.astype(g.dtype)
             m2 = m + g * g
-            pw_new, pw_old = jnp.power(m2, -p), jnp.power(m, -p)
+            pw_new, pw_old = jnp.power(m2, -p_), jnp.power(m, -p_)
             u2 = u + g - (pw_new - pw_old) / lr * w
-            quad = pw_new / lr + 2 * l2
-            new = jnp.where(jnp.abs(u2) > l1, (jnp.sign(u2) * l1 - u2) / quad, 0.0)
+            quad = pw_new / lr + 2 * l2_
+            new = jnp.where(jnp.abs(u2) > l1_, (jnp.sign(u2) * l1_ - u2) / quad, jnp.zeros_like(u2))
             return (new - w).astype(g.dtype), m2, u2
 
         leaves, treedef = jax.tree.flatten(updates)
@@ -207,14 +209,15 @@ def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool)
         lr = context_value(extra_args, "lr", "mindspore.rmsprop")
         h = state.hyper
         d, mu, e = h["decay"], h["momentum"], h["epsilon"]
-        ms = jax.tree.map(lambda s, g: d * s + (1 - d) * g * g, state.mean_square, updates)
+        c = lambda v, x: v.astype(x.dtype)  # noqa: E731 (float32 hyperparameters, leaf-dtype arithmetic)
+        ms = jax.tree.map(lambda s, g: c(d, g) * s + (1 - c(d, g)) * g * g, state.mean_square, updates)
         if centered:
-            mg = jax.tree.map(lambda s, g: d * s + (1 - d) * g, state.mean_grad, updates)
-            denom = jax.tree.map(lambda s, m: jnp.sqrt(s - m * m + e), ms, mg)
+            mg = jax.tree.map(lambda s, g: c(d, g) * s + (1 - c(d, g)) * g, state.mean_grad, updates)
+            denom = jax.tree.map(lambda s, m: jnp.sqrt(s - m * m + c(e, s)), ms, mg)
         else:
             mg = state.mean_grad
-            denom = jax.tree.map(lambda s: jnp.sqrt(s + e), ms)
-        mom = jax.tree.map(lambda m, g, q, l: mu * m + l * g / q, state.moment, updates, denom, lr)
+            denom = jax.tree.map(lambda s: jnp.sqrt(s + c(e, s)), ms)
+        mom = jax.tree.map(lambda m, g, q, l: c(mu, g) * m + c(l, g) * g / q, state.moment, updates, denom, lr)
         return jax.tree.map(jnp.negative, mom), RMSPropState(h, ms, mg, mom)
 
     return transformation(init, update)
