@@ -55,7 +55,9 @@ TABLE: dict[str, Case] = {
     "mxnet.dcasgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3, lamda=0.04), _WD, True),
     "mxnet.sgld": Case(dict(learning_rate=1e-3, wd=1e-3, seed=3), _WD, False, converges=False),
     "mxnet.adam": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True),
-    "mxnet.adamax": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True),
+    # MXNet Adamax divides m by u = max(beta2 u, |g|) with no epsilon: a zero
+    # first gradient gives 0/0 = NaN in MXNet too (parity, not a bug here).
+    "mxnet.adamax": Case(dict(learning_rate=0.05, wd=1e-3), _WD, False),
     "mxnet.nadam": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True),
     "mxnet.adagrad": Case(dict(learning_rate=0.1, wd=1e-3), _WD, True),
     "mxnet.rmsprop": Case(dict(learning_rate=0.01, wd=1e-3, centered=True, gamma2=0.5,
