@@ -55,6 +55,9 @@ def adagrad(accum=0.1, learning_rate=0.001, update_slots=True, loss_scale=1.0, w
         w -= lr * g / sqrt(h)
 
     (The seed prints ``h += g``; the kernel accumulates the square, as here.)
+    Warning: MindSpore 2.10's CPU ``ApplyAdagrad`` kernel ignores
+    ``update_slots=False`` (it always accumulates); the seed's rule, kept here,
+    leaves ``h`` at ``accum``.
     Args: accum: float >= 0; update_slots: bool (static); others as
     `gradxform.mindspore.momentum`.
     """
@@ -102,6 +105,11 @@ def proximal_adagrad(accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking
 
     Args: accum, l1, l2: floats >= 0 (l1, l2 hyperparameters); use_locking
     accepted and ignored; others as `gradxform.mindspore.momentum`.
+
+    Warning: MindSpore 2.10's CPU kernel shrinks with the adaptive rate
+    ``lr / sqrt(h)`` in the last line (TensorFlow's rule); the seed and
+    MindSpore's op documentation use ``lr``, as here (the seed wins). The
+    two agree when l1 = l2 = 0.
     """
     owner = "mindspore.proximal_adagrad"
     o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
@@ -168,6 +176,10 @@ def ftrl(initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0, 
     per-group learning rate, as MindSpore); lr_power <= 0; l1, l2 >= 0;
     use_locking accepted and ignored. Without groups every parameter is
     decayed (MindSpore's FTRL has no beta/gamma filter).
+
+    Warning: MindSpore 2.10's CPU ``ApplyFtrl`` kernel computes ``l1 - u``
+    where the seed has ``sign(u) * l1 - u`` (they differ for negative ``u``
+    when l1 > 0); the seed's rule is kept here.
     """
     owner = "mindspore.ftrl"
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, float):

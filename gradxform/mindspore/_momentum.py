@@ -40,6 +40,10 @@ def momentum(learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nest
       use_nesterov: bool (static).
       groups: MindSpore parameter groups (`gradxform._groups`): 'params',
         'lr', 'weight_decay', 'grad_centralization', and 'order_params'.
+
+    Warning: MindSpore 2.10's CPU ``ApplyMomentum`` kernel ignores
+    ``use_nesterov`` (its golden equals plain momentum); the seed and the
+    other kernels apply Nesterov, and so does this (the seed wins).
     """
     owner = "mindspore.momentum"
     o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
