@@ -8,7 +8,7 @@ not recompiled (the script checks this). The same optimizer also works with
 ``flax.nnx``: ``nnx.Optimizer(model, gradxform.create('adam'), wrt=nnx.Param)``
 (see `train_nnx` below).
 
-    python examples/flax_example.py            # 2000 steps, a few seconds
+    python examples/flax_example.py            # 2000 steps, about 15 s on 2 CPU cores
     python examples/flax_example.py --fast     # 100 steps (what the tests run)
 """
 from __future__ import annotations
