@@ -76,18 +76,29 @@ def read_paddle_state_dict(path_or_dict) -> dict[str, Any]:
     return out
 
 
-def _accumulators(sd: dict, pname: str, gname: str) -> dict[str, tuple[str, np.ndarray]]:
-    pat = re.compile(r"^" + re.escape(pname) + r"_(?:.+_)?([dym])_\d+$")
+_ACC = re.compile(r"^(.+)_([dym])_\d+$")
+
+
+def _index_accumulators(keys) -> dict[str, list[tuple[str, str]]]:
+    """``{prefix: [(accumulator, key)]}``, prefix = the key without ``_<d|y|m>_<n>``."""
+    index: dict[str, list[tuple[str, str]]] = {}
+    for key in keys:
+        m = _ACC.match(key)
+        if m is not None:
+            index.setdefault(m.group(1), []).append((m.group(2), key))
+    return index
+
+
+def _accumulators(index, sd: dict, pname: str, gname: str) -> dict[str, tuple[str, np.ndarray]]:
+    entries = list(index.get(pname, []))
+    if not entries:  # an optimizer built with name='foo' writes '<param>_foo_d_0'
+        entries = [e for prefix, es in index.items() if prefix.startswith(pname + "_") for e in es]
     found: dict[str, tuple[str, np.ndarray]] = {}
-    for key, v in sd.items():
-        m = pat.match(key)
-        if m is None or key in _SPECIAL:
-            continue
-        acc = m.group(1)
+    for acc, key in entries:
         if acc in found:
             raise MigrateError(f"{WHO}: parameter {gname!r} (Paddle {pname!r}) has two '{acc}' accumulators "
                                f"({found[acc][0]!r}, {key!r}); keep one optimizer's entries.")
-        found[acc] = (key, v)
+        found[acc] = (key, sd[key])
     return found
 
 
@@ -128,13 +139,12 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
     keys = [k for k in sd if k not in _SPECIAL]
     used: set[str] = set()
     d_vals, y_vals, counts, masters = [], [], [], []
-    pnames = []
+    index = _index_accumulators(keys)
     for g, leaf in zip(gnames, leaves):
         p = names.get(g, g)
         if g not in names and "/" in g and not any(k.startswith(p + "_") for k in keys):
             p = g.replace("/", ".")
-        pnames.append(p)
-        acc = _accumulators({k: sd[k] for k in keys}, p, g)
+        acc = _accumulators(index, sd, p, g)
         for a in "dym":
             if a not in acc:
                 raise MigrateError(f"{WHO}: no '{a}' accumulator ('{p}_{a}_0') for parameter {g!r}"
