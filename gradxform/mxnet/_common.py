@@ -58,8 +58,8 @@ class MXNetOptions:
             else:
                 mx_names = list(names)
             if mapping and not callable(mapping):
-                check_mapping_keys(mx_names + list(names), {k: v for k, v in mapping.items()
-                                                            if not isinstance(k, int)}, what)
+                known = list(dict.fromkeys(mx_names + list(names)))
+                check_mapping_keys(known, {k: v for k, v in mapping.items() if not isinstance(k, int)}, what)
             default = _module_wd_default if (module_rule and idx2name) else 1.0
             by_name = {k: v for k, v in (mapping or {}).items() if not isinstance(k, int)} \
                 if not callable(mapping) else mapping

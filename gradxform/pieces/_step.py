@@ -87,7 +87,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
 
     def update(updates, state, params=None, **extra_args):
         del params
-        leaves, treedef = jax.tree.flatten(updates, is_leaf=lambda x: x is None)
+        leaves, treedef = jax.tree.flatten(updates)
         n = len(leaves)
         if n != state.count.shape[0]:
             raise ValueError(f"track_step: the state was made for {state.count.shape[0]} parameters; "
