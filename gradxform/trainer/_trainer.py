@@ -154,12 +154,12 @@ class Trainer:
 
     @property
     def params(self):
-        """One copy of the current parameters (device 0's)."""
+        """One copy of the current parameters (the first local device's)."""
         return ar.unreplicate(self._params)
 
     @property
     def state(self):
-        """One copy of the optimizer state (device 0's)."""
+        """One copy of the optimizer state (the first local device's)."""
         return ar.unreplicate(self._state)
 
     @property
