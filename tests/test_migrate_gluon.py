@@ -414,3 +414,16 @@ def test_scheduler_mismatch_warns():
     tx = gx.create("sgd", rescale_grad=1 / meta["batch_size"], **no_sched)
     with pytest.warns(UserWarning, match="FactorScheduler"):
         from_gluon_states(states_file("sgd_mom_clip_sched", meta), params, tx)
+
+
+def test_example_resume_from_gluon(capsys):
+    """examples/resume_from_gluon.py: the continued steps equal MXNet's (|dw| <= 1e-6) and the
+    full-data loss goes on decreasing from where the Gluon run left it (no jump)."""
+    import runpy
+
+    runpy.run_path(os.path.join(HERE, "..", "examples", "resume_from_gluon.py"), run_name="__main__")
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    full = [float(r[3]) for r in rows]
+    diffs = [float(r[4]) for r in rows if len(r) == 5]
+    assert [r[1] for r in rows[:5]] == ["mxnet"] * 5 and len(diffs) == 5 and max(diffs) <= 1e-6
+    assert all(b < a for a, b in zip(full, full[1:])), full  # smooth and decreasing across step 5
