@@ -1,6 +1,7 @@
 """gradxform optimizers in Equinox: an optax transformation over the model's arrays.
 
-A small Equinox MLP (three `equinox.nn.Linear` layers) fits ``y = sin(3x)``. The optimizer is MXNet's SGD with
+An `equinox.nn.MLP` (its activation is a non-array leaf, which the filtered
+gradients hold as None) fits ``y = sin(3x)``. The optimizer is MXNet's SGD with
 momentum from gradxform; the last layer learns at a tenth of the rate, chosen
 by parameter name (names are pytree paths joined by '/', e.g. 'layers/2/weight';
 `gradxform.param_names` lists them). Halfway through, `gradxform.set_hyper`
@@ -26,24 +27,6 @@ def data(seed: int, n: int = 256):
     return jnp.asarray(x), jnp.asarray(np.sin(3 * x))
 
 
-# NOTE: `eqx.nn.MLP` keeps its activation functions as pytree leaves, so its filtered
-# gradients hold None there, and gradxform's step counter (pieces.track_step) does not
-# yet skip None leaves ("the state was made for 6 parameters; the updates have 8").
-# Until it does, use a model whose leaves are all arrays, like this one.
-class MLP(eqx.Module):
-    layers: list
-
-    def __init__(self, width: int, key):
-        k1, k2, k3 = jax.random.split(key, 3)
-        self.layers = [eqx.nn.Linear(1, width, key=k1), eqx.nn.Linear(width, width, key=k2),
-                       eqx.nn.Linear(width, 1, key=k3)]
-
-    def __call__(self, x):
-        for layer in self.layers[:-1]:
-            x = jnp.tanh(layer(x))
-        return self.layers[-1](x)
-
-
 TRACES = 0
 
 
@@ -56,7 +39,7 @@ def main(argv=None) -> None:
     steps = 100 if args.fast else args.steps
 
     x, y = data(args.seed)
-    model = MLP(64, jax.random.PRNGKey(args.seed))
+    model = eqx.nn.MLP(1, 1, 64, depth=2, activation=jnp.tanh, key=jax.random.PRNGKey(args.seed))
     params = eqx.filter(model, eqx.is_inexact_array)
     print("parameters:", gradxform.param_names(params))
     optim = gradxform.create("sgd", learning_rate=0.05, momentum=0.9,
