@@ -1,0 +1,169 @@
+"""gradxform.fused: the flat multi-tensor path gives the per-leaf path's numbers.
+
+Bit-exact (np.array_equal, NaN == NaN) for every registered optimizer: a fused
+chain does per element the same float32 arithmetic with the same scalars as
+the per-leaf chain, and a chain that cannot be fused keeps the per-leaf path.
+The one stated tolerance is for a global norm (summed in another order).
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradxform
+from gradxform import pieces
+
+from cases import create as create_case, names as case_names
+from gradxform._fused import FlatTree, FusedState
+
+PARAMS = {
+    "dense": {"kernel": jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float32).reshape(3, 4),
+              "bias": jnp.asarray([0.1, -0.2, 0.3, 0.05], jnp.float32)},
+    "emb": jnp.linspace(0.5, -0.5, 10, dtype=jnp.float32).reshape(5, 2),
+    "scale": jnp.asarray([1.5, -0.7], jnp.float32),
+}
+
+
+def _grads(k, params=PARAMS):
+    # nonzero everywhere (Adamax divides by |g| history), different each step
+    return jax.tree.map(lambda p: (0.3 * jnp.sin(3.0 * p + k) + 0.05 * (k + 1)).astype(p.dtype), params)
+
+
+def _run(tx, params=PARAMS, steps=3, extra=None):
+    step = jax.jit(lambda g, s, p: tx.update(g, s, p, **(extra or {})))
+    state = tx.init(params)
+    for k in range(steps):
+        u, state = step(_grads(k, params), state, params)
+        params = gradxform.apply_updates(params, u)
+    return params, state
+
+
+def _assert_same(a, b, rtol=0.0):
+    for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b)):
+        x, y = np.asarray(x, np.float32), np.asarray(y, np.float32)
+        if rtol == 0.0:
+            assert np.array_equal(x, y, equal_nan=True), f"{jax.tree_util.keystr(path)}: {x} != {y}"
+        else:
+            np.testing.assert_allclose(x, y, rtol=rtol, atol=1e-7, err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_every_registered_optimizer_matches_per_leaf(name):
+    tx = create_case(name)  # the shared table's kwargs: momentum on, some weight decay
+    ftx = gradxform.fused(tx)
+    reasons = gradxform.fused.why_not_fused(tx)
+    if reasons:  # kept on the per-leaf path: the very same transformation and state
+        state = ftx.init(PARAMS)
+        assert not isinstance(state, FusedState)
+        assert jax.tree.structure(state) == jax.tree.structure(tx.init(PARAMS))
+        return
+    ref, _ = _run(tx)
+    got, state = _run(ftx)
+    assert isinstance(state, FusedState)
+    _assert_same(ref, got)
+
+
+def test_multipliers_make_groups_and_flat_tree_path_is_exact():
+    tx = gradxform.create("adam", learning_rate=0.01, wd=0.01, lr_mult={"dense/*": 2.0},
+                          wd_mult={"*bias": 0.0}, clip_gradient=0.2, rescale_grad=0.5)
+    ftx = gradxform.fused(tx, strict=True)
+    ref, _ = _run(tx)
+    got, state = _run(ftx)
+    _assert_same(ref, got)
+    # dense/bias (lr 2, wd 0), dense/kernel (lr 2, wd 1), emb and scale (lr 1, wd 1)
+    assert [len(g) for g in state.layout.groups] == [1, 1, 2]
+
+    # the same run with params and grads owned as FlatTrees: no conversion in the step
+    fstate = ftx.init(PARAMS)
+    flat = gradxform.fused.ravel(PARAMS, fstate)
+    step = jax.jit(lambda g, s, p: ftx.update(g, s, p))
+    for k in range(3):
+        u, fstate = step(gradxform.fused.ravel(_grads(k, flat.unravel()), fstate), fstate, flat)
+        assert isinstance(u, FlatTree)
+        flat = gradxform.apply_updates(flat, u)
+    _assert_same(ref, flat.unravel())
+
+
+def test_grad_through_unravel_returns_a_flat_tree():
+    ftx = gradxform.fused(gradxform.create("sgd", momentum=0.9), strict=True)
+    state = ftx.init(PARAMS)
+    flat = gradxform.fused.ravel(PARAMS, state)
+    loss = lambda f: sum(jnp.sum(x * x) for x in jax.tree.leaves(f.unravel()))  # noqa: E731
+    g = jax.jit(jax.grad(loss))(flat)
+    assert isinstance(g, FlatTree) and len(g.buffers) == 1
+    _assert_same(jax.tree.map(lambda p: 2 * p, PARAMS), g.unravel())
+
+
+def test_low_precision_master_weights_group_by_dtype():
+    params = dict(PARAMS, emb=PARAMS["emb"].astype(jnp.bfloat16), scale=PARAMS["scale"].astype(jnp.float16))
+    tx = gradxform.create("sgd", momentum=0.9, wd=1e-3, multi_precision=True)
+    ftx = gradxform.fused(tx, strict=True)
+    ref, _ = _run(tx, params)
+    got, state = _run(ftx, params)
+    _assert_same(ref, got)
+    assert sorted(len(g) for g in state.layout.groups) == [1, 1, 2]
+    assert jax.tree.map(lambda x: x.dtype, got) == jax.tree.map(lambda x: x.dtype, params)
+
+
+def test_read_lr_before_with_schedule_isolates_the_first_leaf():
+    sched = gradxform.lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=0.1)
+    tx = gradxform.create("lbsgd", learning_rate=0.1, momentum=0.9, lr_scheduler=sched)
+    ftx = gradxform.fused(tx, strict=True)
+    ref, _ = _run(tx, steps=4)
+    got, state = _run(ftx, steps=4)
+    _assert_same(ref, got)
+    assert state.layout.groups[0] == (0,)
+
+
+def test_hyperparameters_stay_settable_without_retrace():
+    ftx = gradxform.fused(gradxform.create("adam", learning_rate=0.01), strict=True)
+    state = ftx.init(PARAMS)
+    traces = []
+
+    @jax.jit
+    def step(g, s, p):
+        traces.append(1)
+        return ftx.update(g, s, p)
+
+    _, state = step(_grads(0), state, PARAMS)
+    state = gradxform.set_hyper(state, learning_rate=0.5, beta1=0.8)
+    assert float(gradxform.get_hyper(state, "learning_rate")) == 0.5
+    _, state = step(_grads(1), state, PARAMS)
+    assert len(traces) == 1 and isinstance(state, FusedState)
+
+
+def test_update_mask_constant_per_group():
+    tx = gradxform.create("adam", lr_mult={"emb": 3.0})
+    ftx = gradxform.fused(tx, strict=True)
+    mask = jax.tree.map(lambda _: True, PARAMS)
+    mask["emb"] = False
+    ref, sref = _run(tx, extra={"update_mask": mask})
+    got, sgot = _run(ftx, extra={"update_mask": mask})
+    _assert_same(ref, got)
+
+
+def test_global_norm_clip_within_tolerance():
+    # the norm is summed over one buffer instead of leaf by leaf: float32
+    # summation order only, so 1e-6 relative
+    tx = gradxform.chain(pieces.track_step(0.1), pieces.clip_by_global_norm(0.5), pieces.trace(0.9),
+                         pieces.scale_by_lr())
+    ref, _ = _run(tx)
+    got, state = _run(gradxform.fused(tx, strict=True))
+    assert isinstance(state, FusedState)
+    _assert_same(ref, got, rtol=1e-6)
+
+
+def test_strict_names_the_piece_that_is_not_elementwise():
+    with pytest.raises(ValueError, match="_nadam_direction"):
+        gradxform.fused(gradxform.create("nadam"), strict=True)
+    # the default keeps the per-leaf path and per-leaf state
+    state = gradxform.fused(gradxform.create("nadam")).init(PARAMS)
+    assert not isinstance(state, FusedState)
+
+
+def test_ravel_checks_shapes():
+    ftx = gradxform.fused(gradxform.create("sgd"), strict=True)
+    state = ftx.init(PARAMS)
+    bad = dict(PARAMS, scale=jnp.zeros(3))
+    with pytest.raises(ValueError, match=r"\['scale'\].*shape \(3,\).*\(2,\)"):
+        gradxform.fused.ravel(bad, state)
