@@ -3,10 +3,14 @@ weights or the float16 warning, the non-finite guard when asked for, and the
 argument checks of `gradxform._errors.validated`."""
 from __future__ import annotations
 
+import warnings
+
+import jax
+
 from ._base import GradientTransformation, transformation
 from ._errors import validated
 from .pieces._guards import skip_nonfinite as _skip_nonfinite
-from .pieces._precision import warn_low_precision, with_master_weights
+from .pieces._precision import FP16_WARNING, is_low_precision, with_master_weights
 
 __all__ = ["finalize"]
 
@@ -30,9 +34,11 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
         tx = with_master_weights(tx)
     else:
         inner = tx
+        level = 3 if validate else 2  # point the warning at the caller of init
 
         def init(params):
-            warn_low_precision(params)
+            if any(is_low_precision(p) for p in jax.tree.leaves(params)):
+                warnings.warn(FP16_WARNING, UserWarning, stacklevel=level)
             return inner.init(params)
 
         tx = transformation(init, inner.update)

@@ -168,6 +168,7 @@ def test_vmap_skips_only_the_bad_problem():
     jax.tree.map(lambda x, y: np.testing.assert_allclose(x[0], y, rtol=1e-6), p, p0)
     assert_same(jax.tree.map(lambda x: x[1], p), PARAMS)
     np.testing.assert_array_equal(np.asarray(s.guard.skipped), [0, 1])
+    assert gx.guard_status(s)[0]["skipped"] == 1          # a batched state reports its worst copy
 
 
 # -- the long run -------------------------------------------------------------------
@@ -339,6 +340,7 @@ def test_loss_scaler_trips_when_the_scale_collapses():
 @pytest.mark.parametrize("kwargs,match", [
     (dict(init_scale=0.0), "init_scale must be in"), (dict(backoff=1.5), "backoff must be in"),
     (dict(growth=0.5), "growth must be in"), (dict(growth_interval=0), "growth_interval must be in"),
+    (dict(growth_interval=2.5), "growth_interval must be an integer"),
     (dict(min_scale=4.0, max_scale=2.0), "min_scale must be <= max_scale"),
     (dict(max_consecutive=0), "max_consecutive must be an integer"),
 ])

@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._base import GradientTransformation, transformation
 from .._hyper import check_range, hyper_scalar, register_check
@@ -170,6 +171,9 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
     """
     check_range("dynamic_loss_scale", "init_scale", init_scale, low=0.0, low_open=True)
     check_range("dynamic_loss_scale", "growth_interval", growth_interval, low=1)
+    if int(growth_interval) != growth_interval:
+        raise ValueError(f"dynamic_loss_scale(growth_interval=...): growth_interval must be an integer; "
+                         f"got {growth_interval!r}.")
     check_range("dynamic_loss_scale", "backoff", backoff, low=0.0, low_open=True, high=1.0)
     check_range("dynamic_loss_scale", "growth", growth, low=1.0)
     check_range("dynamic_loss_scale", "min_scale", min_scale, low=0.0, allow_none=True)
@@ -238,17 +242,20 @@ def _find(state, kind):
 def guard_status(state) -> list[dict]:
     """One dict per guard in ``state`` (outermost first): ``skipped``,
     ``consecutive``, ``max_consecutive`` (None for no limit), ``tripped``, and
-    ``loss_scale`` for a loss scaler. One device->host transfer for all."""
+    ``loss_scale`` for a loss scaler. One device->host transfer for all. A
+    replicated (pmap) or batched (vmap) state reports its worst copy: the
+    largest counts, any trip, the smallest scale."""
     guards = _find(state, (SkipNonfiniteState, LossScaleState))
     values = jax.device_get([(g.guard, getattr(g, "scale", None)) for g in guards])
     out = []
     for g, (counters, scale) in zip(guards, values):
+        top = lambda x: int(np.max(x))  # noqa: E731
+        limit = top(counters.max_consecutive)
         d = {"kind": "dynamic_loss_scale" if isinstance(g, LossScaleState) else "skip_nonfinite",
-             "skipped": int(counters.skipped), "consecutive": int(counters.consecutive),
-             "max_consecutive": None if int(counters.max_consecutive) < 0 else int(counters.max_consecutive),
-             "tripped": bool(counters.tripped)}
+             "skipped": top(counters.skipped), "consecutive": top(counters.consecutive),
+             "max_consecutive": None if limit < 0 else limit, "tripped": bool(np.any(counters.tripped))}
         if scale is not None:
-            d["loss_scale"] = float(scale)
+            d["loss_scale"] = float(np.min(scale))
         out.append(d)
     return out
 
