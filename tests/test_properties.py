@@ -99,7 +99,8 @@ def test_one_trace_while_set_hyper_changes_hyperparameters(name):
     params, state = PARAMS, f.tx.init(PARAMS)
     params, state = f.step(params, state, grads_at(0))
     traces = f.traces
-    present = [n for n in ("learning_rate", "wd", "momentum", "beta1", "beta2") if n in gx.hyper_names(state)]
+    present = [n for n in ("learning_rate", "wd", "weight_decay", "momentum", "beta1", "beta2")
+               if n in gx.hyper_names(state)]
     assert present, f"{name}: none of lr / wd / momentum / betas is a hyperparameter in its state"
     for k, value in enumerate((0.5, 0.25, 0.125)):
         new = {n: value * (gx.get_hyper(state, n) if n != "learning_rate" else 0.01) for n in present}
