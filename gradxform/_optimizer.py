@@ -47,3 +47,26 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
     if validate:
         tx = validated(tx, master_weights=multi_precision)
     return tx
+
+
+def with_guard_option(factory):
+    """Gives an optimizer factory the keyword ``skip_nonfinite=False`` that
+    every gradxform optimizer takes (`finalize` handles it for the factories
+    that route it there themselves)."""
+    import functools  # noqa: PLC0415
+    import inspect  # noqa: PLC0415
+
+    sig = inspect.signature(factory)
+    if "skip_nonfinite" in sig.parameters:
+        return factory
+
+    @functools.wraps(factory)
+    def wrapper(*args, skip_nonfinite: bool = False, **kwargs):
+        tx = factory(*args, **kwargs)
+        return _skip_nonfinite(tx) if skip_nonfinite else tx
+
+    params = list(sig.parameters.values())
+    extra = inspect.Parameter("skip_nonfinite", inspect.Parameter.KEYWORD_ONLY, default=False)
+    at = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
+    wrapper.__signature__ = sig.replace(parameters=params[:at] + [extra] + params[at:])
+    return wrapper

@@ -24,7 +24,6 @@ class Case:
       proximal step moves them anyway).
     zero_grad_atol: absolute tolerance for that check (0: bit-exact).
     converges: 200 steps on a small quadratic lower the loss.
-    skip_nonfinite_kwarg: ``create(name, skip_nonfinite=True)`` is accepted.
     rtol, atol: tolerance for jit against op-by-op, vmap against a loop.
     supports_complex, per_leaf_count: declared capabilities (documentation
       for now; complex parameters are not exercised).
@@ -34,7 +33,6 @@ class Case:
     zero_grad_fixed: bool = False
     zero_grad_atol: float = 0.0
     converges: bool = True
-    skip_nonfinite_kwarg: bool = True
     rtol: float = 1e-5
     atol: float = 1e-6
     supports_complex: bool = False
@@ -69,27 +67,25 @@ TABLE: dict[str, Case] = {
 }
 
 _MS_WD = {"weight_decay": 0.0}
-_MS = dict(skip_nonfinite_kwarg=False)  # MindSpore's signatures have no skip_nonfinite keyword
 TABLE.update({
     "mindspore.adafactor": Case(dict(learning_rate=0.05, relative_step=False, scale_parameter=False,
-                                     weight_decay=1e-3), _MS_WD, True, **_MS),
-    "mindspore.adagrad": Case(dict(learning_rate=0.1, weight_decay=1e-3), _MS_WD, True, **_MS),
-    "mindspore.adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, **_MS),
-    "mindspore.adam_offload": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, **_MS),
-    "mindspore.adam_weight_decay": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, **_MS),
+                                     weight_decay=1e-3), _MS_WD, True),
+    "mindspore.adagrad": Case(dict(learning_rate=0.1, weight_decay=1e-3), _MS_WD, True),
+    "mindspore.adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True),
+    "mindspore.adam_offload": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True),
+    "mindspore.adam_weight_decay": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True),
     # FTRL's closed form sets w = 0 where |u| <= l1.
-    "mindspore.ftrl": Case(dict(learning_rate=0.1, l1=1e-3, weight_decay=1e-3), _MS_WD, False, **_MS),
-    "mindspore.lamb": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, **_MS),
+    "mindspore.ftrl": Case(dict(learning_rate=0.1, l1=1e-3, weight_decay=1e-3), _MS_WD, False),
+    "mindspore.lamb": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True),
     "mindspore.lars": Case(dict(optimizer=gradxform.create("mindspore.momentum", learning_rate=0.1, momentum=0.9),
-                                weight_decay=1e-3), _MS_WD, True, **_MS),
-    "mindspore.lazy_adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, **_MS),
-    "mindspore.momentum": Case(dict(learning_rate=0.1, momentum=0.9, weight_decay=1e-3), _MS_WD, True, **_MS),
+                                weight_decay=1e-3), _MS_WD, True),
+    "mindspore.lazy_adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True),
+    "mindspore.momentum": Case(dict(learning_rate=0.1, momentum=0.9, weight_decay=1e-3), _MS_WD, True),
     "mindspore.proximal_adagrad": Case(dict(learning_rate=0.1, l1=1e-3, l2=1e-3, weight_decay=1e-3),
-                                       {"weight_decay": 0.0, "l1": 0.0, "l2": 0.0}, True, **_MS),
+                                       {"weight_decay": 0.0, "l1": 0.0, "l2": 0.0}, True),
     "mindspore.rmsprop": Case(dict(learning_rate=0.01, momentum=0.5, centered=True, weight_decay=1e-3),
-                              _MS_WD, True, **_MS),
-    "mindspore.sgd": Case(dict(learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3), _MS_WD, True,
-                          **_MS),
+                              _MS_WD, True),
+    "mindspore.sgd": Case(dict(learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3), _MS_WD, True,),
     "paddle.asgd": Case(dict(learning_rate=0.05, batch_num=2, weight_decay=1e-3), _MS_WD, True),
 })
 

@@ -7,11 +7,18 @@ Parameters are passed to ``init``, not at construction; MindSpore's
 array, or a `gradxform.schedules` schedule (FTRL: a number only).
 """
 from .._groups import beta_gamma_filter
+from .._optimizer import with_guard_option
 from .._registry import register
 from ._adafactor import adafactor
 from ._adam import adam, adam_offload, adam_weight_decay, lamb, lazy_adam, offloaded_moments
 from ._adaptive import adagrad, ftrl, proximal_adagrad, rmsprop
 from ._momentum import lars, momentum, sgd
+
+# every gradxform optimizer takes skip_nonfinite=...
+(momentum, sgd, lars, adam, adam_weight_decay, lazy_adam, adam_offload, lamb, adagrad, proximal_adagrad,
+ ftrl, rmsprop, adafactor) = map(with_guard_option, (momentum, sgd, lars, adam, adam_weight_decay, lazy_adam,
+                                                     adam_offload, lamb, adagrad, proximal_adagrad, ftrl,
+                                                     rmsprop, adafactor))
 
 __all__ = [
     "momentum", "sgd", "lars", "adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb",
