@@ -287,7 +287,7 @@ def test_compressed_step_matches_allreduce_plus_update_and_compiled():
 
 
 def test_skip_nonfinite_keeps_everything():
-    t = Trainer(init_params(), *SGD, skip_nonfinite=True,
+    t = Trainer(init_params(), *SGD, skip_nonfinite={"max_consecutive": 2},
                 compression_params={"type": "2bit", "threshold": 0.1})
     t.step(t.grads(loss_fn, BATCHES[0]), 8)
     p, s, r = t.params, t.state, [np.asarray(x) for x in t._residual]
@@ -295,8 +295,30 @@ def test_skip_nonfinite_keeps_everything():
     grads["out"] = grads["out"].at[2, 1].set(jnp.nan)  # one device, one element
     t.step(grads, 8)
     assert_equal(t.params, p)
-    assert_equal(t.state, s)
+    assert_equal(t.state.inner, s.inner)  # the optimizer's state, step counts included
+    assert int(t.state.guard.skipped) == 1  # the guard counts the skipped step
     assert_equal([np.asarray(x) for x in t._residual], r)
+    with pytest.raises(gradxform.NonFiniteError, match="2 consecutive steps"):
+        t.step(grads, 8)  # the second bad step in a row trips the guard
+    assert_equal(t.params, p)
+
+
+def test_dynamic_loss_scale_skips_overflow_and_halves_the_scale():
+    params = jax.tree.map(lambda x: x.astype(jnp.float16), init_params())
+    t = Trainer(params, "adam", {"learning_rate": 0.01, "multi_precision": True},
+                loss_scale={"init_scale": 2.0 ** 10, "growth_interval": 2})
+    assert t.loss_scale == 2.0 ** 10
+    big = (BATCHES[0][0] * 1000, BATCHES[0][1] * 1000)  # float16 gradients of loss * 2**10 overflow
+    run = t.compile_step(lambda p, b: loss_fn(jax.tree.map(lambda x: x.astype(jnp.float32), p), b))
+    before = t.params
+    run(big, 8)
+    assert t.loss_scale == 2.0 ** 9
+    assert_equal(t.params, before)
+    for _ in range(2):
+        run(BATCHES[1], 8)
+    assert t.loss_scale == 2.0 ** 10  # two clean steps: doubled again
+    assert not np.array_equal(np.asarray(t.params["out"]), np.asarray(before["out"]))
+    assert t.params["out"].dtype == jnp.float16
 
 
 @pytest.mark.parametrize("opt,comp", [

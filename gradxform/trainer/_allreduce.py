@@ -21,6 +21,8 @@ import weakref
 from typing import Callable
 
 import jax
+
+from ..pieces._guards import scale_loss
 import jax.numpy as jnp
 import numpy as np
 
@@ -203,11 +205,19 @@ def build_step(tx, present, compression, *, has_rescale, skip_nonfinite, devices
                     devices=devices)
 
 
-def build_compiled(tx, loss_fn, compression, *, has_rescale, skip_nonfinite, devices):
+def build_compiled(tx, loss_fn, compression, *, has_rescale, skip_nonfinite, devices, loss_scaled=False):
     """forward, backward, all-reduce and update in one program; parameters,
-    state and residuals are donated. Returns the loss summed over all devices."""
+    state and residuals are donated. Returns the loss summed over all devices.
+    With ``loss_scaled`` the loss is multiplied by the state's dynamic loss
+    scale before the backward pass (the optimizer divides it out)."""
     def body(params, state, r_leaves, batch, rescale):
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        if loss_scaled:
+            def scaled(p):
+                loss = loss_fn(p, batch)
+                return scale_loss(loss, state), loss
+            (_, loss), grads = jax.value_and_grad(scaled, has_aux=True)(params)
+        else:
+            loss, grads = jax.value_and_grad(loss_fn)(params, batch)
         g_leaves = jax.tree.leaves(grads)
         summed, r_leaves = reduce_leaves(g_leaves, r_leaves, compression)
         present = (True,) * len(g_leaves)

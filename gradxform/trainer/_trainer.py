@@ -8,6 +8,8 @@ import numpy as np
 import optax
 
 from .._hyper import check_range, get_hyper, get_learning_rate, hyper_names, set_learning_rate
+from ..pieces._guards import check_guard, dynamic_loss_scale, get_loss_scale, scale_loss
+from ..pieces._guards import skip_nonfinite as guard_nonfinite
 from .._registry import _resolve, create
 from .._tree import param_names
 from ..checkpoint import load_state, save_state
@@ -94,7 +96,18 @@ class Trainer:
       devices: the devices to replicate over (default: all local devices).
       compression_params: see above; None for none.
       skip_nonfinite: a step whose summed gradient has a NaN/Inf changes
-        nothing (parameters, state and residuals).
+        nothing (parameters, state and residuals); the optimizer is wrapped in
+        `gradxform.pieces.skip_nonfinite`, and after every step the Trainer
+        calls `gradxform.check_guard`, which raises `NonFiniteError` once
+        ``max_consecutive`` steps in a row were bad. True, or a dict of
+        keywords for the guard (``{'max_consecutive': 10}``).
+      loss_scale: None, ``'dynamic'`` or a dict of keywords for
+        `gradxform.pieces.dynamic_loss_scale` (float16 training as MXNet AMP /
+        PyTorch GradScaler: start at 2**16, halve and skip on overflow,
+        double after 2000 clean steps). `compile_step` and `grads` multiply
+        the loss by the current scale (``trainer.loss_scale``) before the
+        backward pass and the optimizer divides it out; gradients you compute
+        yourself for `step`/`update` must be of ``loss * trainer.loss_scale``.
 
     Differences from Gluon: gradients are passed in, not read from
     ``Parameter.grad``; the Trainer owns the parameters (``trainer.params``)
@@ -102,7 +115,7 @@ class Trainer:
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, *, devices=None,
-                 compression_params=None, skip_nonfinite: bool = False):
+                 compression_params=None, skip_nonfinite=False, loss_scale=None):
         if isinstance(optimizer, str):
             tx = create(optimizer, **(optimizer_params or {}))
             self._opt_name = _resolve(optimizer)
@@ -116,6 +129,13 @@ class Trainer:
             raise TypeError(f"Trainer(optimizer=...): expected an optimizer name or a transformation; "
                             f"got {type(optimizer).__name__}.")
         self._optimizer = tx
+        if loss_scale is not None:
+            kw = {} if loss_scale == "dynamic" else dict(loss_scale)
+            tx = dynamic_loss_scale(tx, **kw)
+        if skip_nonfinite:
+            tx = guard_nonfinite(tx, **({} if skip_nonfinite is True else dict(skip_nonfinite)))
+        self._guarded = bool(skip_nonfinite) or loss_scale is not None
+        self._loss_scaled = loss_scale is not None
         self._tx = optax.with_extra_args_support(tx)
         leaves, self._treedef = jax.tree.flatten(params)
         self._names = param_names(params)
@@ -136,7 +156,7 @@ class Trainer:
         self._local_devices = tuple(local)
         self._n = len(local)
         self._compression = parse_compression(compression_params)
-        self._skip_nonfinite = bool(skip_nonfinite)
+        self._skip_nonfinite = False  # the guard piece in self._tx does it, counting bad steps
 
         state = self._tx.init(params)
         self._has_rescale = "rescale_grad" in hyper_names(state)
@@ -145,6 +165,7 @@ class Trainer:
         self._params, self._state, self._residual = ar.replicate(
             (params, state, residual), self._n, self._devices)
         self._programs: dict = {}
+        self._scaled_losses: dict = {}
 
     # -- properties ------------------------------------------------------------
     @property
@@ -179,6 +200,20 @@ class Trainer:
         set_learning_rate(self._hyper_view(), lr)  # host-side checks and Gluon's error
         self._set_hyper(learning_rate=lr)
 
+    @property
+    def loss_scale(self) -> float:
+        """The current dynamic loss scale (1.0 without ``loss_scale=``)."""
+        if not self._loss_scaled:
+            return 1.0
+        return float(get_loss_scale(self._hyper_view()))
+
+    def _loss_scale_mapped(self):
+        return get_loss_scale(self._state)  # one copy per device, inside the replicated state
+
+    def _after_step(self) -> None:
+        if self._guarded:
+            check_guard(self._hyper_view())
+
     def _hyper_view(self):
         # Hyperparameters are the only per-copy scalars; slicing just those is cheap.
         return jax.tree.map(lambda x: ar.unreplicate(x) if np.ndim(x) <= 1 else x, self._state)
@@ -194,8 +229,14 @@ class Trainer:
         """Per-device gradients of ``loss_fn(params, shard)`` at the current
         parameters, this process's ``batch`` split evenly over the local
         devices (see `per_device_grads`)."""
-        loss, grads = ar.grad_program(loss_fn, True, self._devices)(
-            self._params, ar.split_batch(batch, self._n))
+        batch = ar.split_batch(batch, self._n)
+        if self._loss_scaled:
+            scaled = self._scaled_losses.setdefault(loss_fn, _scaled_loss(loss_fn))
+            loss, grads = ar.grad_program(scaled, True, self._devices)(
+                self._params, (batch, self._state))
+            loss = loss / self._loss_scale_mapped()
+        else:
+            loss, grads = ar.grad_program(loss_fn, True, self._devices)(self._params, batch)
         return (loss, grads) if with_loss else grads
 
     def _split_grads(self, grads, where: str, *, need_mapped: bool):
@@ -267,6 +308,7 @@ class Trainer:
         program = self._program(("reduce",), lambda: ar.build_reduce(self._compression, self._devices))
         summed, residual = program(g_leaves, self._residual_of(present))
         self._set_residual(present, residual)
+        self._after_step()
         it = iter(summed)
         return self._treedef.unflatten([next(it) if here else None for here in present])
 
@@ -282,6 +324,7 @@ class Trainer:
             self._tx, present, mapped, has_rescale=self._has_rescale,
             skip_nonfinite=self._skip_nonfinite, devices=self._devices))
         self._params, self._state = program(self._params, self._state, g_leaves, rescale)
+        self._after_step()
 
     def step(self, grads, batch_size, ignore_stale_grad: bool = False) -> None:
         """``allreduce_grads`` then ``update``, as one program.
@@ -305,6 +348,7 @@ class Trainer:
         self._params, self._state, residual = program(
             self._params, self._state, g_leaves, self._residual_of(present), rescale)
         self._set_residual(present, residual)
+        self._after_step()
 
     def compile_step(self, loss_fn: Callable) -> Callable:
         """One pmapped program: forward, backward, all-reduce, update.
@@ -317,12 +361,13 @@ class Trainer:
         """
         program = self._program(("compiled", loss_fn), lambda: ar.build_compiled(
             self._tx, loss_fn, self._compression, has_rescale=self._has_rescale,
-            skip_nonfinite=self._skip_nonfinite, devices=self._devices))
+            skip_nonfinite=self._skip_nonfinite, devices=self._devices, loss_scaled=self._loss_scaled))
 
         def run(batch, batch_size):
             rescale = self._rescale(batch_size, "compile_step")
             self._params, self._state, self._residual, loss = program(
                 self._params, self._state, self._residual, ar.split_batch(batch, self._n), rescale)
+            self._after_step()
             return loss
 
         return run
@@ -362,3 +407,11 @@ class Trainer:
     def _tree(params, state, residual) -> dict:
         return {"params": params, "state": state, "residual": list(residual)}
 
+
+
+def _scaled_loss(loss_fn):
+    """``(params, (batch, state)) -> loss * loss_scale(state)`` for `Trainer.grads`."""
+    def scaled(params, batch_and_state):
+        batch, state = batch_and_state
+        return scale_loss(loss_fn(params, batch), state)
+    return scaled
