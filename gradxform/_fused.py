@@ -273,7 +273,7 @@ def _walk(node, leaf_fn, params_fn, treedef):
     if jax.tree.structure(node) == treedef and treedef.num_leaves > 1:
         return params_fn(node)
     if isinstance(node, tuple) and hasattr(node, "_fields"):
-        kids = {f: (leaf_fn(f, getattr(node, f)) if f in _PER_LEAF_FIELDS and hasattr(getattr(node, f), "shape")
+        kids = {f: (leaf_fn(f, getattr(node, f)) if f in _PER_LEAF_FIELDS and _per_leaf(getattr(node, f), treedef)
                     else _walk(getattr(node, f), leaf_fn, params_fn, treedef)) for f in node._fields}
         return type(node)(**kids)
     if isinstance(node, (tuple, list)):
@@ -284,13 +284,16 @@ def _walk(node, leaf_fn, params_fn, treedef):
     return node
 
 
+def _per_leaf(x, treedef) -> bool:
+    """A per-leaf field: a tree of scalars shaped like the parameters."""
+    return not hasattr(x, "shape") and jax.tree.structure(x) == treedef
+
+
 def _per_leaf_vectors(state, treedef) -> list[np.ndarray]:
-    n = treedef.num_leaves
     found: list[np.ndarray] = []
 
     def leaf_fn(_, x):
-        if jnp.shape(x) == (n,):
-            found.append(np.asarray(x))
+        found.append(np.asarray([np.asarray(v) for v in treedef.flatten_up_to(x)]))
         return x
 
     _walk(state, leaf_fn, lambda t: t, treedef)
@@ -318,17 +321,17 @@ def _make_layout(tx, params, facts) -> Layout:
 
 
 def _flatten_state(state, layout: Layout):
-    reps = np.asarray([g[0] for g in layout.groups])
-    n = layout.num_leaves
+    reps = [g[0] for g in layout.groups]
 
     def leaf_fn(field, x):
-        if jnp.shape(x) != (n,):
-            return x
+        leaves = layout.treedef.flatten_up_to(x)
         for g in layout.groups:  # the chain keeps one value per group: they must agree
-            if not isinstance(x, jax.core.Tracer) and np.unique(np.asarray(x)[list(g)]).size > 1:
+            vals = [leaves[i] for i in g]
+            if not any(isinstance(v, jax.core.Tracer) for v in vals) and \
+                    np.unique(np.asarray([np.asarray(v) for v in vals])).size > 1:
                 raise ValueError(f"fused: per-leaf {field} differs inside a group; this state "
                                  "cannot be fused.")
-        return jnp.asarray(x)[reps]
+        return tuple(leaves[i] for i in reps)
 
     return _walk(state, leaf_fn, lambda t: layout.ravel_leaves(layout.treedef.flatten_up_to(t)),
                  layout.treedef)

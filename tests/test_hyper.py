@@ -12,7 +12,8 @@ GRADS = jax.tree.map(lambda p: jnp.full_like(p, 0.5), PARAMS)
 
 def test_every_hyperparameter_is_a_float32_scalar_even_for_bfloat16_params():
     tx = gx.create("adam", beta2=0.999, wd=0.1)
-    state = tx.init(jax.tree.map(lambda p: p.astype(jnp.bfloat16), PARAMS))
+    with pytest.warns(UserWarning, match="multi_precision"):
+        state = tx.init(jax.tree.map(lambda p: p.astype(jnp.bfloat16), PARAMS))
     for name in gx.hyper_names(state):
         v = gx.get_hyper(state, name)
         assert v.shape == () and v.dtype in (jnp.float32, jnp.bool_), name

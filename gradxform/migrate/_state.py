@@ -127,6 +127,14 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
                 new_leaves = [o if v is None else convert(o, v, f"{_describe(slot)} of parameter {n!r}")
                               for o, v, n in zip(old_leaves, value, names)]
                 out[field] = treedef.unflatten(new_leaves)
+            elif not hasattr(old, "shape") and jax.tree.structure(old) == treedef:
+                # a per-leaf scalar field (step counts, LBSGD's num_cums): the file's vector, split
+                vec = np.asarray(value)
+                if vec.shape != (treedef.num_leaves,):
+                    raise MigrateError(f"{who}: {_describe(slot)} has shape {vec.shape} in the file; "
+                                       f"tx expects one value per parameter ({treedef.num_leaves},).")
+                out[field] = treedef.unflatten([convert(o, v, f"{_describe(slot)} of parameter {n!r}")
+                                                for o, v, n in zip(treedef.flatten_up_to(old), vec, names)])
             else:
                 out[field] = convert(old, value, _describe(slot))
         converted[path] = out

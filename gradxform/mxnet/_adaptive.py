@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, chain, context_value, identity, transformation
-from .._hyper import check_range, hyper_scalar
+from .._hyper import check_range, hyper_residual, hyper_scalar
 from .._tree import map_unzip
+from ..pieces._moments import one_minus_power
 from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adam_moments,
                       scale_by_adamax, scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
 from ._common import check_unit, parse_options
@@ -67,6 +68,7 @@ def adamax(learning_rate=0.002, beta1=0.9, beta2=0.999, **kwargs) -> GradientTra
 
 class NadamState(NamedTuple):
     hyper: dict
+    hyper_lo: dict
     mu: object
     nu: object
     m_schedule: jax.Array
@@ -81,36 +83,35 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
     def init(params):
         return NadamState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                            "epsilon": hyper_scalar(epsilon), "schedule_decay": hyper_scalar(schedule_decay)},
+                          {"beta2": hyper_residual(beta2)},
                           _zeros(params), _zeros(params), jnp.ones((), jnp.float32))
 
     def update(updates, state, params=None, **extra_args):
         del params
-        h = state.hyper
+        h, lo = state.hyper, state.hyper_lo
         count = context_value(extra_args, "count", "mxnet.nadam")
         mask = context_value(extra_args, "mask", "mxnet.nadam")
         leaves, treedef = jax.tree.flatten(updates)
-        if not leaves:
-            return updates, state
-        t = jnp.stack(treedef.flatten_up_to(count)).astype(jnp.float32)
-        on = jnp.stack(treedef.flatten_up_to(mask))
-        mom_t = h["beta1"] * (1.0 - 0.5 * 0.96 ** (t * h["schedule_decay"]))
-        mom_t1 = h["beta1"] * (1.0 - 0.5 * 0.96 ** ((t + 1) * h["schedule_decay"]))
-        sched = state.m_schedule * jnp.cumprod(jnp.where(on, mom_t, 1.0))
-        sched_next = sched * mom_t1
+        sched = state.m_schedule
         mus, nus, outs = [], [], []
-        for i, (g, m, v) in enumerate(zip(leaves, treedef.flatten_up_to(state.mu),
-                                          treedef.flatten_up_to(state.nu))):
+        for g, m, v, t, on in zip(leaves, treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu),
+                                  treedef.flatten_up_to(count), treedef.flatten_up_to(mask)):
+            t = t.astype(jnp.float32)
+            mom_t = h["beta1"] * (1.0 - 0.5 * 0.96 ** (t * h["schedule_decay"]))
+            mom_t1 = h["beta1"] * (1.0 - 0.5 * 0.96 ** ((t + 1) * h["schedule_decay"]))
+            sched = jnp.where(on, sched * mom_t, sched)  # advanced once per parameter update
+            sched_next = sched * mom_t1
             c = lambda x: x.astype(g.dtype)  # noqa: E731
             m = c(h["beta1"]) * m + (1 - c(h["beta1"])) * g
             v = c(h["beta2"]) * v + (1 - c(h["beta2"])) * g * g
-            g_prime = g / c(1.0 - sched[i])
-            m_prime = m / c(1.0 - sched_next[i])
-            v_prime = v / c(1.0 - h["beta2"] ** t[i])
-            m_bar = c(1.0 - mom_t[i]) * g_prime + c(mom_t1[i]) * m_prime
+            g_prime = g / c(1.0 - sched)
+            m_prime = m / c(1.0 - sched_next)
+            v_prime = v / c(one_minus_power(h["beta2"], lo["beta2"], t))
+            m_bar = c(1.0 - mom_t) * g_prime + c(mom_t1) * m_prime
             outs.append(m_bar / (jnp.sqrt(v_prime) + c(h["epsilon"])))
             mus.append(m)
             nus.append(v)
-        new = NadamState(h, treedef.unflatten(mus), treedef.unflatten(nus), sched[-1])
+        new = NadamState(h, lo, treedef.unflatten(mus), treedef.unflatten(nus), sched)
         return treedef.unflatten(outs), new
 
     return transformation(init, update)

@@ -127,9 +127,10 @@ def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, **kwargs) -> GradientTra
 
 
 class LBSGDState(NamedTuple):
+    """``num_cums``: per-leaf int32 scalars (a tree shaped like the parameters)."""
     hyper: dict
     cum_grad: object
-    num_cums: jax.Array
+    num_cums: object
 
 
 def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_epoch, begin_epoch):
@@ -155,15 +156,13 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
         return jnp.where(nup >= nwup, maxmult, warm)
 
     def init(params):
-        n = len(jax.tree.leaves(params))
-        return LBSGDState({}, jax.tree.map(jnp.zeros_like, params), jnp.full((n,), init_updates, jnp.int32))
+        return LBSGDState({}, jax.tree.map(jnp.zeros_like, params),
+                          jax.tree.map(lambda _: jnp.asarray(init_updates, jnp.int32), params))
 
     def update(updates, state, params=None, **extra_args):
-        leaves, treedef = jax.tree.flatten(updates)
-        num_cums = state.num_cums + 1
+        num_cums = jax.tree.map(lambda c: c + 1, state.num_cums)
         cum = jax.tree.map(lambda c, g: c + g, state.cum_grad, updates)
-        apply = [num_cums[i] % batch_scale == 0 for i in range(len(leaves))]
-        apply_tree = treedef.unflatten(apply)
+        apply_tree = jax.tree.map(lambda c: c % batch_scale == 0, num_cums)
         mean = jax.tree.map(lambda c: c / jnp.asarray(batch_scale, c.dtype), cum)
         if warmup_strategy == "lars":
             wd = context_value(extra_args, "wd", "mxnet.lbsgd")
@@ -175,7 +174,7 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
 
             mult = jax.tree.map(lars, params, mean, wd)
         else:
-            mult = treedef.unflatten([lbmult(num_cums[i]) for i in range(len(leaves))])
+            mult = jax.tree.map(lbmult, num_cums)
         ctx = extra_args[CONTEXT_KEY]
         ctx["lbmult"], ctx["lbsgd_apply"] = mult, apply_tree
         cum = jax.tree.map(lambda c, a: jnp.where(a, jnp.zeros_like(c), c), cum, apply_tree)

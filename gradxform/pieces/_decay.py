@@ -15,8 +15,9 @@ __all__ = ["DecayState", "add_decayed_weights", "provide_weight_decay", "add_dec
 
 
 class DecayState(NamedTuple):
+    """``wd_mult``: per-leaf float32 multipliers, a tree of scalars."""
     hyper: dict
-    wd_mult: jax.Array
+    wd_mult: object
 
 
 def _decay(wd, wd_mult, name, add, who):
@@ -27,16 +28,16 @@ def _decay(wd, wd_mult, name, add, who):
         if wd is None:
             return ()
         names = param_names(params)
+        mults = resolve_multiplier(wd_mult, names, "wd_mult")
         return DecayState({name: hyper_scalar(wd)},
-                          jnp.asarray(resolve_multiplier(wd_mult, names, "wd_mult")))
+                          jax.tree.structure(params).unflatten([jnp.asarray(m, jnp.float32) for m in mults]))
 
     def update(updates, state, params=None, **extra_args):
         if wd is None:
             per_leaf = context_value(extra_args, "wd", who)
         else:
-            leaves, treedef = jax.tree.flatten(updates)
-            w = state.hyper[name] * state.wd_mult
-            per_leaf = treedef.unflatten([w[i] for i in range(len(leaves))])
+            d = state.hyper[name]
+            per_leaf = jax.tree.map(lambda m: d * m, state.wd_mult)
             ctx = extra_args.get(CONTEXT_KEY)
             if ctx is not None:
                 ctx["wd"] = per_leaf
@@ -83,7 +84,7 @@ def add_decoupled_weight_decay(wd: float | None = 0.0, *, name: str = "wd_lh") -
         del params
         if wd is None:
             return ()
-        return DecayState({name: hyper_scalar(wd)}, jnp.zeros((0,), jnp.float32))
+        return DecayState({name: hyper_scalar(wd)}, ())
 
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "add_decoupled_weight_decay")

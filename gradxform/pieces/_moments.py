@@ -228,11 +228,15 @@ def bias_correction(beta1: float = 0.9, beta2: float | None = 0.999) -> Gradient
         count = context_value(extra_args, "count", "bias_correction")
         h, lo = state.hyper, state.hyper_lo
 
+        # the logs are per optimizer; only the power is per leaf
+        log1 = jnp.log1p((h["beta1"] - 1.0) + lo["beta1"])
+        log2 = jnp.log1p((h["beta2"] - 1.0) + lo["beta2"]) if beta2 is not None else None
+
         def one(u, t):
             t = t.astype(jnp.float32)
-            f = 1.0 / one_minus_power(h["beta1"], lo["beta1"], t)
-            if beta2 is not None:
-                f = f * jnp.sqrt(one_minus_power(h["beta2"], lo["beta2"], t))
+            f = -1.0 / jnp.expm1(t * log1)
+            if log2 is not None:
+                f = f * jnp.sqrt(-jnp.expm1(t * log2))
             return u * f.astype(u.dtype)
 
         return jax.tree.map(one, updates, count), state

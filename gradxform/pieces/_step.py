@@ -30,13 +30,15 @@ def resolve_multiplier(spec, names: list[str], what: str) -> np.ndarray:
 
 
 class StepState(NamedTuple):
-    """``count[i]``: updates applied to leaf i (MXNet ``_index_update_count``);
-    ``num_update``: their running maximum (MXNet ``num_update``), which the
-    schedule reads; ``lr_mult``: per-leaf multipliers; ``hyper``: the base
+    """``count``: updates applied to each leaf (MXNet ``_index_update_count``),
+    a tree of int32 scalars shaped like the parameters; ``num_update``: their
+    running maximum (MXNet ``num_update``), which the schedule reads;
+    ``lr_mult``: per-leaf float32 multipliers (a tree of scalars: per-leaf
+    scalars compile far faster than slices of one vector); ``hyper``: the base
     ``learning_rate``, the schedule's ``current_lr`` and whether one is set."""
     hyper: dict
-    lr_mult: jax.Array
-    count: jax.Array
+    lr_mult: object
+    count: object
     num_update: jax.Array
 
 
@@ -75,55 +77,61 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
 
     def init(params):
         names = param_names(params)
-        n = len(names)
+        treedef = jax.tree.structure(params)
         base = hyper_scalar(learning_rate)
         current = schedule(jnp.asarray(begin_num_update, jnp.int32), base) if schedule else base
+        mults = resolve_multiplier(lr_mult, names, "lr_mult")
         return StepState(
             hyper={"learning_rate": base, "current_lr": hyper_scalar(current),
                    "scheduled": jnp.asarray(schedule is not None)},
-            lr_mult=jnp.asarray(resolve_multiplier(lr_mult, names, "lr_mult")),
-            count=jnp.full((n,), begin_num_update, jnp.int32),
+            lr_mult=treedef.unflatten([jnp.asarray(m, jnp.float32) for m in mults]),
+            count=treedef.unflatten([jnp.asarray(begin_num_update, jnp.int32)] * len(names)),
             num_update=jnp.asarray(begin_num_update, jnp.int32))
 
     def update(updates, state, params=None, **extra_args):
         del params
-        leaves, treedef = jax.tree.flatten(updates)
-        n = len(leaves)
-        if n != state.count.shape[0]:
-            raise ValueError(f"track_step: the state was made for {state.count.shape[0]} parameters; "
-                             f"the updates have {n}.")
+        treedef = jax.tree.structure(updates)
+        if treedef != jax.tree.structure(state.count):
+            raise ValueError(f"track_step: the state was made for {jax.tree.structure(state.count).num_leaves} "
+                             f"parameters; the updates have {treedef.num_leaves}.")
+        counts = treedef.flatten_up_to(state.count)
+        mults = treedef.flatten_up_to(state.lr_mult)
         mask = extra_args.get("update_mask")
-        if mask is None:
-            bump = jnp.ones((n,), jnp.int32)
-        else:
-            bump = jnp.stack([jnp.asarray(m, jnp.int32).reshape(()) for m in treedef.flatten_up_to(mask)]) \
-                if n else jnp.zeros((0,), jnp.int32)
-        count = state.count + bump
+        bumps = [True] * len(counts) if mask is None else \
+            [jnp.asarray(m).reshape(()) for m in treedef.flatten_up_to(mask)]
         old = state.num_update
-        if n:
-            after = jnp.maximum(old, jax.lax.cummax(jnp.where(bump > 0, count, old)))
-            before = jnp.concatenate([old[None], after[:-1]])
-            num_update = after[-1]
-        else:
-            after = before = jnp.zeros((0,), jnp.int32)
-            num_update = old
-        seen = after if read_lr == "after" else before
+        new_counts = [c + 1 if b is True else c + jnp.asarray(b, jnp.int32) for c, b in zip(counts, bumps)]
+        # per-leaf scalars in, one reduction out: cheap to compile, unlike slices of a vector
+        num_update = jnp.maximum(old, jnp.max(jnp.stack(new_counts))) if new_counts else old
         base = state.hyper["learning_rate"]
         if schedule is not None:
-            lr = jnp.asarray(schedule(seen, base), jnp.float32)
+            # A count never exceeds num_update, so leaf i reads the schedule at
+            # `old` or `old + 1`: at old + 1 once some leaf up to i (after) or
+            # before i (before) has bumped its count past `old`, as MXNet's
+            # sequential loop over indices does.
+            at_old = jnp.asarray(schedule(old, base), jnp.float32)
+            at_new = jnp.asarray(schedule(old + 1, base), jnp.float32)
+            reached, lrs = jnp.asarray(False), []
+            for c, b, m in zip(new_counts, bumps, mults):
+                passed = c > old if b is True else jnp.logical_and(b, c > old)
+                if read_lr == "after":
+                    reached = jnp.logical_or(reached, passed)
+                lrs.append(jnp.where(reached, at_new, at_old) * m)
+                if read_lr == "before":
+                    reached = jnp.logical_or(reached, passed)
             current = jnp.asarray(schedule(num_update, base), jnp.float32)
         else:
-            lr = jnp.broadcast_to(base, (n,))
+            lrs = [base * m for m in mults]
             current = base
-        lr = lr * state.lr_mult
         ctx = extra_args.get(CONTEXT_KEY)
+        count_tree = treedef.unflatten(new_counts)
         if ctx is not None:
-            ctx["lr"] = treedef.unflatten([lr[i] for i in range(n)])
-            ctx["count"] = treedef.unflatten([count[i] for i in range(n)])
-            ctx["mask"] = treedef.unflatten([bump[i] > 0 for i in range(n)])
+            ctx["lr"] = treedef.unflatten(lrs)
+            ctx["count"] = count_tree
+            ctx["mask"] = treedef.unflatten([jnp.asarray(b) for b in bumps])
             ctx["num_update"] = num_update
         hyper = dict(state.hyper, current_lr=current)
-        return updates, StepState(hyper, state.lr_mult, count, num_update)
+        return updates, StepState(hyper, state.lr_mult, count_tree, num_update)
 
     return transformation(init, update)
 
