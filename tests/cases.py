@@ -85,7 +85,7 @@ TABLE.update({
                                        {"weight_decay": 0.0, "l1": 0.0, "l2": 0.0}, True),
     "mindspore.rmsprop": Case(dict(learning_rate=0.01, momentum=0.5, centered=True, weight_decay=1e-3),
                               _MS_WD, True),
-    "mindspore.sgd": Case(dict(learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3), _MS_WD, True,),
+    "mindspore.sgd": Case(dict(learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3), _MS_WD, True),
     "paddle.asgd": Case(dict(learning_rate=0.05, batch_num=2, weight_decay=1e-3), _MS_WD, True),
 })
 
