@@ -17,14 +17,14 @@ __all__ = ["finalize"]
 
 def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
              skip_nonfinite: bool = False, max_consecutive: int | None = 100,
-             validate: bool = True) -> GradientTransformation:
+             validate: bool = True, fp16_warning: str = FP16_WARNING) -> GradientTransformation:
     """Wraps a framework optimizer's chain, innermost first::
 
         validated(skip_nonfinite(with_master_weights(chain)))
 
     ``multi_precision``: run the chain in float32 on master copies of
     float16/bfloat16 parameters; otherwise such parameters warn at ``init``
-    as MXNet does. ``skip_nonfinite``: a step with a NaN/Inf gradient changes
+    as MXNet does (``fp16_warning``: the text). ``skip_nonfinite``: a step with a NaN/Inf gradient changes
     nothing, parameters and state alike (`gradxform.pieces.skip_nonfinite`;
     ``max_consecutive`` bad steps in a row trip it, see
     `gradxform.check_guard`). ``validate``: check structures, shapes and
@@ -38,7 +38,7 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
 
         def init(params):
             if any(is_low_precision(p) for p in jax.tree.leaves(params)):
-                warnings.warn(FP16_WARNING, UserWarning, stacklevel=level)
+                warnings.warn(fp16_warning, UserWarning, stacklevel=level)
             return inner.init(params)
 
         tx = transformation(init, inner.update)

@@ -15,6 +15,7 @@ from .._base import GradientTransformation, chain, identity
 from .._hyper import check_range
 from .._tree import check_mapping_keys, multipliers
 from .._optimizer import finalize
+from ..pieces._precision import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale, track_step
 
 __all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS"]
@@ -100,8 +101,11 @@ class MXNetOptions:
     def build(self, *body: GradientTransformation, read_lr: str = "after") -> GradientTransformation:
         """``chain(step, *body)``, under float32 master weights when
         ``multi_precision``; otherwise float16 parameters warn as in MXNet."""
+        # MXNet's SGD, LBSGD and NAG name themselves in the float16 warning
+        who = {"mxnet.sgd": "SGD", "mxnet.ccsgd": "SGD", "mxnet.lbsgd": "SGD", "mxnet.nag": "NAG"}.get(self.owner)
+        warning = FP16_WARNING.replace("of the optimizer", f"of the {who} optimizer") if who else FP16_WARNING
         return finalize(chain(self.step(read_lr), *body), multi_precision=self.multi_precision,
-                        skip_nonfinite=self.skip_nonfinite)
+                        skip_nonfinite=self.skip_nonfinite, fp16_warning=warning)
 
 
 def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNetOptions:

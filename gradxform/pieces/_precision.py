@@ -20,10 +20,11 @@ def is_low_precision(x) -> bool:
     return jnp.asarray(x).dtype in LOW_PRECISION
 
 
-def warn_low_precision(params) -> None:
-    """MXNet's warning for float16 parameters trained without master weights."""
+def warn_low_precision(params, message: str = FP16_WARNING, stacklevel: int = 3) -> None:
+    """MXNet's warning for float16 parameters trained without master weights
+    (its SGD, LBSGD and NAG name themselves at the end: pass ``message``)."""
     if any(is_low_precision(p) for p in jax.tree.leaves(params)):
-        warnings.warn(FP16_WARNING, UserWarning, stacklevel=3)
+        warnings.warn(message, UserWarning, stacklevel=stacklevel)
 
 
 class MasterWeightsState(NamedTuple):
