@@ -19,7 +19,6 @@ shared ``m_schedule``, LBSGD's gradient accumulators and the scheduler.
 """
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Any, NamedTuple
 
@@ -27,7 +26,7 @@ import jax
 import numpy as np
 
 from .._tree import param_names
-from ._pickle import MXNDArray, MigrateError, PickledObject, safe_loads
+from ._pickle import MXNDArray, MigrateError, PickledObject, safe_loads, read_bytes
 from ._state import Slot, fill_state, has_slot, resolve_order, warn_hyper_mismatch
 
 __all__ = ["from_gluon_states", "read_gluon_states"]
@@ -118,12 +117,7 @@ def read_gluon_states(fname) -> tuple[dict[int, Any], PickledObject | None]:
     States are numpy arrays, None, or tuples of them; ``optimizer`` is a
     `PickledObject` (attribute record) or None for Module files.
     """
-    if hasattr(fname, "read"):
-        data, label = fname.read(), getattr(fname, "name", "<file>")
-    else:
-        label = os.fspath(fname)
-        with open(label, "rb") as f:
-            data = f.read()
+    data, label = read_bytes(fname)
     obj = safe_loads(data, f"{WHO}({label!r})")
     if isinstance(obj, tuple) and len(obj) == 2:
         states, opt = obj

@@ -21,12 +21,11 @@ here at runtime from a ``descriptor_pb2`` description: no generated code.
 from __future__ import annotations
 
 import binascii
-import os
 from functools import lru_cache
 
 import numpy as np
 
-from ._pickle import MigrateError
+from ._pickle import MigrateError, read_bytes
 from ._state import Slot, fill_state, tree_hyper, warn_hyper_mismatch
 
 __all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint"]
@@ -84,12 +83,7 @@ def read_mindspore_checkpoint(fname) -> dict[str, object]:
     Needs the ``protobuf`` package (``pip install gradxform[migrate]``).
     Raises `MigrateError` for a truncated, corrupt, encrypted or CRC-failing file.
     """
-    if hasattr(fname, "read"):
-        data, label = fname.read(), getattr(fname, "name", "<file>")
-    else:
-        label = os.fspath(fname)
-        with open(label, "rb") as f:
-            data = f.read()
+    data, label = read_bytes(fname)
     what = f"{WHO}({label!r})"
     if len(data) >= 17 and data[-17:-10] == b"crc_num":
         want = int.from_bytes(data[-10:], "big")

@@ -12,6 +12,7 @@ Nothing from the framework is imported, and no framework code runs.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import struct
 from typing import Any, Iterable
@@ -313,3 +314,12 @@ def safe_loads(data: bytes, what: str, allowed: Iterable[dict] = (MXNET_GLOBALS,
             ValueError, AttributeError, MemoryError, UnicodeDecodeError) as err:
         raise MigrateError(f"{what}: cannot read the pickle ({type(err).__name__}: {err}); the file is "
                            "truncated or not an optimizer-state file.") from None
+
+
+def read_bytes(fname) -> tuple[bytes, str]:
+    """The bytes of ``fname`` (a path or an open binary file) and a label for messages."""
+    if hasattr(fname, "read"):
+        return fname.read(), getattr(fname, "name", "<file>")
+    label = os.fspath(fname)
+    with open(label, "rb") as f:
+        return f.read(), label

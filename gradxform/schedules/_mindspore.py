@@ -33,14 +33,18 @@ def _check_decay(owner, learning_rate, decay_rate, decay_steps, is_stair):
         raise TypeError(f"{owner}(is_stair=...): must be a bool; got {is_stair!r}.")
 
 
-class ExponentialDecayLR(Schedule):
-    """``lr * decay_rate ** p``, ``p = step / decay_steps`` (floored when ``is_stair``)."""
+class _DecayLR(Schedule):
+    """The arguments the exponential, natural-exponential and inverse decays share."""
 
     def __init__(self, learning_rate, decay_rate, decay_steps, is_stair=False):
-        _check_decay("ExponentialDecayLR", learning_rate, decay_rate, decay_steps, is_stair)
+        _check_decay(type(self).__name__, learning_rate, decay_rate, decay_steps, is_stair)
         self.learning_rate, self.decay_rate, self.decay_steps, self.is_stair = (
             learning_rate, decay_rate, decay_steps, is_stair)
         self.base_lr = learning_rate
+
+
+class ExponentialDecayLR(_DecayLR):
+    """``lr * decay_rate ** p``, ``p = step / decay_steps`` (floored when ``is_stair``)."""
 
     def value(self, step):
         p = step / jnp.float32(self.decay_steps)
@@ -49,15 +53,9 @@ class ExponentialDecayLR(Schedule):
         return jnp.float32(self.learning_rate) * jnp.power(jnp.float32(self.decay_rate), p)
 
 
-class NaturalExpDecayLR(Schedule):
+class NaturalExpDecayLR(_DecayLR):
     """``lr * e ** (-decay_rate * p)``, ``p = step`` (rounded down to a multiple of
     ``decay_steps`` when ``is_stair``; note: not divided by decay_steps, as in MindSpore)."""
-
-    def __init__(self, learning_rate, decay_rate, decay_steps, is_stair=False):
-        _check_decay("NaturalExpDecayLR", learning_rate, decay_rate, decay_steps, is_stair)
-        self.learning_rate, self.decay_rate, self.decay_steps, self.is_stair = (
-            learning_rate, decay_rate, decay_steps, is_stair)
-        self.base_lr = learning_rate
 
     def value(self, step):
         p = step
@@ -66,14 +64,8 @@ class NaturalExpDecayLR(Schedule):
         return jnp.float32(self.learning_rate) * jnp.power(jnp.float32(math.e), -jnp.float32(self.decay_rate) * p)
 
 
-class InverseDecayLR(Schedule):
+class InverseDecayLR(_DecayLR):
     """``lr / (1 + decay_rate * p)``, ``p = step / decay_steps`` (floored when ``is_stair``)."""
-
-    def __init__(self, learning_rate, decay_rate, decay_steps, is_stair=False):
-        _check_decay("InverseDecayLR", learning_rate, decay_rate, decay_steps, is_stair)
-        self.learning_rate, self.decay_rate, self.decay_steps, self.is_stair = (
-            learning_rate, decay_rate, decay_steps, is_stair)
-        self.base_lr = learning_rate
 
     def value(self, step):
         p = step / jnp.float32(self.decay_steps)
