@@ -45,7 +45,17 @@ def test_multiplier_that_matches_no_parameter_is_reported_at_init():
         tx.init({"encoder": {"w": 1.0}})
 
 
-def test_register_adds_a_factory_and_warns_on_override():
+@pytest.fixture
+def clean_registry():
+    """Registrations made by a test do not leak into the others (the README's table, the harness)."""
+    from gradxform import _registry
+    saved = dict(_registry._REGISTRY)
+    yield
+    _registry._REGISTRY.clear()
+    _registry._REGISTRY.update(saved)
+
+
+def test_register_adds_a_factory_and_warns_on_override(clean_registry):
     @gx.register("my_sgd", family="custom")
     def my_sgd(learning_rate=0.1):
         return gx.mxnet.sgd(learning_rate=learning_rate)
