@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, chain, context_value, transformation
 from .._hyper import hyper_scalar
 from ..pieces import bias_correction, lazy_rows, scale_by_adam_moments, scale_by_lr
-from ..pieces._moments import MomentsState
+from ..pieces._moments import MomentsState, adam_emas
 from ._common import check_bool, check_float, parse
 
 __all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState"]
@@ -43,8 +43,7 @@ def _nesterov_adam_moments(beta1, beta2, eps) -> GradientTransformation:
         del params, extra_args
         h = state.hyper
         b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
-        mu = jax.tree.map(lambda m, g: _c(b1, g) * m + (1 - _c(b1, g)) * g, state.mu, updates)
-        nu = jax.tree.map(lambda v, g: _c(b2, g) * v + (1 - _c(b2, g)) * g * g, state.nu, updates)
+        mu, nu = adam_emas(state.mu, state.nu, updates, b1, b2)
         out = jax.tree.map(lambda m, v, g: (_c(b1, g) * m + (1 - _c(b1, g)) * g) / (jnp.sqrt(v) + _c(e, g)),
                            mu, nu, updates)
         return out, MomentsState(h, mu, nu)
@@ -71,8 +70,7 @@ def _amsgrad_moments(beta1, beta2, eps) -> GradientTransformation:
         del params, extra_args
         h = state.hyper
         b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
-        mu = jax.tree.map(lambda m, g: _c(b1, g) * m + (1 - _c(b1, g)) * g, state.mu, updates)
-        nu = jax.tree.map(lambda v, g: _c(b2, g) * v + (1 - _c(b2, g)) * g * g, state.nu, updates)
+        mu, nu = adam_emas(state.mu, state.nu, updates, b1, b2)
         vhat = jax.tree.map(jnp.maximum, state.vhat, nu)
         out = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + _c(e, v)), mu, vhat)
         return out, AmsgradState(h, mu, nu, vhat)
@@ -240,8 +238,7 @@ def _lamb_direction(beta1, beta2, eps) -> GradientTransformation:
         b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
         count = context_value(extra_args, "count", "mindspore.lamb")
         wd = context_value(extra_args, "wd", "mindspore.lamb")
-        mu = jax.tree.map(lambda m, g: _c(b1, g) * m + (1 - _c(b1, g)) * g, state.mu, updates)
-        nu = jax.tree.map(lambda v, g: _c(b2, g) * v + (1 - _c(b2, g)) * g * g, state.nu, updates)
+        mu, nu = adam_emas(state.mu, state.nu, updates, b1, b2)
 
         def one(m, v, w, t, d):
             t = t.astype(jnp.float32)

@@ -17,7 +17,7 @@ from .._hyper import check_range, hyper_residual, hyper_scalar
 __all__ = [
     "TraceState", "trace", "ema", "sign", "MomentsState", "scale_by_adam_moments",
     "scale_by_rms", "CenteredRmsState", "scale_by_centered_rms", "scale_by_adamax",
-    "scale_by_accumulated_squares", "bias_correction", "one_minus_power",
+    "scale_by_accumulated_squares", "bias_correction", "one_minus_power", "adam_emas",
 ]
 
 
@@ -88,6 +88,15 @@ class MomentsState(NamedTuple):
     nu: object
 
 
+def adam_emas(mu, nu, updates, beta1, beta2):
+    """Adam's two EMAs, ``m = b1 m + (1-b1) u`` and ``v = b2 v + (1-b2) u^2``, in
+    the updates' dtype; shared by every Adam-like rule (MXNet's, MindSpore's
+    Nesterov and AMSGrad variants)."""
+    mu = jax.tree.map(lambda m, u: _c(beta1, u) * m + (1 - _c(beta1, u)) * u, mu, updates)
+    nu = jax.tree.map(lambda v, u: _c(beta2, u) * v + (1 - _c(beta2, u)) * u * u, nu, updates)
+    return mu, nu
+
+
 def scale_by_adam_moments(beta1: float = 0.9, beta2: float = 0.999,
                           epsilon: float = 1e-8) -> GradientTransformation:
     """``m = b1 m + (1-b1) u;  v = b2 v + (1-b2) u^2;  emits m / (sqrt(v) + eps)``.
@@ -106,8 +115,7 @@ def scale_by_adam_moments(beta1: float = 0.9, beta2: float = 0.999,
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         h = state.hyper
-        mu = jax.tree.map(lambda m, u: _c(h["beta1"], u) * m + (1 - _c(h["beta1"], u)) * u, state.mu, updates)
-        nu = jax.tree.map(lambda v, u: _c(h["beta2"], u) * v + (1 - _c(h["beta2"], u)) * u * u, state.nu, updates)
+        mu, nu = adam_emas(state.mu, state.nu, updates, h["beta1"], h["beta2"])
         out = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + _c(h["epsilon"], v)), mu, nu)
         return out, MomentsState(h, mu, nu)
 
