@@ -65,6 +65,25 @@ CASES = [
      {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "multi_precision": True}, "float16"),
     ("adam_mp_fp16", "adam",
      {"learning_rate": 0.01, "wd": 0.01, "multi_precision": True}, "float16"),
+    # stateless rules and the remaining layouts (added after the first fixture round)
+    ("sgd_nomom", "sgd", {"learning_rate": 0.1, "wd": 0.01}, "float32"),
+    ("signsgd", "signum", {"learning_rate": 0.01, "momentum": 0.0, "wd": 0.01}, "float32"),
+    ("adam_sched", "adam",
+     {"learning_rate": 0.01, "wd": 0.01,
+      "lr_scheduler": {"type": "FactorScheduler", "kwargs": {"step": 3, "factor": 0.5,
+                                                             "base_lr": 0.01}}}, "float32"),
+    ("lbsgd_linear_bs2", "lbsgd",
+     {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "warmup_strategy": "linear",
+      "warmup_epochs": 1, "updates_per_epoch": 4, "batch_scale": 2}, "float32"),
+    ("lbsgd_lars_bs2", "lbsgd",
+     {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "warmup_strategy": "lars",
+      "warmup_epochs": 1, "updates_per_epoch": 4, "batch_scale": 2}, "float32"),
+    ("nag_mom_mp_fp16", "nag",
+     {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "multi_precision": True}, "float16"),
+    ("rmsprop_mp_fp16", "rmsprop",
+     {"learning_rate": 0.01, "wd": 0.01, "multi_precision": True}, "float16"),
+    ("ftml_mp_fp16", "ftml",
+     {"learning_rate": 0.01, "wd": 0.01, "multi_precision": True}, "float16"),
 ]
 
 
