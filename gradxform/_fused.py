@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import GradientTransformation, transformation
+from .pieces._step import normalize_step_states
 
 __all__ = ["fused", "FlatTree", "FusedState", "Layout", "fusable", "ravel", "why_not_fused"]
 
@@ -333,8 +334,9 @@ def _flatten_state(state, layout: Layout):
                                  "cannot be fused.")
         return tuple(leaves[i] for i in reps)
 
-    return _walk(state, leaf_fn, lambda t: layout.ravel_leaves(layout.treedef.flatten_up_to(t)),
+    flat = _walk(state, leaf_fn, lambda t: layout.ravel_leaves(layout.treedef.flatten_up_to(t)),
                  layout.treedef)
+    return normalize_step_states(flat)  # the largest count's first position, now in group order
 
 
 # -- the wrapper ------------------------------------------------------------------

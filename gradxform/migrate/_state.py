@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._tree import param_names
+from ..pieces._step import normalize_step_states
 from ._pickle import MigrateError
 
 __all__ = ["Slot", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_hyper_mismatch"]
@@ -151,7 +152,7 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
             return type(node)({k: rebuild(c, path + (k,)) for k, c in node.items()})
         return node
 
-    return rebuild(state)
+    return normalize_step_states(rebuild(state))  # counts written: refresh what derives from them
 
 
 def _get(node, path):

@@ -11,7 +11,7 @@ from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, t
 from .._hyper import check_range, hyper_scalar
 from .._tree import multipliers, param_names
 
-__all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier"]
+__all__ = ["StepState", "normalize_step_states", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier"]
 
 # A per-parameter multiplier: a mapping from a name or glob pattern to a number,
 # or a function ``names -> np.ndarray`` that resolves all leaves at once.
@@ -35,11 +35,44 @@ class StepState(NamedTuple):
     running maximum (MXNet ``num_update``), which the schedule reads;
     ``lr_mult``: per-leaf float32 multipliers (a tree of scalars: per-leaf
     scalars compile far faster than slices of one vector); ``hyper``: the base
-    ``learning_rate``, the schedule's ``current_lr`` and whether one is set."""
+    ``learning_rate``, the schedule's ``current_lr`` and whether one is set.
+
+    ``max_count`` and ``first_max`` (the largest count and the first leaf that
+    holds it) are derived from ``count``; keeping them lets a step without an
+    update mask skip every reduction over the leaves, which XLA compiles
+    slowly for thousands of scalars. Code that writes ``count`` directly
+    (migration, the fused layout) calls `normalize_step_states` afterwards."""
     hyper: dict
     lr_mult: object
     count: object
     num_update: jax.Array
+    max_count: jax.Array
+    first_max: jax.Array
+
+
+def _derived(counts):
+    """(max_count, first_max) of a list of count scalars, by reduction."""
+    if not counts:
+        return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
+    vec = jnp.stack([jnp.asarray(c, jnp.int32).reshape(()) for c in counts])
+    return jnp.max(vec), jnp.argmax(vec).astype(jnp.int32)
+
+
+def normalize_step_states(state):
+    """Recomputes ``max_count``/``first_max`` of every `StepState` in ``state``
+    from its ``count`` (after code wrote counts directly)."""
+    def go(node):
+        if isinstance(node, StepState):
+            mx, first = _derived(jax.tree.leaves(node.count))
+            return node._replace(max_count=mx, first_max=first)
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            return type(node)(*(go(c) for c in node))
+        if isinstance(node, (tuple, list)):
+            return type(node)(go(c) for c in node) if len(node) else node
+        if isinstance(node, dict):
+            return type(node)({k: go(v) for k, v in node.items()})
+        return node
+    return go(state)
 
 
 def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mult: Multiplier = None,
@@ -86,7 +119,8 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
                    "scheduled": jnp.asarray(schedule is not None)},
             lr_mult=treedef.unflatten([jnp.asarray(m, jnp.float32) for m in mults]),
             count=treedef.unflatten([jnp.asarray(begin_num_update, jnp.int32)] * len(names)),
-            num_update=jnp.asarray(begin_num_update, jnp.int32))
+            num_update=jnp.asarray(begin_num_update, jnp.int32),
+            max_count=jnp.asarray(begin_num_update, jnp.int32), first_max=jnp.zeros((), jnp.int32))
 
     def update(updates, state, params=None, **extra_args):
         del params
@@ -101,9 +135,8 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             [jnp.asarray(m).reshape(()) for m in treedef.flatten_up_to(mask)]
         old = state.num_update
         new_counts = [c + 1 if b is True else c + jnp.asarray(b, jnp.int32) for c, b in zip(counts, bumps)]
-        # per-leaf scalars in, one reduction out: cheap to compile, unlike slices of a vector
-        num_update = jnp.maximum(old, jnp.max(jnp.stack(new_counts))) if new_counts else old
         base = state.hyper["learning_rate"]
+        at_old = at_new = None
         if schedule is not None:
             # A count never exceeds num_update, so leaf i reads the schedule at
             # `old` or `old + 1`: at old + 1 once some leaf up to i (after) or
@@ -111,14 +144,31 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             # sequential loop over indices does.
             at_old = jnp.asarray(schedule(old, base), jnp.float32)
             at_new = jnp.asarray(schedule(old + 1, base), jnp.float32)
-            reached, lrs = jnp.asarray(False), []
-            for c, b, m in zip(new_counts, bumps, mults):
-                passed = c > old if b is True else jnp.logical_and(b, c > old)
-                if read_lr == "after":
-                    reached = jnp.logical_or(reached, passed)
-                lrs.append(jnp.where(reached, at_new, at_old) * m)
-                if read_lr == "before":
-                    reached = jnp.logical_or(reached, passed)
+        if mask is None:
+            # Every leaf bumps: the largest count and where it first occurs carry
+            # over, so no reduction over the leaves is needed.
+            max_count, first_max = state.max_count + 1, state.first_max
+            num_update = jnp.maximum(old, max_count)
+            at_max = state.max_count == old  # the leaves holding the max pass `old`
+            if schedule is not None:
+                lrs = []
+                for i, m in enumerate(mults):
+                    reached = jnp.logical_and(at_max, i >= first_max if read_lr == "after" else i > first_max)
+                    lrs.append(jnp.where(reached, at_new, at_old) * m)
+        else:
+            max_count, first_max = _derived(new_counts)
+            bumped = [jnp.where(b, c, old) for c, b in zip(new_counts, bumps)]
+            num_update = jnp.maximum(old, _derived(bumped)[0])
+            if schedule is not None:
+                reached, lrs = jnp.asarray(False), []
+                for c, b, m in zip(new_counts, bumps, mults):
+                    passed = jnp.logical_and(b, c > old)
+                    if read_lr == "after":
+                        reached = jnp.logical_or(reached, passed)
+                    lrs.append(jnp.where(reached, at_new, at_old) * m)
+                    if read_lr == "before":
+                        reached = jnp.logical_or(reached, passed)
+        if schedule is not None:
             current = jnp.asarray(schedule(num_update, base), jnp.float32)
         else:
             lrs = [base * m for m in mults]
@@ -131,7 +181,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             ctx["mask"] = treedef.unflatten([jnp.asarray(b) for b in bumps])
             ctx["num_update"] = num_update
         hyper = dict(state.hyper, current_lr=current)
-        return updates, StepState(hyper, state.lr_mult, count_tree, num_update)
+        return updates, StepState(hyper, state.lr_mult, count_tree, num_update, max_count, first_max)
 
     return transformation(init, update)
 
