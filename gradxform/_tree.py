@@ -111,3 +111,37 @@ def map_unzip(fn, n: int, tree, *rest):
     state buffers, computed together leaf by leaf)."""
     out = jax.tree.map(fn, tree, *rest)
     return jax.tree.transpose(jax.tree.structure(tree), jax.tree.structure((0,) * n), out)
+
+
+def find_states(state, kind) -> list:
+    """Every node of type ``kind`` (a class or tuple of classes) in an optimizer
+    state (NamedTuples, tuples, lists, dicts), depth first, outermost first."""
+    found = []
+
+    def go(node):
+        if isinstance(node, kind):
+            found.append(node)
+        if isinstance(node, (tuple, list)):
+            for c in node:
+                go(c)
+        elif isinstance(node, dict):
+            for c in node.values():
+                go(c)
+    go(state)
+    return found
+
+
+def replace_states(state, kind, fn):
+    """``state`` with every node of type ``kind`` replaced by ``fn(node)``
+    (the node's own children are not visited)."""
+    def go(node):
+        if isinstance(node, kind):
+            return fn(node)
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            return type(node)(*(go(c) for c in node))
+        if isinstance(node, (tuple, list)):
+            return type(node)(go(c) for c in node) if len(node) else node
+        if isinstance(node, dict):
+            return type(node)({k: go(v) for k, v in node.items()})
+        return node
+    return go(state)

@@ -119,6 +119,18 @@ def test_golden_state_matches_momentum_and_adam():
             np.testing.assert_allclose(np.asarray(inner[n]), z[f"{key}_{i}"], rtol=1e-5, atol=1e-6)
 
 
+def _assert_cpu_kernel_and_seed(z, meta, step, init):
+    """``step(w, g, state, cpu)`` with cpu=True reproduces the CPU golden (so the
+    divergence is the kernel's), and gradxform equals the seed's rule (cpu=False)."""
+    cpu = _numpy_run(z, meta, lambda w, g, s: step(w, g, s, True), init)
+    for i, w in enumerate(cpu):
+        np.testing.assert_allclose(w, z[f"w_19_{i}"], rtol=1e-5, atol=1e-6)
+    seed = _numpy_run(z, meta, lambda w, g, s: step(w, g, s, False), init)
+    ours, _ = trajectory(build(meta), z, meta)
+    for i, w in enumerate(seed):
+        np.testing.assert_allclose(ours[-1][i], w, rtol=1e-5, atol=1e-6)
+
+
 def test_cpu_momentum_kernel_ignores_nesterov():
     z, meta = load("momentum_nesterov")
     plain, _ = trajectory(build(meta, use_nesterov=False), z, meta)
@@ -156,13 +168,7 @@ def test_cpu_ftrl_kernel_uses_l1_minus_u():
         return np.where(np.abs(u2) > l1, num / (m2 ** -p / lr + 2 * l2), 0.0).astype(np.float32), (m2, u2)
 
     init = lambda x: (np.full_like(x, k["initial_accum"]), np.zeros_like(x))  # noqa: E731
-    cpu = _numpy_run(z, meta, lambda w, g, s: step(w, g, s, True), init)
-    for i, w in enumerate(cpu):
-        np.testing.assert_allclose(w, z[f"w_19_{i}"], rtol=1e-5, atol=1e-6)
-    seed = _numpy_run(z, meta, lambda w, g, s: step(w, g, s, False), init)
-    ours, _ = trajectory(build(meta), z, meta)
-    for i, w in enumerate(seed):
-        np.testing.assert_allclose(ours[-1][i], w, rtol=1e-5, atol=1e-6)
+    _assert_cpu_kernel_and_seed(z, meta, step, init)
 
 
 def test_cpu_proximal_adagrad_kernel_shrinks_with_adaptive_lr():
@@ -176,10 +182,4 @@ def test_cpu_proximal_adagrad_kernel_shrinks_with_adaptive_lr():
         return (np.sign(v) / (1 + lr * k["l2"]) * np.maximum(np.abs(v) - lr * k["l1"], 0)).astype(np.float32), h
 
     init = lambda x: np.full_like(x, k["accum"])  # noqa: E731
-    cpu = _numpy_run(z, meta, lambda w, g, s: step(w, g, s, True), init)
-    for i, w in enumerate(cpu):
-        np.testing.assert_allclose(w, z[f"w_19_{i}"], rtol=1e-5, atol=1e-6)
-    seed = _numpy_run(z, meta, lambda w, g, s: step(w, g, s, False), init)
-    ours, _ = trajectory(build(meta), z, meta)
-    for i, w in enumerate(seed):
-        np.testing.assert_allclose(ours[-1][i], w, rtol=1e-5, atol=1e-6)
+    _assert_cpu_kernel_and_seed(z, meta, step, init)

@@ -26,6 +26,8 @@ import jax
 import numpy as np
 
 from .._tree import param_names
+from .._tree import find_states
+from ..pieces._step import StepState
 from ._pickle import MXNDArray, MigrateError, PickledObject, safe_loads, read_bytes
 from ._state import Slot, fill_state, has_slot, resolve_order, warn_hyper_mismatch
 
@@ -330,19 +332,7 @@ def _check_hypers(opt: PickledObject, state) -> None:
 
 
 def _step_hypers(state):
-    out = []
-
-    def walk(node):
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            if type(node).__name__ == "StepState":
-                out.append(node.hyper)
-            for f in node._fields:
-                walk(getattr(node, f))
-        elif isinstance(node, (tuple, list)):
-            for c in node:
-                walk(c)
-    walk(state)
-    return out
+    return [node.hyper for node in find_states(state, StepState)]
 
 
 def _shape_of(st) -> str:

@@ -17,6 +17,7 @@ from .._hyper import get_hyper, hyper_names, hyper_scalar
 from .._tree import param_names
 from ..pieces import scale_by_lr, trace
 from ..pieces._step import StepState
+from .._tree import find_states
 from ..schedules._common import as_schedule, check_number
 from ..schedules._mindspore import DynamicLR
 from ._common import check_bool, check_float, parse
@@ -126,22 +127,6 @@ def _default_lars_filter(name: str) -> bool:
     return "LayerNorm" not in name and "bias" not in name
 
 
-def _find_step_state(state):
-    if isinstance(state, StepState):
-        return state
-    if isinstance(state, (tuple, list)):
-        for c in state:
-            found = _find_step_state(c)
-            if found is not None:
-                return found
-    if isinstance(state, dict):
-        for c in state.values():
-            found = _find_step_state(c)
-            if found is not None:
-                return found
-    return None
-
-
 def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, use_clip=False,
          lars_filter: Callable[[str], bool] = _default_lars_filter, *, weight_decay=0.0, loss_scale=1.0,
          decay_filter: Callable[[str], bool] | None = beta_gamma_filter, learning_rate=None) -> GradientTransformation:
@@ -210,7 +195,7 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
             if sched is None:
                 lr = get_hyper(state.inner, "learning_rate")
             else:
-                step_state = _find_step_state(state.inner)
+                step_state = next(iter(find_states(state.inner, StepState)), None)
                 if step_state is None:
                     raise ValueError(f"{owner}(use_clip=True): no step counter in the wrapped optimizer's state.")
                 lr = sched(step_state.num_update)

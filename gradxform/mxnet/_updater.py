@@ -15,29 +15,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import GradientTransformation, apply_updates
+from .._tree import find_states, replace_states
 from ..pieces._step import StepState
 
 __all__ = ["Updater", "get_updater"]
 
 
-def _map_step_states(state, fn):
-    def go(node):
-        if isinstance(node, StepState):
-            return fn(node)
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            return type(node)(*(go(c) for c in node))
-        if isinstance(node, (tuple, list)):
-            return type(node)(go(c) for c in node) if len(node) else node
-        if isinstance(node, dict):
-            return {k: go(v) for k, v in node.items()}
-        return node
-    return go(state)
-
-
 def _num_updates(state) -> list[int]:
-    found = []
-    _map_step_states(state, lambda s: found.append(int(s.num_update)) or s)
-    return found
+    return [int(s.num_update) for s in find_states(state, StepState)]
 
 
 class Updater:
@@ -75,7 +60,7 @@ class Updater:
                 state = jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves])
             self.states[index] = state
         shared = self.num_update
-        state = _map_step_states(self.states[index],
+        state = replace_states(self.states[index], StepState,
                                  lambda s: s._replace(num_update=jnp.maximum(s.num_update, shared)))
         new_w, state = self._step(jnp.asarray(grad, w.dtype), state, w)
         self.states[index] = state

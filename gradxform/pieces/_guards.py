@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import GradientTransformation, transformation
+from .._tree import find_states
 from .._hyper import check_range, hyper_scalar, register_check
 
 __all__ = [
@@ -222,30 +223,13 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
 
 # -- reading guards on the host -------------------------------------------------
 
-def _find(state, kind):
-    """Every node of type ``kind`` in ``state`` (NamedTuples, tuples, lists, dicts), depth first."""
-    found = []
-
-    def go(node):
-        if isinstance(node, kind):
-            found.append(node)
-        if isinstance(node, (tuple, list)):
-            for c in node:
-                go(c)
-        elif isinstance(node, dict):
-            for c in node.values():
-                go(c)
-    go(state)
-    return found
-
-
 def guard_status(state) -> list[dict]:
     """One dict per guard in ``state`` (outermost first): ``skipped``,
     ``consecutive``, ``max_consecutive`` (None for no limit), ``tripped``, and
     ``loss_scale`` for a loss scaler. One device->host transfer for all. A
     replicated (pmap) or batched (vmap) state reports its worst copy: the
     largest counts, any trip, the smallest scale."""
-    guards = _find(state, (SkipNonfiniteState, LossScaleState))
+    guards = find_states(state, (SkipNonfiniteState, LossScaleState))
     values = jax.device_get([(g.guard, getattr(g, "scale", None)) for g in guards])
     out = []
     for g, (counters, scale) in zip(guards, values):
@@ -277,7 +261,7 @@ def check_guard(state) -> None:
 def get_loss_scale(state) -> jax.Array:
     """The current loss scale held in ``state`` (a float32 scalar array;
     works inside jit). Raises ValueError if ``state`` has no loss scaler."""
-    found = _find(state, LossScaleState)
+    found = find_states(state, LossScaleState)
     if not found:
         raise ValueError("get_loss_scale: this state has no dynamic_loss_scale; wrap the optimizer "
                          "with gradxform.pieces.dynamic_loss_scale(optimizer).")

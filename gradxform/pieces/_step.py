@@ -9,7 +9,7 @@ import numpy as np
 
 from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, transformation
 from .._hyper import check_range, hyper_scalar
-from .._tree import multipliers, param_names
+from .._tree import multipliers, param_names, replace_states
 
 __all__ = ["StepState", "normalize_step_states", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier"]
 
@@ -61,18 +61,10 @@ def _derived(counts):
 def normalize_step_states(state):
     """Recomputes ``max_count``/``first_max`` of every `StepState` in ``state``
     from its ``count`` (after code wrote counts directly)."""
-    def go(node):
-        if isinstance(node, StepState):
-            mx, first = _derived(jax.tree.leaves(node.count))
-            return node._replace(max_count=mx, first_max=first)
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            return type(node)(*(go(c) for c in node))
-        if isinstance(node, (tuple, list)):
-            return type(node)(go(c) for c in node) if len(node) else node
-        if isinstance(node, dict):
-            return type(node)({k: go(v) for k, v in node.items()})
-        return node
-    return go(state)
+    def refresh(node):
+        mx, first = _derived(jax.tree.leaves(node.count))
+        return node._replace(max_count=mx, first_max=first)
+    return replace_states(state, StepState, refresh)
 
 
 def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mult: Multiplier = None,
