@@ -43,7 +43,8 @@ import numpy as np
 from ._base import GradientTransformation, transformation
 from .pieces._step import normalize_step_states
 
-__all__ = ["fused", "FlatTree", "FusedState", "Layout", "fusable", "ravel", "why_not_fused"]
+__all__ = ["fused", "FlatTree", "FusedState", "Layout", "fusable", "flatten_state", "ravel", "unflatten_state",
+           "why_not_fused"]
 
 # Pieces known to be elementwise with per-leaf scalars only ("module:qualname" of
 # their update function). A value is None (always fine) or a check of the
@@ -302,11 +303,18 @@ def _per_leaf_vectors(state, treedef) -> list[np.ndarray]:
 
 
 def _make_layout(tx, params, facts) -> Layout:
-    leaves, treedef = jax.tree.flatten(params)
-    probe = treedef.unflatten([jnp.zeros((1,), jnp.result_type(x)) for x in leaves])
+    probe = jax.tree.map(lambda x: jnp.zeros((1,), jnp.result_type(x)), params)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        vectors = _per_leaf_vectors(tx.init(probe), treedef)
+        return _layout_for(params, tx.init(probe), facts)
+
+
+def _layout_for(params, per_leaf_state, facts) -> Layout:
+    """Groups the leaves of ``params`` by dtype and by the per-leaf values
+    ``per_leaf_state`` holds (so a state whose counts diverged, e.g. one
+    loaded from a checkpoint, gets the groups its own numbers need)."""
+    leaves, treedef = jax.tree.flatten(params)
+    vectors = _per_leaf_vectors(per_leaf_state, treedef)
     keys: dict = {}
     groups: list[list[int]] = []
     for i, x in enumerate(leaves):
@@ -337,6 +345,67 @@ def _flatten_state(state, layout: Layout):
     flat = _walk(state, leaf_fn, lambda t: layout.ravel_leaves(layout.treedef.flatten_up_to(t)),
                  layout.treedef)
     return normalize_step_states(flat)  # the largest count's first position, now in group order
+
+
+def _unflatten_state(flat, template, layout: Layout):
+    """The per-leaf state for a flat one: ``template`` (the per-leaf state, or
+    its `jax.eval_shape`) says where a params-shaped tree and a per-leaf field
+    were, mirroring `_walk`."""
+    treedef = layout.treedef
+    owner = [0] * layout.num_leaves
+    for j, group in enumerate(layout.groups):
+        for i in group:
+            owner[i] = j
+
+    def walk(t, f):
+        if jax.tree.structure(t) == treedef and treedef.num_leaves > 1:
+            return layout.unravel(f)
+        if isinstance(t, tuple) and hasattr(t, "_fields"):
+            kids = {}
+            for name in t._fields:
+                tv, fv = getattr(t, name), getattr(f, name)
+                if name in _PER_LEAF_FIELDS and _per_leaf(tv, treedef):
+                    kids[name] = treedef.unflatten([fv[owner[i]] for i in range(layout.num_leaves)])
+                else:
+                    kids[name] = walk(tv, fv)
+            return type(f)(**kids)
+        if isinstance(t, (tuple, list)):
+            return type(f)([walk(a, b) for a, b in zip(t, f)]) if len(t) else f
+        if isinstance(t, dict):
+            return type(f)({k: walk(t[k], f[k]) for k in t})
+        return f
+
+    return normalize_step_states(walk(template, flat))
+
+
+def _abstract_params(layout: Layout):
+    return layout.treedef.unflatten([jax.ShapeDtypeStruct(s, d) for s, d in zip(layout.shapes, layout.dtypes)])
+
+
+def flatten_state(tx: GradientTransformation, state, params) -> "FusedState":
+    """``fused(tx)``'s state for a per-leaf ``state`` of ``tx`` (from
+    ``tx.init``, a checkpoint or `gradxform.migrate`): the inverse of
+    `unflatten_state`. The groups follow the state's own per-leaf numbers."""
+    reasons, facts = _inspect(tx)
+    if reasons:
+        raise ValueError("fused.flatten_state: this chain keeps the per-leaf path: " + "; ".join(reasons))
+    if len(jax.tree.leaves(params)) < 2:
+        raise ValueError("fused.flatten_state: a tree of fewer than two leaves keeps the per-leaf path.")
+    layout = _layout_for(params, state, facts)
+    return FusedState(_flatten_state(state, layout), layout)
+
+
+def unflatten_state(tx: GradientTransformation, state):
+    """The per-leaf state of ``tx`` holding the same numbers as ``fused(tx)``'s
+    ``state`` (for checkpoints that either path can resume, or to leave the
+    fused path); a per-leaf state is returned as it is."""
+    layout = _layout_of(state)
+    if layout is None:
+        return state
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        template = jax.eval_shape(tx.init, _abstract_params(layout))
+    return _unflatten_state(state.inner, template, layout)
 
 
 # -- the wrapper ------------------------------------------------------------------
@@ -406,3 +475,5 @@ fused.ravel = ravel
 fused.FlatTree = FlatTree
 fused.why_not_fused = why_not_fused
 fused.fusable = fusable
+fused.flatten_state = flatten_state
+fused.unflatten_state = unflatten_state

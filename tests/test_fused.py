@@ -167,3 +167,20 @@ def test_ravel_checks_shapes():
     bad = dict(PARAMS, scale=jnp.zeros(3))
     with pytest.raises(ValueError, match=r"\['scale'\].*shape \(3,\).*\(2,\)"):
         gradxform.fused.ravel(bad, state)
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_state_round_trips_between_layouts(name):
+    # unflatten_state gives exactly the per-leaf state of the same run, and
+    # flatten_state gives back the fused state and layout
+    tx = create_case(name)
+    if gradxform.fused.why_not_fused(tx):
+        return
+    _, per_leaf = _run(tx)
+    _, flat = _run(gradxform.fused(tx))
+    back = gradxform.fused.unflatten_state(tx, flat)
+    assert jax.tree.structure(back) == jax.tree.structure(per_leaf)
+    _assert_same(per_leaf, back)
+    again = gradxform.fused.flatten_state(tx, back, PARAMS)
+    assert again.layout == flat.layout
+    _assert_same(flat, again)

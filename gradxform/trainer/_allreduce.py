@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import apply_updates
+from .._fused import FlatTree
 from .._hyper import set_hyper
 from .._tree import select_tree
 
@@ -91,11 +92,19 @@ _GRAD_PROGRAMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def grad_program(loss_fn: Callable, params_mapped: bool, devices=None):
-    """``pmap(value_and_grad(loss_fn))``, cached per loss function."""
+    """``pmap(value_and_grad(loss_fn))``, cached per loss function. Given
+    `FlatTree` parameters, the loss sees ``params.unravel()`` and the
+    gradients come back as an ordinary tree (taken with respect to that tree,
+    so no buffer is sliced into leaves)."""
     programs = _GRAD_PROGRAMS.setdefault(loss_fn, {})
     key = (params_mapped, _devices_key(devices))
     if key not in programs:
-        programs[key] = jax.pmap(jax.value_and_grad(loss_fn), axis_name=AXIS,
+        grad_fn = jax.value_and_grad(loss_fn)
+
+        def body(params, batch):
+            return grad_fn(params.unravel() if isinstance(params, FlatTree) else params, batch)
+
+        programs[key] = jax.pmap(body, axis_name=AXIS,
                                  in_axes=(0 if params_mapped else None, 0), devices=devices)
     return programs[key]
 
@@ -120,6 +129,16 @@ def per_device_grads(loss_fn: Callable, params, batch, *, devices=None, with_los
 
 
 # -- the traced pieces every program shares ------------------------------------------
+
+def in_params_form(params, g_leaves):
+    """Gradient leaves in the parameters' form: the group buffers when the
+    Trainer holds `FlatTree` parameters (one concatenation inside the
+    program; the all-reduce then sums a few large buffers, as MXNet's and
+    Horovod's gradient bucketing do), else the leaves themselves."""
+    if isinstance(params, FlatTree):
+        return list(params.layout.ravel_leaves(g_leaves))
+    return list(g_leaves)
+
 
 def reduce_leaves(g_leaves, r_leaves, compression):
     """Inside pmap: (summed gradient leaves, new residual leaves).
@@ -177,17 +196,22 @@ def apply_step(tx, params, state, g_leaves, present, rescale, *, has_rescale: bo
 
 # -- program builders (each result is cached by the Trainer) -------------------------
 
-def build_reduce(compression, devices):
+def build_reduce(compression, devices, layout=None):
+    """``allreduce_grads``; with a fused ``layout`` the residuals are flat and
+    the sums are sliced back into leaves."""
     def body(g_leaves, r_leaves):
-        return reduce_leaves(g_leaves, r_leaves, compression)
+        if layout is None:
+            return reduce_leaves(g_leaves, r_leaves, compression)
+        summed, r_leaves = reduce_leaves(list(layout.ravel_leaves(g_leaves)), r_leaves, compression)
+        return layout.unravel_leaves(summed), r_leaves
 
     return jax.pmap(body, axis_name=AXIS, devices=devices)
 
 
 def build_update(tx, present, grads_mapped, *, has_rescale, skip_nonfinite, devices):
     def body(params, state, g_leaves, rescale):
-        return apply_step(tx, params, state, g_leaves, present, rescale, has_rescale=has_rescale,
-                          skip_nonfinite=skip_nonfinite)
+        return apply_step(tx, params, state, in_params_form(params, g_leaves), present, rescale,
+                          has_rescale=has_rescale, skip_nonfinite=skip_nonfinite)
 
     return jax.pmap(body, axis_name=AXIS, in_axes=(0, 0, 0 if grads_mapped else None, None),
                     donate_argnums=(0, 1), devices=devices)
@@ -196,7 +220,7 @@ def build_update(tx, present, grads_mapped, *, has_rescale, skip_nonfinite, devi
 def build_step(tx, present, compression, *, has_rescale, skip_nonfinite, devices):
     """all-reduce + update in one program (``Trainer.step``)."""
     def body(params, state, g_leaves, r_leaves, rescale):
-        summed, r_leaves = reduce_leaves(g_leaves, r_leaves, compression)
+        summed, r_leaves = reduce_leaves(in_params_form(params, g_leaves), r_leaves, compression)
         params, state = apply_step(tx, params, state, summed, present, rescale,
                                    has_rescale=has_rescale, skip_nonfinite=skip_nonfinite)
         return params, state, r_leaves
@@ -209,15 +233,15 @@ def build_compiled(tx, loss_fn, compression, *, has_rescale, skip_nonfinite, dev
     """forward, backward, all-reduce and update in one program; parameters,
     state and residuals are donated. Returns the loss summed over all devices.
     With ``loss_scaled`` the loss is multiplied by the state's dynamic loss
-    scale before the backward pass (the optimizer divides it out)."""
+    scale before the backward pass (the optimizer divides it out). Given
+    `FlatTree` parameters the loss function reads ``params.unravel()`` (views
+    of the buffers) and the gradient comes back as flat buffers."""
     def body(params, state, r_leaves, batch, rescale):
-        if loss_scaled:
-            def scaled(p):
-                loss = loss_fn(p, batch)
-                return scale_loss(loss, state), loss
-            (_, loss), grads = jax.value_and_grad(scaled, has_aux=True)(params)
-        else:
-            loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+        def loss_of(p):
+            loss = loss_fn(p.unravel() if isinstance(p, FlatTree) else p, batch)
+            return (scale_loss(loss, state) if loss_scaled else loss), loss
+
+        (_, loss), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
         g_leaves = jax.tree.leaves(grads)
         summed, r_leaves = reduce_leaves(g_leaves, r_leaves, compression)
         present = (True,) * len(g_leaves)

@@ -10,6 +10,7 @@ import optax
 from .._hyper import check_range, get_hyper, get_learning_rate, hyper_names, set_learning_rate
 from ..pieces._guards import check_guard, dynamic_loss_scale, get_loss_scale, scale_loss
 from ..pieces._guards import skip_nonfinite as guard_nonfinite
+from .._fused import FlatTree, flatten_state, fused as fuse, unflatten_state, why_not_fused
 from .._registry import _resolve, create
 from .._tree import param_names
 from ..checkpoint import load_state, save_state
@@ -109,13 +110,32 @@ class Trainer:
         backward pass and the optimizer divides it out; gradients you compute
         yourself for `step`/`update` must be of ``loss * trainer.loss_scale``.
 
+      fused: hold the parameters, optimizer state and residuals as a few
+        flat buffers (`gradxform.fused`), so that an update is one
+        elementwise pass per buffer and the all-reduce sums a few large
+        buffers. None (default): whenever the chain is exact on that path
+        (`gradxform.fused.why_not_fused` is empty) and there are two or more
+        parameters; True: required (ValueError otherwise); False: per leaf.
+
+    **The fused layout** changes no number: the per-leaf rules run per
+    element with the same scalars (bit-identical; a global-norm or per-leaf
+    norm is summed in another order). `compile_step` hands ``loss_fn``
+    views of the buffers (``params.unravel()``) and gets flat gradients
+    back, so no step copies a parameter; `step`/`update` take ordinary
+    gradient trees and concatenate them inside the program (one pass over
+    the gradients). ``params``, ``state`` and ``save_states`` are always in
+    the per-leaf form, so checkpoints resume on either layout. The fused
+    layout keeps one step count per group of leaves, so the first step
+    with a stale (None) gradient moves the Trainer to the per-leaf layout
+    for good (``trainer.fused`` turns False; numbers are unaffected).
+
     Differences from Gluon: gradients are passed in, not read from
     ``Parameter.grad``; the Trainer owns the parameters (``trainer.params``)
     and ``save_states`` stores them with the optimizer state.
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, *, devices=None,
-                 compression_params=None, skip_nonfinite=False, loss_scale=None):
+                 compression_params=None, skip_nonfinite=False, loss_scale=None, fused=None):
         if isinstance(optimizer, str):
             tx = create(optimizer, **(optimizer_params or {}))
             self._opt_name = _resolve(optimizer)
@@ -136,7 +156,7 @@ class Trainer:
             tx = guard_nonfinite(tx, **({} if skip_nonfinite is True else dict(skip_nonfinite)))
         self._guarded = bool(skip_nonfinite) or loss_scale is not None
         self._loss_scaled = loss_scale is not None
-        self._tx = optax.with_extra_args_support(tx)
+        self._leaf_tx = optax.with_extra_args_support(tx)
         leaves, self._treedef = jax.tree.flatten(params)
         self._names = param_names(params)
         if not leaves:
@@ -146,6 +166,8 @@ class Trainer:
                 raise TypeError(f"Trainer(params=...): parameter {name!r} is "
                                 f"{jax.numpy.result_type(x)}; parameters must be floating point.")
         self._shapes = [tuple(np.shape(x)) for x in leaves]
+        self._fused = self._choose_fused(fused, tx, len(leaves))
+        self._tx = optax.with_extra_args_support(fuse(tx)) if self._fused else self._leaf_tx
         if devices is None:
             self._devices, local = None, jax.local_devices()
         else:
@@ -161,11 +183,53 @@ class Trainer:
         state = self._tx.init(params)
         self._has_rescale = "rescale_grad" in hyper_names(state)
         self._scale = float(get_hyper(state, "rescale_grad")) if self._has_rescale else 1.0
-        residual = [zeros_residual(x) for x in leaves] if self._compression else []
+        if self._fused:
+            params = FlatTree(state.layout.ravel(params), state.layout)
+        residual = [zeros_residual(x) for x in jax.tree.leaves(params)] if self._compression else []
         self._params, self._state, self._residual = ar.replicate(
             (params, state, residual), self._n, self._devices)
         self._programs: dict = {}
         self._scaled_losses: dict = {}
+
+    @staticmethod
+    def _choose_fused(fused, tx, num_leaves: int) -> bool:
+        if fused not in (None, True, False):
+            raise TypeError(f"Trainer(fused=...): expected None, True or False; got {fused!r}.")
+        if fused is False:
+            return False
+        reasons = why_not_fused(tx) if num_leaves >= 2 else ["a single parameter has nothing to fuse"]
+        if fused and reasons:
+            raise ValueError("Trainer(fused=True): this optimizer cannot run on flat buffers exactly: "
+                             + "; ".join(reasons))
+        return not reasons
+
+    # -- layout conversions ------------------------------------------------------
+    def _leaf_form(self):
+        """(params, state, residual), replicated, in the per-leaf form."""
+        if not self._fused:
+            return self._params, self._state, self._residual
+        key = ("to_leaves",)
+        if key not in self._programs:
+            leaf_tx = self._leaf_tx
+
+            def body(params, state, residual):
+                layout = params.layout
+                return (params.unravel(), unflatten_state(leaf_tx, state),
+                        layout.unravel_leaves(residual) if residual else [])
+
+            self._programs[key] = jax.pmap(body, axis_name=ar.AXIS, devices=self._devices)
+        return self._programs[key](self._params, self._state, self._residual)
+
+    def _unfuse(self) -> None:
+        """Moves to the per-leaf layout for good (stale gradients need per-leaf counts)."""
+        self._params, self._state, self._residual = self._leaf_form()
+        self._fused, self._tx = False, self._leaf_tx
+        self._programs = {k: v for k, v in self._programs.items() if k[0] == "set"}
+
+    @property
+    def fused(self) -> bool:
+        """Whether parameters and state are held as flat buffers (see ``fused=``)."""
+        return self._fused
 
     # -- properties ------------------------------------------------------------
     @property
@@ -176,12 +240,14 @@ class Trainer:
     @property
     def params(self):
         """One copy of the current parameters (the first local device's)."""
-        return ar.unreplicate(self._params)
+        params = ar.unreplicate(self._params)
+        return params.unravel() if isinstance(params, FlatTree) else params
 
     @property
     def state(self):
-        """One copy of the optimizer state (the first local device's)."""
-        return ar.unreplicate(self._state)
+        """One copy of the optimizer state (the first local device's), per leaf
+        whatever the layout (`gradxform.fused.unflatten_state`)."""
+        return unflatten_state(self._leaf_tx, ar.unreplicate(self._state))
 
     @property
     def num_devices(self) -> int:
@@ -288,6 +354,10 @@ class Trainer:
             it = iter(new)
             self._residual = [next(it) if here else r for here, r in zip(present, self._residual)]
 
+    def _leave_fused_if_stale(self, present) -> None:
+        if self._fused and not all(present):
+            self._unfuse()
+
     def _program(self, key, build):
         if key not in self._programs:
             self._programs[key] = build()
@@ -305,7 +375,9 @@ class Trainer:
         present, g_leaves, _ = self._split_grads(grads, "allreduce_grads", need_mapped=True)
         if not any(present):
             return grads
-        program = self._program(("reduce",), lambda: ar.build_reduce(self._compression, self._devices))
+        self._leave_fused_if_stale(present)
+        layout = self._params.layout if self._fused else None
+        program = self._program(("reduce",), lambda: ar.build_reduce(self._compression, self._devices, layout))
         summed, residual = program(g_leaves, self._residual_of(present))
         self._set_residual(present, residual)
         self._after_step()
@@ -320,6 +392,7 @@ class Trainer:
         rescale = self._rescale(batch_size, "update")
         if not any(present):
             return
+        self._leave_fused_if_stale(present)
         program = self._program(("update", present, mapped), lambda: ar.build_update(
             self._tx, present, mapped, has_rescale=self._has_rescale,
             skip_nonfinite=self._skip_nonfinite, devices=self._devices))
@@ -342,6 +415,7 @@ class Trainer:
         rescale = self._rescale(batch_size, "step")
         if not any(present):
             return
+        self._leave_fused_if_stale(present)
         program = self._program(("step", present), lambda: ar.build_step(
             self._tx, present, self._compression, has_rescale=self._has_rescale,
             skip_nonfinite=self._skip_nonfinite, devices=self._devices))
@@ -359,12 +433,16 @@ class Trainer:
         state and residuals are donated to the program, so no second copy is
         held. Same result as ``step(trainer.grads(loss_fn, batch), batch_size)``.
         """
-        program = self._program(("compiled", loss_fn), lambda: ar.build_compiled(
-            self._tx, loss_fn, self._compression, has_rescale=self._has_rescale,
-            skip_nonfinite=self._skip_nonfinite, devices=self._devices, loss_scaled=self._loss_scaled))
+        def build():
+            return ar.build_compiled(
+                self._tx, loss_fn, self._compression, has_rescale=self._has_rescale,
+                skip_nonfinite=self._skip_nonfinite, devices=self._devices, loss_scaled=self._loss_scaled)
+
+        self._program(("compiled", loss_fn), build)
 
         def run(batch, batch_size):
             rescale = self._rescale(batch_size, "compile_step")
+            program = self._program(("compiled", loss_fn), build)  # rebuilt if the layout changed
             self._params, self._state, self._residual, loss = program(
                 self._params, self._state, self._residual, ar.split_batch(batch, self._n), rescale)
             self._after_step()
@@ -383,7 +461,9 @@ class Trainer:
         counts, schedule position, hyperparameters, RNG keys) and each local
         device's compression residual. With several processes, give each its
         own file (e.g. ``f"{fname}.{jax.process_index()}"``)."""
-        save_state(fname, self._tree(self.params, self.state, self._residual), meta=self._meta())
+        params, state, residual = self._leaf_form()
+        save_state(fname, self._tree(ar.unreplicate(params), ar.unreplicate(state), residual),
+                   meta=self._meta())
 
     def load_states(self, fname) -> None:
         """Loads a ``save_states`` file; training then continues bit for bit.
@@ -392,15 +472,19 @@ class Trainer:
         or 'mismatch': another optimizer, parameter structure or compression)
         and changes nothing when the file cannot be used.
         """
-        def abstract(x, drop):
-            return jax.ShapeDtypeStruct(x.shape[1:] if drop else x.shape, x.dtype)
-
-        like = self._tree(jax.tree.map(lambda x: abstract(x, True), self._params),
-                          jax.tree.map(lambda x: abstract(x, True), self._state),
-                          [abstract(r, False) for r in self._residual])
+        like = jax.eval_shape(lambda: jax.tree.map(lambda x: x[0], self._leaf_form()))
+        like = self._tree(like[0], like[1],
+                          [jax.ShapeDtypeStruct((self._n,) + r.shape, r.dtype) for r in like[2]])
         loaded = load_state(fname, like=like, meta=self._meta())
-        params, state = ar.replicate((loaded["params"], loaded["state"]), self._n, self._devices)
-        residual = ar.shard_leading(loaded["residual"], self._devices) if self._compression else []
+        params, state, residual = loaded["params"], loaded["state"], loaded["residual"]
+        if self._fused:  # groups follow the loaded counts and multipliers
+            state = flatten_state(self._leaf_tx, state, params)
+            layout = state.layout
+            params = FlatTree(layout.ravel(params), layout)
+            residual = [np.concatenate([np.reshape(residual[i], (self._n, -1)) for i in group], axis=1)
+                        for group in layout.groups] if self._compression else []
+        params, state = ar.replicate((params, state), self._n, self._devices)
+        residual = ar.shard_leading(residual, self._devices) if self._compression else []
         self._params, self._state, self._residual = params, state, residual
 
     @staticmethod
