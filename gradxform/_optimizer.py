@@ -9,6 +9,7 @@ import jax
 
 from ._base import GradientTransformation, transformation
 from ._errors import validated
+from ._tree import distinct_buffers
 from .pieces._guards import skip_nonfinite as _skip_nonfinite
 from .pieces._precision import FP16_WARNING, is_low_precision, with_master_weights
 
@@ -46,7 +47,14 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
         tx = _skip_nonfinite(tx, max_consecutive=max_consecutive)
     if validate:
         tx = validated(tx, master_weights=multi_precision)
-    return tx
+    return _donatable(tx)
+
+
+def _donatable(tx: GradientTransformation) -> GradientTransformation:
+    """The state from ``init`` holds no buffer twice, so a step may donate it."""
+    def init(params):
+        return distinct_buffers(tx.init(params))
+    return transformation(init, tx.update)
 
 
 def with_guard_option(factory):
@@ -63,7 +71,7 @@ def with_guard_option(factory):
     @functools.wraps(factory)
     def wrapper(*args, skip_nonfinite: bool = False, **kwargs):
         tx = factory(*args, **kwargs)
-        return _skip_nonfinite(tx) if skip_nonfinite else tx
+        return _donatable(_skip_nonfinite(tx)) if skip_nonfinite else tx
 
     params = list(sig.parameters.values())
     extra = inspect.Parameter("skip_nonfinite", inspect.Parameter.KEYWORD_ONLY, default=False)

@@ -113,6 +113,24 @@ def map_unzip(fn, n: int, tree, *rest):
     return jax.tree.transpose(jax.tree.structure(tree), jax.tree.structure((0,) * n), out)
 
 
+def distinct_buffers(tree):
+    """``tree`` with every array that appears more than once replaced by a
+    copy after its first use. An init that reuses one zero for many leaves
+    (or one hyperparameter for two fields) gives a state that ``jax.jit(...,
+    donate_argnums=...)`` refuses ("donate the same buffer twice")."""
+    seen: set[int] = set()
+
+    def own(x):
+        if not isinstance(x, jax.Array):
+            return x
+        if id(x) in seen:
+            return jnp.array(x, copy=True)
+        seen.add(id(x))
+        return x
+
+    return jax.tree.map(own, tree)
+
+
 def find_states(state, kind) -> list:
     """Every node of type ``kind`` (a class or tuple of classes) in an optimizer
     state (NamedTuples, tuples, lists, dicts), depth first, outermost first."""
