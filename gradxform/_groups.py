@@ -20,6 +20,9 @@ here depends only on its own values, it changes no number.
 Two pieces carry the per-leaf values, both hyperparameters in their state:
 `group_learning_rate` (``learning_rate_group_<i>``, MindSpore's names) and
 `group_weight_decay` (``weight_decay`` plus ``weight_decay_group_<i>``).
+Which group a leaf is in, and whether it is decayed, are per-leaf scalars
+(trees of 0-d arrays shaped like the parameters), so `gradxform.fused`
+groups leaves by them and runs these pieces unchanged on its flat buffers.
 """
 from __future__ import annotations
 
@@ -137,8 +140,8 @@ def assign_groups(owner: str, specs, order, names: list[str]) -> np.ndarray:
 
 class GroupState(NamedTuple):
     hyper: dict
-    slot: jax.Array          # int32 (n,): the leaf's group position, -1 for none
-    flags: jax.Array         # bool (n,): per-leaf switch (decay filter)
+    group_slot: Any          # per leaf, int32: the leaf's group position, -1 for none
+    decay_flag: Any          # per leaf, bool: decayed (the name filter)
 
 
 def _slots(owner, specs, order, params):
@@ -146,6 +149,16 @@ def _slots(owner, specs, order, params):
     if specs is None:
         return names, np.full(len(names), -1, np.int32)
     return names, assign_groups(owner, specs, order, names)
+
+
+def _group_state(hyper, params, slot, flags) -> GroupState:
+    treedef = jax.tree.structure(params)
+    return GroupState(hyper, treedef.unflatten([jnp.asarray(v, jnp.int32) for v in slot]),
+                      treedef.unflatten([jnp.asarray(bool(v)) for v in flags]))
+
+
+def _vector(tree, leaves_of) -> jax.Array:
+    return jnp.stack([jnp.asarray(x).reshape(()) for x in leaves_of(tree)])
 
 
 def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
@@ -158,8 +171,8 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
 
     def init(params):
         _, slot = _slots(owner, specs, order, params)
-        return GroupState({f"learning_rate_group_{s.index}": hyper_scalar(s.lr_base) for _, s in own},
-                          jnp.asarray(slot), jnp.ones(slot.shape, bool))
+        return _group_state({f"learning_rate_group_{s.index}": hyper_scalar(s.lr_base) for _, s in own},
+                            params, slot, np.ones(slot.shape, bool))
 
     def update(updates, state, params=None, **extra_args):
         del params
@@ -169,12 +182,14 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
         lr_tree = context_value(extra_args, "lr", owner)
         count = context_value(extra_args, "count", owner)
         leaves, treedef = jax.tree.flatten(lr_tree)
+        # one vectorised schedule call per group, not one per leaf (compile time)
         lr = jnp.stack([jnp.asarray(x, jnp.float32).reshape(()) for x in leaves])
-        t = jnp.stack([jnp.asarray(c).reshape(()) for c in treedef.flatten_up_to(count)])
+        t = _vector(count, treedef.flatten_up_to)
+        slot = _vector(state.group_slot, treedef.flatten_up_to)
         for k, s in own:
             base = state.hyper[f"learning_rate_group_{s.index}"]
             val = s.lr_schedule(t - 1, base) if s.lr_schedule is not None else jnp.broadcast_to(base, t.shape)
-            lr = jnp.where(state.slot == k, val, lr)
+            lr = jnp.where(slot == k, val, lr)
         ctx["lr"] = treedef.unflatten([lr[i] for i in range(len(leaves))])
         return updates, state
 
@@ -208,25 +223,30 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
         hyper.update({f"weight_decay_group_{s.index}": hyper_scalar(s.weight_decay) for _, s in own})
         if loss_scale is not None:
             hyper["loss_scale"] = hyper_scalar(loss_scale)
-        return GroupState(hyper, jnp.asarray(slot), jnp.asarray(flags))
+        return _group_state(hyper, params, slot, flags)
 
     def update(updates, state, params=None, **extra_args):
         leaves, treedef = jax.tree.flatten(updates)
-        wd = jnp.broadcast_to(state.hyper["weight_decay"], state.slot.shape)
-        for k, s in own:
-            wd = jnp.where(state.slot == k, state.hyper[f"weight_decay_group_{s.index}"], wd)
-        wd = jnp.where(state.flags, wd, 0.0)
+        h = state.hyper
+        slots, flags = treedef.flatten_up_to(state.group_slot), treedef.flatten_up_to(state.decay_flag)
+        wd = []
+        for slot, flag in zip(slots, flags):
+            d = h["weight_decay"]
+            for k, s in own:
+                d = jnp.where(slot == k, h[f"weight_decay_group_{s.index}"], d)
+            wd.append(jnp.where(flag, d, 0.0))
         ctx = extra_args.get(CONTEXT_KEY)
         if ctx is not None:
-            ctx["wd"] = treedef.unflatten([wd[i] for i in range(len(leaves))])
+            ctx["wd"] = treedef.unflatten(wd)
         if not add:
             return updates, state
         if params is None:
             raise ValueError(f"{owner}: weight decay needs params; call update(grads, state, params).")
-        scaled = wd * state.hyper["loss_scale"] if loss_scale is not None else wd
         pl = treedef.flatten_up_to(params)
-        out = [jnp.where(state.flags[i], u + scaled[i].astype(u.dtype) * p.astype(u.dtype), u)
-               for i, (u, p) in enumerate(zip(leaves, pl))]
+        out = []
+        for u, p, d, flag in zip(leaves, pl, wd, flags):
+            scaled = d * h["loss_scale"] if loss_scale is not None else d
+            out.append(jnp.where(flag, u + scaled.astype(u.dtype) * p.astype(u.dtype), u))
         return treedef.unflatten(out), state
 
     return transformation(init, update)
@@ -234,18 +254,25 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
 
 def unselected_frozen(owner: str, specs, order, inner: GradientTransformation) -> GradientTransformation:
     """Runs ``inner`` and, when groups are given, zeroes the update and keeps
-    the state of every leaf no group selects (not part of the optimizer)."""
+    the state of every leaf no group selects (not part of the optimizer).
+
+    The selection is read from the ``group_slot`` of the first `GroupState`
+    in ``inner``'s state (MindSpore's chains always hold one), not from the
+    names of the updates: under `gradxform.fused` the updates are flat
+    buffers without names, and the per-leaf slot is then one per group."""
     if specs is None:
         return inner
-    from ._tree import select_tree  # noqa: PLC0415
+    from ._tree import find_states, select_tree  # noqa: PLC0415
 
     def update(updates, state, params=None, **extra_args):
-        _, slot = _slots(owner, specs, order, updates)
-        if (slot >= 0).all():
-            return inner.update(updates, state, params, **extra_args)
-        mask = jax.tree.unflatten(jax.tree.structure(updates), [bool(s >= 0) for s in slot])
+        groups = find_states(state, GroupState)
+        if not groups:
+            raise ValueError(f"{owner}: parameter groups need a group_learning_rate or group_weight_decay "
+                             "piece in the chain (its state says which parameters are grouped).")
+        treedef = jax.tree.structure(updates)
+        selected = treedef.unflatten([s >= 0 for s in treedef.flatten_up_to(groups[0].group_slot)])
         out, new_state = inner.update(updates, state, params, **extra_args)
-        out = jax.tree.map(lambda u, m: u if m else jnp.zeros_like(u), out, mask)
-        return out, select_tree(jax.tree.map(jnp.asarray, mask), new_state, state)
+        out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, selected)
+        return out, select_tree(selected, new_state, state)
 
     return transformation(inner.init, update)

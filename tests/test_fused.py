@@ -184,3 +184,139 @@ def test_state_round_trips_between_layouts(name):
     again = gradxform.fused.flatten_state(tx, back, PARAMS)
     assert again.layout == flat.layout
     _assert_same(flat, again)
+
+
+# -- MindSpore and Paddle -----------------------------------------------------------
+
+MINDSPORE_FUSED = ["mindspore.momentum", "mindspore.sgd", "mindspore.adam", "mindspore.adam_weight_decay",
+                   "mindspore.adagrad", "mindspore.proximal_adagrad", "mindspore.ftrl", "mindspore.rmsprop"]
+
+
+@pytest.mark.parametrize("name", MINDSPORE_FUSED)
+def test_mindspore_elementwise_rules_take_the_fused_path(name):
+    # a regression to the per-leaf path fails here, not silently in the shared test
+    tx = create_case(name)
+    assert gradxform.fused.why_not_fused(tx) == []
+    ref, _ = _run(tx)
+    got, state = _run(gradxform.fused(tx, strict=True))
+    assert isinstance(state, FusedState)
+    _assert_same(ref, got)
+
+
+def test_adam_offload_and_asgd_keep_the_per_leaf_path_with_a_reason():
+    assert any("offloaded_moments" in r for r in gradxform.fused.why_not_fused(create_case("mindspore.adam_offload")))
+    for n in (1, 3):
+        (reason,) = gradxform.fused.why_not_fused(create_case("paddle.asgd", batch_num=n))
+        assert f"batch_num={n}" in reason and "ring" in reason
+
+
+# sorted leaf order: bn/beta 0, bn/gamma 1, conv/kernel 2, dense/bias 3, dense/kernel 4, emb/table 5
+MS_PARAMS = {
+    "bn": {"beta": jnp.asarray([0.1, -0.3], jnp.float32), "gamma": jnp.asarray([1.2, 0.8], jnp.float32)},
+    "conv": {"kernel": jnp.linspace(-0.6, 0.6, 24, dtype=jnp.float32).reshape(2, 3, 4)},
+    "dense": PARAMS["dense"],
+    "emb": {"table": PARAMS["emb"]},
+}
+
+
+def _ms_groups():
+    return [{"params": "dense/*", "weight_decay": 0.01, "lr": 0.05},
+            {"params": ["conv/kernel"], "lr": [0.1, 0.05, 0.02]},  # one value per update, then the last
+            {"params": lambda n: n.startswith("bn/"), "weight_decay": 0.0,
+             "lr": gradxform.schedules.ExponentialDecayLR(0.2, 0.5, 1)},
+            {"order_params": ["dense/kernel", "bn/gamma", "conv/kernel", "dense/bias", "bn/beta"]}]
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("mindspore.momentum", dict(learning_rate=0.1, momentum=0.9, weight_decay=0.02, loss_scale=4.0)),
+    ("mindspore.adam", dict(learning_rate=[0.05, 0.04, 0.03], weight_decay=0.02, use_nesterov=True)),
+    ("mindspore.adam_weight_decay", dict(learning_rate=0.05, weight_decay=0.02)),
+    ("mindspore.rmsprop", dict(learning_rate=0.01, momentum=0.5, centered=True, weight_decay=0.02)),
+])
+def test_mindspore_parameter_groups_split_buffers_and_stay_exact(name, kwargs):
+    tx = gradxform.create(name, groups=_ms_groups(), **kwargs)
+    ref, ref_state = _run(tx, MS_PARAMS, steps=4)
+    got, state = _run(gradxform.fused(tx, strict=True), MS_PARAMS, steps=4)
+    _assert_same(ref, got)
+    _assert_same(ref_state, gradxform.fused.unflatten_state(tx, state))
+    # one buffer per MindSpore group; emb/table is in none: its own buffer, frozen
+    assert state.layout.groups == ((0, 1), (2,), (3, 4), (5,))
+    assert np.array_equal(got["emb"]["table"], MS_PARAMS["emb"]["table"])
+
+
+def test_mindspore_default_decay_filter_splits_beta_and_gamma():
+    tx = gradxform.create("mindspore.momentum", learning_rate=0.1, momentum=0.9, weight_decay=0.05)
+    ref, _ = _run(tx, MS_PARAMS)
+    got, state = _run(gradxform.fused(tx, strict=True), MS_PARAMS)
+    _assert_same(ref, got)
+    assert state.layout.groups == ((0, 1), (2, 3, 4, 5))  # bn/beta and bn/gamma are not decayed
+
+
+def test_mindspore_group_hyperparameters_settable_on_the_fused_state():
+    tx = gradxform.create("mindspore.momentum", learning_rate=0.1, momentum=0.9, groups=_ms_groups())
+    ftx = gradxform.fused(tx, strict=True)
+    _, state = _run(ftx, MS_PARAMS, steps=1)
+    _, ref_state = _run(tx, MS_PARAMS, steps=1)
+    step = jax.jit(lambda g, s, p: ftx.update(g, s, p))
+    ref_step = jax.jit(lambda g, s, p: tx.update(g, s, p))
+    change = dict(learning_rate_group_0=0.0, weight_decay_group_0=0.5)
+    u, _ = step(_grads(1, MS_PARAMS), gradxform.set_hyper(state, **change), MS_PARAMS)
+    ref_u, _ = ref_step(_grads(1, MS_PARAMS), gradxform.set_hyper(ref_state, **change), MS_PARAMS)
+    _assert_same(ref_u, u)
+    assert not np.any(np.asarray(u["dense"]["kernel"]))
+
+
+def test_paddle_asgd_with_regularizers_and_window_matches_per_leaf():
+    # ASGD itself stays per leaf (see the test above): fused(tx) must still
+    # give its exact numbers over more steps than the window
+    for kwargs in (dict(batch_num=3, weight_decay=1e-3),
+                   dict(batch_num=2, weight_decay=gradxform.paddle.l1_decay(1e-3),
+                        grad_clip=gradxform.paddle.clip_grad_by_value(0.2, -0.1)),
+                   dict(batch_num=1, weight_decay=gradxform.paddle.l2_decay(1e-3))):
+        tx = gradxform.create("paddle.asgd", learning_rate=0.05, **kwargs)
+        ref, _ = _run(tx, steps=7)
+        got, state = _run(gradxform.fused(tx), steps=7)
+        assert not isinstance(state, FusedState)
+        _assert_same(ref, got)
+
+
+def test_paddle_regularizers_clips_and_plateau_fuse_in_a_chain():
+    P = gradxform.paddle
+    body = (P.l1_decay(1e-3), P.l2_decay(2e-3), pieces.trace(0.9), pieces.scale_by_lr())
+    exact = [(P.clip_grad_by_value(0.2, -0.1),), (P.clip_grad_by_value(0.15),),
+             (gradxform.schedules.ReduceOnPlateau(0.1, patience=1).piece(),)]
+    for extra in exact:
+        tx = gradxform.chain(pieces.track_step(0.1), *extra, *body)
+        args = {"loss": jnp.float32(1.0)}
+        ref, _ = _run(tx, steps=4, extra=args)
+        got, state = _run(gradxform.fused(tx, strict=True), steps=4, extra=args)
+        assert isinstance(state, FusedState)
+        _assert_same(ref, got)
+    # the global norm is summed in another order: the stated tolerance
+    tx = gradxform.chain(pieces.track_step(0.1), P.clip_grad_by_global_norm(0.3), *body)
+    ref, _ = _run(tx)
+    got, _ = _run(gradxform.fused(tx, strict=True))
+    _assert_same(ref, got, rtol=1e-6)
+    with pytest.raises(ValueError, match="norm per parameter"):
+        gradxform.fused(gradxform.chain(pieces.track_step(0.1), P.clip_grad_by_norm(0.3), *body), strict=True)
+
+
+@pytest.mark.parametrize("name,kwargs", [
+    ("mindspore.adam", dict(use_nesterov=True)),
+    ("mindspore.adam", dict(use_amsgrad=True, loss_scale=8.0)),
+    ("mindspore.adam", dict(learning_rate=gradxform.schedules.ExponentialDecayLR(0.05, 0.9, 1))),
+    ("mindspore.rmsprop", dict(centered=True, momentum=0.5)),
+    ("mindspore.rmsprop", dict(centered=False, momentum=0.5, loss_scale=2.0)),
+    ("mindspore.sgd", dict(momentum=0.9, dampening=0.1, nesterov=False)),
+    ("mindspore.sgd", dict(momentum=0.0, nesterov=False)),
+    ("mindspore.momentum", dict(use_nesterov=True)),
+    ("mindspore.adagrad", dict(update_slots=False)),
+    ("mindspore.proximal_adagrad", dict(l1=1e-2, l2=1e-2)),
+    ("mindspore.ftrl", dict(l1=1e-2, l2=1e-2, lr_power=-0.7)),
+])
+def test_mindspore_variants_bit_exact(name, kwargs):
+    tx = create_case(name, **kwargs)
+    ref, ref_state = _run(tx, MS_PARAMS, steps=4)
+    got, state = _run(gradxform.fused(tx, strict=True), MS_PARAMS, steps=4)
+    _assert_same(ref, got)
+    _assert_same(ref_state, gradxform.fused.unflatten_state(tx, state))
