@@ -116,6 +116,9 @@ class Trainer:
         buffers. None (default): whenever the chain is exact on that path
         (`gradxform.fused.why_not_fused` is empty) and there are two or more
         parameters; True: required (ValueError otherwise); False: per leaf.
+        Leaves of more than ``fused_max_leaf_size`` elements (default 2**16)
+        keep a buffer of their own (free to enter and leave the flat form);
+        the small ones are packed. None packs every leaf.
 
     **The fused layout** changes no number: the per-leaf rules run per
     element with the same scalars (bit-identical; a global-norm or per-leaf
@@ -135,7 +138,8 @@ class Trainer:
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, *, devices=None,
-                 compression_params=None, skip_nonfinite=False, loss_scale=None, fused=None):
+                 compression_params=None, skip_nonfinite=False, loss_scale=None, fused=None,
+                 fused_max_leaf_size: int | None = 1 << 16):
         if isinstance(optimizer, str):
             tx = create(optimizer, **(optimizer_params or {}))
             self._opt_name = _resolve(optimizer)
@@ -167,7 +171,9 @@ class Trainer:
                                 f"{jax.numpy.result_type(x)}; parameters must be floating point.")
         self._shapes = [tuple(np.shape(x)) for x in leaves]
         self._fused = self._choose_fused(fused, tx, len(leaves))
-        self._tx = optax.with_extra_args_support(fuse(tx)) if self._fused else self._leaf_tx
+        self._max_leaf = fused_max_leaf_size
+        self._tx = (optax.with_extra_args_support(fuse(tx, max_leaf_size=fused_max_leaf_size))
+                    if self._fused else self._leaf_tx)
         if devices is None:
             self._devices, local = None, jax.local_devices()
         else:
@@ -178,6 +184,7 @@ class Trainer:
         self._local_devices = tuple(local)
         self._n = len(local)
         self._compression = parse_compression(compression_params)
+        self._place = ar.Placement(self._n, self._devices)
         self._skip_nonfinite = False  # the guard piece in self._tx does it, counting bad steps
 
         state = self._tx.init(params)
@@ -186,8 +193,7 @@ class Trainer:
         if self._fused:
             params = FlatTree(state.layout.ravel(params), state.layout)
         residual = [zeros_residual(x) for x in jax.tree.leaves(params)] if self._compression else []
-        self._params, self._state, self._residual = ar.replicate(
-            (params, state, residual), self._n, self._devices)
+        self._params, self._state, self._residual = self._place.put((params, state, residual))
         self._programs: dict = {}
         self._scaled_losses: dict = {}
 
@@ -217,7 +223,8 @@ class Trainer:
                 return (params.unravel(), unflatten_state(leaf_tx, state),
                         layout.unravel_leaves(residual) if residual else [])
 
-            self._programs[key] = jax.pmap(body, axis_name=ar.AXIS, devices=self._devices)
+            self._programs[key] = ar.spmap(body, in_axes=(ar.STORED,) * 3, out_axes=(ar.STORED,) * 3,
+                                           devices=self._devices)
         return self._programs[key](self._params, self._state, self._residual)
 
     def _unfuse(self) -> None:
@@ -240,14 +247,14 @@ class Trainer:
     @property
     def params(self):
         """One copy of the current parameters (the first local device's)."""
-        params = ar.unreplicate(self._params)
+        params = self._place.one(self._params)
         return params.unravel() if isinstance(params, FlatTree) else params
 
     @property
     def state(self):
         """One copy of the optimizer state (the first local device's), per leaf
         whatever the layout (`gradxform.fused.unflatten_state`)."""
-        return unflatten_state(self._leaf_tx, ar.unreplicate(self._state))
+        return unflatten_state(self._leaf_tx, self._place.one(self._state))
 
     @property
     def num_devices(self) -> int:
@@ -282,6 +289,8 @@ class Trainer:
 
     def _hyper_view(self):
         # Hyperparameters are the only per-copy scalars; slicing just those is cheap.
+        if self._place.single:
+            return self._state
         return jax.tree.map(lambda x: ar.unreplicate(x) if np.ndim(x) <= 1 else x, self._state)
 
     def _set_hyper(self, **values):
@@ -298,8 +307,8 @@ class Trainer:
         batch = ar.split_batch(batch, self._n)
         if self._loss_scaled:
             scaled = self._scaled_losses.setdefault(loss_fn, _scaled_loss(loss_fn))
-            loss, grads = ar.grad_program(scaled, True, self._devices)(
-                self._params, (batch, self._state))
+            loss, grads = ar.grad_program(scaled, True, self._devices, with_state=True)(
+                self._params, batch, self._state)
             loss = loss / self._loss_scale_mapped()
         else:
             loss, grads = ar.grad_program(loss_fn, True, self._devices)(self._params, batch)
@@ -462,8 +471,8 @@ class Trainer:
         device's compression residual. With several processes, give each its
         own file (e.g. ``f"{fname}.{jax.process_index()}"``)."""
         params, state, residual = self._leaf_form()
-        save_state(fname, self._tree(ar.unreplicate(params), ar.unreplicate(state), residual),
-                   meta=self._meta())
+        save_state(fname, self._tree(self._place.one(params), self._place.one(state),
+                                     self._place.per_device(residual)), meta=self._meta())
 
     def load_states(self, fname) -> None:
         """Loads a ``save_states`` file; training then continues bit for bit.
@@ -472,19 +481,22 @@ class Trainer:
         or 'mismatch': another optimizer, parameter structure or compression)
         and changes nothing when the file cannot be used.
         """
-        like = jax.eval_shape(lambda: jax.tree.map(lambda x: x[0], self._leaf_form()))
-        like = self._tree(like[0], like[1],
-                          [jax.ShapeDtypeStruct((self._n,) + r.shape, r.dtype) for r in like[2]])
+        params, state, residual = jax.eval_shape(self._leaf_form)
+        if not self._place.single:  # one copy of params and state; residuals stay per device
+            params, state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), (params, state))
+        else:
+            residual = [jax.ShapeDtypeStruct((1,) + r.shape, r.dtype) for r in residual]
+        like = self._tree(params, state, residual)
         loaded = load_state(fname, like=like, meta=self._meta())
         params, state, residual = loaded["params"], loaded["state"], loaded["residual"]
         if self._fused:  # groups follow the loaded counts and multipliers
-            state = flatten_state(self._leaf_tx, state, params)
+            state = flatten_state(self._leaf_tx, state, params, max_leaf_size=self._max_leaf)
             layout = state.layout
             params = FlatTree(layout.ravel(params), layout)
             residual = [np.concatenate([np.reshape(residual[i], (self._n, -1)) for i in group], axis=1)
                         for group in layout.groups] if self._compression else []
-        params, state = ar.replicate((params, state), self._n, self._devices)
-        residual = ar.shard_leading(residual, self._devices) if self._compression else []
+        params, state = self._place.put((params, state))
+        residual = self._place.put_per_device(residual) if self._compression else []
         self._params, self._state, self._residual = params, state, residual
 
     @staticmethod
