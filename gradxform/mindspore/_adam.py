@@ -15,6 +15,7 @@ from .._base import GradientTransformation, chain, context_value, transformation
 from .._hyper import hyper_scalar
 from ..pieces import bias_correction, lazy_rows, scale_by_adam_moments, scale_by_lr
 from ..pieces._moments import MomentsState, adam_emas
+from ..pieces._segments import leaf_sq_norm
 from ._common import check_bool, check_float, parse
 
 __all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState"]
@@ -240,16 +241,21 @@ def _lamb_direction(beta1, beta2, eps) -> GradientTransformation:
         wd = context_value(extra_args, "wd", "mindspore.lamb")
         mu, nu = adam_emas(state.mu, state.nu, updates, b1, b2)
 
-        def one(m, v, w, t, d):
+        def direction(m, v, w, t, d):
             t = t.astype(jnp.float32)
             m32, v32, w32 = m.astype(jnp.float32), v.astype(jnp.float32), w.astype(jnp.float32)
             r = (m32 / (1 - b1 ** t)) / (jnp.sqrt(v32 / (1 - b2 ** t)) + e)
-            u = r + d * w32
-            w_norm, u_norm = jnp.linalg.norm(w32.reshape(-1)), jnp.linalg.norm(u.reshape(-1))
+            return r + d * w32
+
+        def scaled(u, m, w_sq, u_sq):
+            w_norm, u_norm = jnp.sqrt(w_sq), jnp.sqrt(u_sq)
             ratio = jnp.where((w_norm > 0) & (u_norm > 0), w_norm / jnp.where(u_norm > 0, u_norm, 1.0), 1.0)
             return (ratio * u).astype(m.dtype)
 
-        return jax.tree.map(one, mu, nu, params, count, wd), LambState(h, mu, nu)
+        u = jax.tree.map(direction, mu, nu, params, count, wd)
+        # the trust ratio's norms per leaf (per element of a fused buffer)
+        w_sq, u_sq = leaf_sq_norm(params, extra_args), leaf_sq_norm(u, extra_args)
+        return jax.tree.map(scaled, u, mu, w_sq, u_sq), LambState(h, mu, nu)
 
     return transformation(init, update)
 

@@ -14,8 +14,8 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, transformation
 from .._groups import beta_gamma_filter
 from .._hyper import get_hyper, hyper_names, hyper_scalar
-from .._tree import param_names
 from ..pieces import scale_by_lr, trace
+from ..pieces._segments import leaf_flags, leaf_sq_norm
 from ..pieces._step import StepState
 from .._tree import find_states
 from ..schedules._common import as_schedule, check_number
@@ -179,7 +179,10 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
             if "learning_rate" not in hyper_names(inner):
                 raise ValueError(f"{owner}(use_clip=True): the wrapped optimizer has no 'learning_rate' "
                                  "hyperparameter; pass learning_rate= here.")
-            if "scheduled" in hyper_names(inner) and bool(get_hyper(inner, "scheduled")):
+            # traced when init runs under jit (gradxform.fused builds its state so,
+            # after an eager init that made this check)
+            scheduled = get_hyper(inner, "scheduled") if "scheduled" in hyper_names(inner) else False
+            if not isinstance(scheduled, jax.core.Tracer) and bool(scheduled):
                 raise ValueError(f"{owner}(use_clip=True): the wrapped optimizer's learning rate is dynamic; "
                                  "pass the same learning_rate (list or schedule) to lars as well.")
         return LarsState({"epsilon": hyper_scalar(epsilon), "coefficient": hyper_scalar(coefficient),
@@ -189,7 +192,6 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError(f"{owner}: needs params; call update(grads, state, params).")
-        names = param_names(updates)
         h = state.hyper
         if use_clip:
             if sched is None:
@@ -199,22 +201,31 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
                 if step_state is None:
                     raise ValueError(f"{owner}(use_clip=True): no step counter in the wrapped optimizer's state.")
                 lr = sched(step_state.num_update)
-        leaves, treedef = jax.tree.flatten(updates)
-        out = []
-        for name, g, w in zip(names, leaves, treedef.flatten_up_to(params)):
-            g = g / h["loss_scale"].astype(g.dtype)
-            if lars_filter(name):
-                wd = h["weight_decay"] if (decay_filter is None or decay_filter(name)) else jnp.float32(0.0)
-                w32, g32 = w.astype(jnp.float32), g.astype(jnp.float32)
-                w_norm = jnp.sqrt(jnp.sum(w32 * w32))
-                g_norm = jnp.sqrt(jnp.sum(g32 * g32))
-                ratio = h["coefficient"] * w_norm / (g_norm + wd * w_norm + h["epsilon"])
-                ratio = jnp.where((w_norm > 0) & (g_norm > 0), ratio, 1.0)
-                if use_clip:
-                    ratio = jnp.minimum(ratio / lr, 1.0)
-                g = (ratio * (g32 + wd * w32)).astype(g.dtype)
-            out.append(g)
-        new_updates, inner = optimizer.update(treedef.unflatten(out), state.inner, params, **extra_args)
+        # Which leaves get LARS, and which of those decay, is decided by name:
+        # static per leaf (a Python bool), and under gradxform.fused per buffer
+        # (a bool where its leaves agree, else one per element), with the
+        # norms summed per leaf (gradxform.pieces._segments).
+        scaled = jax.tree.map(lambda g: g / h["loss_scale"].astype(g.dtype), updates)
+        on = leaf_flags(updates, extra_args, lars_filter)
+        decays = leaf_flags(updates, extra_args, decay_filter or (lambda name: True))
+        w_sq = leaf_sq_norm(params, extra_args)
+        g_sq = leaf_sq_norm(scaled, extra_args)
+
+        def one(g, w, on, decays, w_sq, g_sq):
+            if on is False:
+                return g
+            wd = jnp.where(decays, h["weight_decay"], jnp.float32(0.0))
+            w32, g32 = w.astype(jnp.float32), g.astype(jnp.float32)
+            w_norm, g_norm = jnp.sqrt(w_sq), jnp.sqrt(g_sq)
+            ratio = h["coefficient"] * w_norm / (g_norm + wd * w_norm + h["epsilon"])
+            ratio = jnp.where((w_norm > 0) & (g_norm > 0), ratio, 1.0)
+            if use_clip:
+                ratio = jnp.minimum(ratio / lr, 1.0)
+            lars_g = (ratio * (g32 + wd * w32)).astype(g.dtype)
+            return lars_g if on is True else jnp.where(on, lars_g, g)
+
+        out = jax.tree.map(one, scaled, params, on, decays, w_sq, g_sq)
+        new_updates, inner = optimizer.update(out, state.inner, params, **extra_args)
         return new_updates, LarsState(state.hyper, inner)
 
     return transformation(init, update)

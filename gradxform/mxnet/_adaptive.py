@@ -13,11 +13,13 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._base import GradientTransformation, chain, context_value, identity, transformation
 from .._hyper import check_range, hyper_residual, hyper_scalar
 from .._tree import map_unzip
 from ..pieces._moments import one_minus_power
+from ..pieces._segments import buffer_segments, spread_leaf_values
 from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adam_moments,
                       scale_by_adamax, scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
 from ._common import check_unit, parse_options
@@ -86,6 +88,34 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
                           {"beta2": hyper_residual(beta2)},
                           _zeros(params), _zeros(params), jnp.ones((), jnp.float32))
 
+    def momenta(h, t):
+        t = t.astype(jnp.float32)
+        mom_t = h["beta1"] * (1.0 - 0.5 * 0.96 ** (t * h["schedule_decay"]))
+        mom_t1 = h["beta1"] * (1.0 - 0.5 * 0.96 ** ((t + 1) * h["schedule_decay"]))
+        return t, mom_t, mom_t1
+
+    def fused_schedules(h, sched, count, mask, segs):
+        """Under `gradxform.fused`: each leaf's ``1 - m_schedule`` and
+        ``1 - m_schedule * mu_t1``, spread over its buffer, and the last
+        ``m_schedule``. The running product still goes leaf by leaf in index
+        order (a scan over one scalar per leaf: the same multiplications in
+        the same order as the per-leaf loop), from per-buffer momenta."""
+        owner = np.zeros(sum(len(s.leaves) for s in segs), np.int32)
+        for j, s in enumerate(segs):
+            owner[list(s.leaves)] = j
+        per_buf = [momenta(h, t)[1:] for t in count]
+        mom_t = jnp.stack([m for m, _ in per_buf])[owner]
+        mom_t1 = jnp.stack([m for _, m in per_buf])[owner]
+        on = jnp.stack([jnp.asarray(m).reshape(()) for m in mask])[owner]
+
+        def advance(sched, x):
+            m, o = x
+            sched = jnp.where(o, sched * m, sched)  # advanced once per parameter update
+            return sched, sched
+
+        last, scheds = jax.lax.scan(advance, sched, (mom_t, on))
+        return (spread_leaf_values(1.0 - scheds, segs), spread_leaf_values(1.0 - scheds * mom_t1, segs), last)
+
     def update(updates, state, params=None, **extra_args):
         del params
         h, lo = state.hyper, state.hyper_lo
@@ -93,19 +123,28 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
         mask = context_value(extra_args, "mask", "mxnet.nadam")
         leaves, treedef = jax.tree.flatten(updates)
         sched = state.m_schedule
+        segs = buffer_segments(extra_args)
+        if segs is not None:
+            one_minus, one_minus_next, sched = fused_schedules(h, sched, treedef.flatten_up_to(count),
+                                                               treedef.flatten_up_to(mask), segs)
         mus, nus, outs = [], [], []
-        for g, m, v, t, on in zip(leaves, treedef.flatten_up_to(state.mu), treedef.flatten_up_to(state.nu),
-                                  treedef.flatten_up_to(count), treedef.flatten_up_to(mask)):
-            t = t.astype(jnp.float32)
-            mom_t = h["beta1"] * (1.0 - 0.5 * 0.96 ** (t * h["schedule_decay"]))
-            mom_t1 = h["beta1"] * (1.0 - 0.5 * 0.96 ** ((t + 1) * h["schedule_decay"]))
-            sched = jnp.where(on, sched * mom_t, sched)  # advanced once per parameter update
-            sched_next = sched * mom_t1
+        for i, (g, m, v, t, on) in enumerate(zip(leaves, treedef.flatten_up_to(state.mu),
+                                                 treedef.flatten_up_to(state.nu), treedef.flatten_up_to(count),
+                                                 treedef.flatten_up_to(mask))):
+            t, mom_t, mom_t1 = momenta(h, t)
+            if segs is None:
+                sched = jnp.where(on, sched * mom_t, sched)  # advanced once per parameter update
+                g_den, m_den = 1.0 - sched, 1.0 - sched * mom_t1
+            else:
+                g_den, m_den = one_minus[i], one_minus_next[i]
             c = lambda x: x.astype(g.dtype)  # noqa: E731
             m = c(h["beta1"]) * m + (1 - c(h["beta1"])) * g
             v = c(h["beta2"]) * v + (1 - c(h["beta2"])) * g * g
-            g_prime = g / c(1.0 - sched)
-            m_prime = m / c(1.0 - sched_next)
+            # x * (1 / d), not x / d: XLA:CPU turns a division by a broadcast
+            # scalar into this, so writing it out keeps the per-leaf numbers and
+            # gives a fused buffer (d per element) the same arithmetic.
+            g_prime = g * (1 / c(g_den))
+            m_prime = m * (1 / c(m_den))
             v_prime = v / c(one_minus_power(h["beta2"], lo["beta2"], t))
             m_bar = c(1.0 - mom_t) * g_prime + c(mom_t1) * m_prime
             outs.append(m_bar / (jnp.sqrt(v_prime) + c(h["epsilon"])))

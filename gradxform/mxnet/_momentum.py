@@ -15,6 +15,7 @@ from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, i
 from .._hyper import check_range, hyper_scalar
 from .._tree import map_unzip
 from ..pieces import add_decoupled_weight_decay, ema, gated, lazy_rows, scale_by_lr, sign, trace
+from ..pieces._segments import leaf_sq_norm
 from ._common import check_unit, parse_options
 
 __all__ = ["sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld"]
@@ -166,13 +167,10 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
         mean = jax.tree.map(lambda c: c / jnp.asarray(batch_scale, c.dtype), cum)
         if warmup_strategy == "lars":
             wd = context_value(extra_args, "wd", "mxnet.lbsgd")
-
-            def lars(w, g, d):
-                w2 = jnp.sum(jnp.square(w.astype(jnp.float32)))
-                g2 = jnp.sum(jnp.square(g.astype(jnp.float32)))
-                return jnp.clip(jnp.sqrt(w2 / (g2 + d * w2 + 1e-18)), 0.01, 100.0)
-
-            mult = jax.tree.map(lars, params, mean, wd)
+            # per-leaf norms: per leaf, or per element of a fused buffer
+            w2, g2 = leaf_sq_norm(params, extra_args), leaf_sq_norm(mean, extra_args)
+            mult = jax.tree.map(lambda w, g, d: jnp.clip(jnp.sqrt(w / (g + d * w + 1e-18)), 0.01, 100.0),
+                                w2, g2, wd)
         else:
             mult = jax.tree.map(lbmult, num_cums)
         ctx = extra_args[CONTEXT_KEY]

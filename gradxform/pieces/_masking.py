@@ -6,6 +6,7 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation
 from .._tree import select_tree
+from ._segments import buffer_segments, row_sums
 
 __all__ = ["gated", "lazy_rows"]
 
@@ -32,6 +33,16 @@ def _present_rows(g):
     return jnp.any(g.reshape(g.shape[0], -1) != 0, axis=1)
 
 
+def _present(updates, extra_args):
+    """Per leaf, a flag per row (first axis; per element below two
+    dimensions); under `gradxform.fused` per buffer a flag per element: its
+    row's count of nonzeros is positive (an integer segment sum: exact)."""
+    if buffer_segments(extra_args) is None:
+        return jax.tree.map(_present_rows, updates)
+    counts = row_sums(jax.tree.map(lambda g: (g != 0).astype(jnp.int32), updates), extra_args)
+    return jax.tree.structure(updates).unflatten([c > 0 for c in counts])
+
+
 def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
     """Row-sparse ("lazy") semantics over dense gradients: rows (first axis)
     whose incoming gradient is all zero are treated as absent, so the
@@ -39,7 +50,7 @@ def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
     ``lazy_update`` with a ``row_sparse`` gradient; MindSpore LazyAdam)."""
 
     def update(updates, state, params=None, **extra_args):
-        rows = jax.tree.map(_present_rows, updates)
+        rows = _present(updates, extra_args)
         out, new_state = inner.update(updates, state, params, **extra_args)
 
         def expand(r, x):
