@@ -245,6 +245,15 @@ def run_set(name, steps, use_torch, quick=False, slow=False):
         f"{len(flat_p.buffers)} buffer(s); fused init {init_s * 1e3:.0f} ms",))
     del flat_p, flat_g, fstate
     gc.collect()
+    # the Trainer's default layout: leaves above 2**16 elements keep their own buffer
+    ttx = gradxform.fused(gtx, strict=True, max_leaf_size=1 << 16)
+    tstate = ttx.init(params)
+    flat_p, flat_g = gradxform.fused.ravel(params, tstate), gradxform.fused.ravel(grads, tstate)
+    results.append(("gradxform fused, Trainer layout",) + time_jax(
+        tx_step(ttx, gradxform.apply_updates), flat_p, flat_g, tstate, steps) + (
+        f"{len(flat_p.buffers)} buffer(s): leaves > 2**16 alone",))
+    del flat_p, flat_g, tstate
+    gc.collect()
 
     if use_torch:
         try:

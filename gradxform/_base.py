@@ -24,6 +24,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from ._tree import distinct_buffers
+
 __all__ = [
     "GradientTransformation",
     "transformation",
@@ -81,7 +83,9 @@ def chain(*pieces: optax.GradientTransformation) -> GradientTransformation:
     pieces = tuple(optax.with_extra_args_support(p) for p in pieces)
 
     def init(params):
-        return tuple(p.init(params) for p in pieces)
+        # pieces may hand out one cached array twice (a zero, a hyperparameter):
+        # copies keep the state donatable
+        return distinct_buffers(tuple(p.init(params) for p in pieces))
 
     def update(updates, state, params=None, **extra_args):
         if not isinstance(state, tuple) or len(state) != len(pieces):

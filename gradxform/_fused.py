@@ -11,8 +11,13 @@ buffers instead:
 * Leaves are grouped by dtype and by every per-leaf number the chain holds
   (``lr_mult``, ``wd_mult``, update counts), so inside a group those numbers
   are one scalar and the chain's arithmetic per element is exactly the per-leaf
-  arithmetic: results are bit-identical to the per-leaf chain (only a global
-  norm, summed in another order, differs in the last bits).
+  arithmetic: results are bit-identical to the per-leaf chain.
+* A per-leaf reduction (a LARS/LAMB norm, a lazy row's flag) is a segment
+  reduction over a buffer: the step context carries each buffer's leaves
+  (``"segments"``, see `gradxform.pieces._segments`), and a piece gets each
+  leaf's value at every element of it. A norm summed in another order, or a
+  per-leaf value applied per element, agrees with the per-leaf chain to
+  float32 rounding rather than bit for bit (`bit_exact` says which chains).
 * The state is kept flat: each moment buffer is one array per group, and each
   per-leaf vector (``count``, ``lr_mult``, ...) has one entry per group.
 * Parameters and gradients enter flat for free when the caller owns them as
@@ -25,14 +30,15 @@ Exactness is decided per chain, never guessed: `fused` reads the pieces a
 chain is built from (each piece's ``update`` function, and the transformations
 captured by wrappers such as `chain`, `gated`, `with_master_weights` and the
 guards) and fuses only when every one is a piece known to be elementwise with
-per-leaf scalars (`fusable` lists them). Anything else (Nadam's per-leaf
-running schedule, LARS norms, per-leaf PRNG noise, row-wise lazy updates, any
-piece it does not know) keeps the per-leaf path, so ``fused(tx)`` is always
-safe to apply. ``fused(tx, strict=True)`` raises instead, naming the piece.
+per-leaf scalars or per-leaf reductions (`fusable` lists them). Anything else
+(per-leaf PRNG noise, Adafactor's factored moments, any piece it does not
+know) keeps the per-leaf path, so ``fused(tx)`` is always safe to apply.
+``fused(tx, strict=True)`` raises instead, naming the piece.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Any, NamedTuple
 
@@ -40,11 +46,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import GradientTransformation, transformation
+from ._base import CONTEXT_KEY, GradientTransformation, transformation
+from .pieces._segments import SEGMENTS_KEY, layout_segments
 from .pieces._step import normalize_step_states
 
-__all__ = ["fused", "FlatTree", "FusedState", "Layout", "fusable", "flatten_state", "ravel", "unflatten_state",
-           "why_not_fused"]
+__all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "fusable", "flatten_state", "ravel",
+           "unflatten_state", "why_not_fused"]
 
 # Pieces known to be elementwise with per-leaf scalars only ("module:qualname" of
 # their update function). A value is None (always fine) or a check of the
@@ -61,10 +68,32 @@ def _track_step(cells, facts):
     return None
 
 
-def _lbsgd(cells, facts):
-    if cells.get("warmup_strategy") == "lars":
-        return "mxnet.lbsgd(warmup_strategy='lars') needs per-leaf norms"
+def _sums(cells, facts):
+    # A norm (global, or per leaf as a segment sum over the buffer, see
+    # gradxform.pieces._segments) adds the same float32 numbers in another
+    # order: results agree to float32 rounding of the sum, not bit for bit.
+    facts["bit_exact"] = False
     return None
+
+
+def _per_element(cells, facts):
+    # Per-leaf values become per-element arrays (spread over a buffer, or row
+    # flags): the same arithmetic, but XLA fuses it differently than with a
+    # broadcast scalar, and XLA:CPU contracts a multiply-add into an FMA per
+    # fusion, so a result may differ in its last bit (measured: 2e-7 relative).
+    facts["bit_exact"] = False
+    return None
+
+
+def _lbsgd(cells, facts):
+    if cells.get("warmup_strategy") == "lars":  # per-leaf norms
+        return _sums(cells, facts)
+    return None
+
+
+def _adafactor(cells, facts):
+    return ("mindspore.adafactor keeps factored second moments (a row and a column vector per "
+            "matrix), which are not shaped like the parameters and cannot live in flat buffers")
 
 
 _RULES: dict[str, Any] = {
@@ -77,7 +106,7 @@ _RULES: dict[str, Any] = {
     _P + "_scaling:unscale.<locals>.update": None,
     _P + "_scaling:scale.<locals>.update": None,
     _P + "_clipping:clip_by_value.<locals>.update": None,
-    _P + "_clipping:clip_by_global_norm.<locals>.update": None,  # norm summed in another order
+    _P + "_clipping:clip_by_global_norm.<locals>.update": _sums,
     _P + "_decay:_decay.<locals>.update": None,
     _P + "_decay:add_decoupled_weight_decay.<locals>.update": None,
     _P + "_moments:trace.<locals>.update": None,
@@ -100,10 +129,61 @@ _RULES: dict[str, Any] = {
     _MX + "_momentum:_nesterov_step.<locals>.update": None,
     _MX + "_momentum:_delay_compensation.<locals>.update": None,
     _MX + "_momentum:_lbsgd_accumulate.<locals>.update": _lbsgd,
+    # Per-leaf reductions as segment reductions over each buffer (gradxform.pieces._segments):
+    # trust ratios from per-leaf norms; MindSpore LARS's name filters are static per leaf and
+    # applied per element, so leaves that skip LARS may share a buffer.
+    "gradxform.mindspore._momentum:lars.<locals>.update": _sums,
+    "gradxform.mindspore._adam:_lamb_direction.<locals>.update": _sums,
+    # Row flags from integer counts of nonzeros per row (exact in any order), per element.
+    _P + "_masking:lazy_rows.<locals>.update": _per_element,
+    # Nadam's shared schedule: one scalar per leaf, multiplied leaf by leaf in index
+    # order as per leaf, then spread over the buffers.
+    _MX + "_adaptive:_nadam_direction.<locals>.update": _per_element,
+    "gradxform.mindspore._adafactor:_adafactor_step.<locals>.update": _adafactor,
 }
 
+# MindSpore and Paddle pieces. A MindSpore leaf's parameter group and decay
+# switch are per-leaf fields (``group_slot``, ``decay_flag``), so leaves of
+# different groups never share a buffer and each group's lr (fixed, list or
+# schedule) and weight decay is one scalar per buffer.
+_MS = "gradxform.mindspore."
+_PD = "gradxform.paddle."
+
+
+def _asgd_window(cells, facts):
+    # Its ring would have to be stored as (batch_num, group size) buffers, which is
+    # what the chain's own init on flat buffers expects; the layout only has
+    # params-shaped ones (batch_num == 1 included: (1, *shape) is not params-shaped).
+    n = cells.get("batch_num")
+    return (f"paddle.asgd keeps its last batch_num={n} gradients per parameter as a "
+            f"({n}, *shape) ring, which the flat layout (params-shaped buffers only) cannot hold")
+
+
+def _paddle_norm_clip(cells, facts):
+    return "paddle.clip_grad_by_norm needs a norm per parameter"
+
+
+_RULES.update({
+    "gradxform._groups:group_learning_rate.<locals>.update": None,
+    "gradxform._groups:group_weight_decay.<locals>.update": None,
+    "gradxform._groups:unselected_frozen.<locals>.update": None,  # reads the selection from group_slot
+    _MS + "_momentum:_sgd_momentum.<locals>.update": None,
+    _MS + "_adam:_nesterov_adam_moments.<locals>.update": None,
+    _MS + "_adam:_amsgrad_moments.<locals>.update": None,
+    _MS + "_adaptive:_adagrad_step.<locals>.update": None,
+    _MS + "_adaptive:_proximal_adagrad_step.<locals>.update": None,
+    _MS + "_adaptive:_ftrl_step.<locals>.update": None,
+    _MS + "_adaptive:_rmsprop_step.<locals>.update": None,
+    _PD + "_asgd:_asgd_average.<locals>.update": _asgd_window,
+    _PD + "_asgd:_regularizer.<locals>.update": None,
+    _PD + "_asgd:clip_grad_by_value.<locals>.update": None,
+    _PD + "_asgd:clip_grad_by_global_norm.<locals>.update": _sums,
+    _PD + "_asgd:clip_grad_by_norm.<locals>.update": _paddle_norm_clip,
+    "gradxform.schedules._paddle:ReduceOnPlateau.piece.<locals>.update": None,  # one lr for all leaves
+})
+
 # Fields of piece states that hold one number per leaf (not per element).
-_PER_LEAF_FIELDS = ("lr_mult", "wd_mult", "count", "num_cums")
+_PER_LEAF_FIELDS = ("lr_mult", "wd_mult", "count", "num_cums", "group_slot", "decay_flag")
 
 
 def fusable(key: str, check=None) -> None:
@@ -134,7 +214,7 @@ def _cells(fn) -> dict:
 def _inspect(tx) -> tuple[list[str], dict]:
     """Reasons the chain cannot be fused (empty when it can), and facts."""
     reasons: list[str] = []
-    facts: dict = {"isolate_first": False}
+    facts: dict = {"isolate_first": False, "bit_exact": True}
     seen: set[int] = set()
 
     def visit(fn):
@@ -163,6 +243,16 @@ def _inspect(tx) -> tuple[list[str], dict]:
 def why_not_fused(tx: GradientTransformation) -> list[str]:
     """Why ``fused(tx)`` keeps the per-leaf path (an empty list: it fuses)."""
     return _inspect(tx)[0]
+
+
+def bit_exact(tx: GradientTransformation) -> bool:
+    """Whether ``fused(tx)`` gives bit-identical results to ``tx`` (True too
+    when it keeps the per-leaf path). False where the chain sums a norm in
+    another order, or applies per-leaf values per element (per-leaf
+    reductions, Nadam's schedule, lazy rows): those agree to float32
+    rounding (about 1e-7 relative per step), not bit for bit."""
+    reasons, facts = _inspect(tx)
+    return bool(reasons) or facts["bit_exact"]
 
 
 # -- layout and flat trees ------------------------------------------------------
@@ -201,6 +291,14 @@ class Layout:
         return self.ravel_leaves(leaves)
 
     def unravel_leaves(self, buffers) -> list:
+        # A custom VJP: the cotangent of the slices is the concatenation of
+        # the leaves' cotangents (one pass). Autodiff of the slices instead
+        # pads every leaf's cotangent to the whole buffer and adds them all:
+        # quadratic in the leaves (measured: a 400-leaf MLP's training step
+        # took 79x its forward+backward on XLA CPU).
+        return list(_unravel(self, tuple(buffers)))
+
+    def _slice_leaves(self, buffers) -> list:
         sizes = self.sizes()
         leaves: list = [None] * self.num_leaves
         for buf, group in zip(buffers, self.groups):
@@ -213,6 +311,22 @@ class Layout:
 
     def unravel(self, buffers):
         return self.treedef.unflatten(self.unravel_leaves(buffers))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _unravel(layout: Layout, buffers: tuple) -> tuple:
+    return tuple(layout._slice_leaves(buffers))
+
+
+def _unravel_fwd(layout, buffers):
+    return _unravel(layout, buffers), None
+
+
+def _unravel_bwd(layout, _, cotangents):
+    return (layout.ravel_leaves(list(cotangents)),)
+
+
+_unravel.defvjp(_unravel_fwd, _unravel_bwd)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -321,6 +435,8 @@ def _layout_for(params, per_leaf_state, facts) -> Layout:
         key = (str(jnp.result_type(x)),) + tuple(v[i].item() for v in vectors)
         if i == 0 and facts["isolate_first"]:
             key = ("first",) + key
+        if facts.get("max_leaf_size") is not None and np.size(x) > facts["max_leaf_size"]:
+            key = ("alone", i)  # a buffer of its own: ravel and unravel are reshapes, no copy
         if key not in keys:
             keys[key] = len(groups)
             groups.append([])
@@ -357,9 +473,23 @@ def _unflatten_state(flat, template, layout: Layout):
         for i in group:
             owner[i] = j
 
+    def split(t, buffers):
+        # slice by the template's own leaf shapes: a params-shaped state tree
+        # may hold placeholders, e.g. master weights keep a (0,) array for a
+        # float32 leaf, so its group buffer is empty
+        shapes = [np.shape(x) for x in treedef.flatten_up_to(t)]
+        leaves: list = [None] * layout.num_leaves
+        for buf, group in zip(buffers, layout.groups):
+            start = 0
+            for i in group:
+                size = int(np.prod(shapes[i], dtype=np.int64))
+                leaves[i] = jnp.reshape(jax.lax.slice(buf, (start,), (start + size,)), shapes[i])
+                start += size
+        return treedef.unflatten(leaves)
+
     def walk(t, f):
         if jax.tree.structure(t) == treedef and treedef.num_leaves > 1:
-            return layout.unravel(f)
+            return split(t, f)
         if isinstance(t, tuple) and hasattr(t, "_fields"):
             kids = {}
             for name in t._fields:
@@ -382,11 +512,14 @@ def _abstract_params(layout: Layout):
     return layout.treedef.unflatten([jax.ShapeDtypeStruct(s, d) for s, d in zip(layout.shapes, layout.dtypes)])
 
 
-def flatten_state(tx: GradientTransformation, state, params) -> "FusedState":
+def flatten_state(tx: GradientTransformation, state, params, *,
+                  max_leaf_size: int | None = None) -> "FusedState":
     """``fused(tx)``'s state for a per-leaf ``state`` of ``tx`` (from
     ``tx.init``, a checkpoint or `gradxform.migrate`): the inverse of
-    `unflatten_state`. The groups follow the state's own per-leaf numbers."""
+    `unflatten_state`. The groups follow the state's own per-leaf numbers
+    (``max_leaf_size``: as in `fused`)."""
     reasons, facts = _inspect(tx)
+    facts["max_leaf_size"] = max_leaf_size
     if reasons:
         raise ValueError("fused.flatten_state: this chain keeps the per-leaf path: " + "; ".join(reasons))
     if len(jax.tree.leaves(params)) < 2:
@@ -410,7 +543,8 @@ def unflatten_state(tx: GradientTransformation, state):
 
 # -- the wrapper ------------------------------------------------------------------
 
-def fused(tx: GradientTransformation, *, strict: bool = False) -> GradientTransformation:
+def fused(tx: GradientTransformation, *, strict: bool = False,
+          max_leaf_size: int | None = None) -> GradientTransformation:
     """Runs ``tx`` on flat per-group buffers: the same results, one
     elementwise pass per buffer instead of one per leaf.
 
@@ -422,10 +556,21 @@ def fused(tx: GradientTransformation, *, strict: bool = False) -> GradientTransf
     and trees of fewer than two leaves, keep the per-leaf path with the
     per-leaf state (``strict=True`` raises for the former instead).
 
+    ``max_leaf_size``: leaves with more elements than this get a buffer of
+    their own (None: no limit). Such a buffer is the leaf itself, reshaped,
+    so it enters and leaves the flat form for free; packing only the small
+    leaves (biases, norms) removes most per-leaf launches without the copies
+    a packed large leaf costs a training step (the concatenation of its
+    gradient, and on XLA CPU a copy of its slice before each matmul; see
+    ``benchmarks/README.md``).
+
     Limits: an ``update_mask`` extra argument must be constant inside each
     group (the chain keeps one update count per group).
     """
     reasons, facts = _inspect(tx)
+    if max_leaf_size is not None and (not isinstance(max_leaf_size, int) or max_leaf_size < 1):
+        raise ValueError(f"fused(max_leaf_size=...): expected a positive int or None; got {max_leaf_size!r}.")
+    facts["max_leaf_size"] = max_leaf_size
     if reasons and strict:
         raise ValueError("fused(strict=True): this chain cannot be fused exactly: " + "; ".join(reasons))
 
@@ -464,6 +609,11 @@ def fused(tx: GradientTransformation, *, strict: bool = False) -> GradientTransf
         if mask is not None:
             leaves = layout.treedef.flatten_up_to(mask)
             extra_args = dict(extra_args, update_mask=tuple(leaves[g[0]] for g in layout.groups))
+        # Pieces that reduce per leaf (norms, row flags) find the leaves of
+        # each buffer here (gradxform.pieces._segments); a caller's context is added to.
+        if extra_args.get(CONTEXT_KEY) is None:
+            extra_args = {**extra_args, CONTEXT_KEY: {}}
+        extra_args[CONTEXT_KEY][SEGMENTS_KEY] = layout_segments(layout)
         out, inner = tx.update(u, state.inner, p, **extra_args)
         out = FlatTree(out, layout) if flat_in else layout.unravel(out)
         return out, FusedState(inner, layout)
@@ -474,6 +624,7 @@ def fused(tx: GradientTransformation, *, strict: bool = False) -> GradientTransf
 fused.ravel = ravel
 fused.FlatTree = FlatTree
 fused.why_not_fused = why_not_fused
+fused.bit_exact = bit_exact
 fused.fusable = fusable
 fused.flatten_state = flatten_state
 fused.unflatten_state = unflatten_state

@@ -60,7 +60,12 @@ def test_every_registered_optimizer_matches_per_leaf(name):
     ref, _ = _run(tx)
     got, state = _run(ftx)
     assert isinstance(state, FusedState)
-    _assert_same(ref, got)
+    # A chain that sums a norm (global, or per leaf as a segment sum) adds the
+    # same float32 numbers in another order, and one that applies per-leaf
+    # values per element (Nadam, lazy rows) may have XLA round a multiply-add
+    # differently (FMA): about 1e-7 relative per step on these leaves, hence
+    # 1e-6 (fused.bit_exact says which); every other chain is bit-exact.
+    _assert_same(ref, got, rtol=0.0 if gradxform.fused.bit_exact(tx) else 1e-6)
 
 
 def test_multipliers_make_groups_and_flat_tree_path_is_exact():
@@ -154,10 +159,10 @@ def test_global_norm_clip_within_tolerance():
 
 
 def test_strict_names_the_piece_that_is_not_elementwise():
-    with pytest.raises(ValueError, match="_nadam_direction"):
-        gradxform.fused(gradxform.create("nadam"), strict=True)
+    with pytest.raises(ValueError, match="_langevin_noise"):
+        gradxform.fused(gradxform.create("sgld"), strict=True)
     # the default keeps the per-leaf path and per-leaf state
-    state = gradxform.fused(gradxform.create("nadam")).init(PARAMS)
+    state = gradxform.fused(gradxform.create("sgld")).init(PARAMS)
     assert not isinstance(state, FusedState)
 
 
@@ -180,7 +185,8 @@ def test_state_round_trips_between_layouts(name):
     _, flat = _run(gradxform.fused(tx))
     back = gradxform.fused.unflatten_state(tx, flat)
     assert jax.tree.structure(back) == jax.tree.structure(per_leaf)
-    _assert_same(per_leaf, back)
+    # the two runs differ in the last bits where fused.bit_exact says so (see above)
+    _assert_same(per_leaf, back, rtol=0.0 if gradxform.fused.bit_exact(tx) else 1e-6)
     again = gradxform.fused.flatten_state(tx, back, PARAMS)
     assert again.layout == flat.layout
     _assert_same(flat, again)
@@ -320,3 +326,15 @@ def test_mindspore_variants_bit_exact(name, kwargs):
     got, state = _run(gradxform.fused(tx, strict=True), MS_PARAMS, steps=4)
     _assert_same(ref, got)
     _assert_same(ref_state, gradxform.fused.unflatten_state(tx, state))
+
+
+def test_state_round_trip_with_master_weights_placeholders():
+    # master weights keep a (0,) placeholder for float32 leaves: an empty group buffer
+    params = dict(PARAMS, emb=PARAMS["emb"].astype(jnp.bfloat16))
+    tx = gradxform.create("adam", learning_rate=0.01, multi_precision=True)
+    _, per_leaf = _run(tx, params)
+    _, flat = _run(gradxform.fused(tx, strict=True), params)
+    back = gradxform.fused.unflatten_state(tx, flat)
+    assert jax.tree.structure(back) == jax.tree.structure(per_leaf)
+    assert [np.shape(x) for x in jax.tree.leaves(back)] == [np.shape(x) for x in jax.tree.leaves(per_leaf)]
+    _assert_same(per_leaf, back)

@@ -489,3 +489,25 @@ def test_fused_load_regroups_by_the_loaded_counts(tmp_path):
         resumed.step(resumed.grads(loss_fn, batch), 8)
     assert_ulps(resumed.params, t.params)
     assert_ulps(resumed.state, t.state)
+
+
+def test_fused_default_skips_reordered_sums_and_handles_master_weights(tmp_path):
+    # LAMB's per-leaf norms are segment sums (another order) on flat buffers: per leaf unless asked for
+    lamb = ("mindspore.lamb", {"learning_rate": 0.01})
+    assert not Trainer(init_params(), *lamb).fused
+    assert Trainer(init_params(), *lamb, fused=True).fused
+    # bfloat16 parameters with float32 master weights: the master buffer of the
+    # float32 group is empty, and params, state and checkpoints still come out per leaf
+    half = jax.tree.map(lambda x: x.astype(jnp.bfloat16), init_params())
+    half["out"] = half["out"].astype(jnp.float32)
+    opt = ("adam", {"learning_rate": 0.05, "multi_precision": True})
+    flat, leafy = Trainer(half, *opt), Trainer(half, *opt, fused=False)
+    assert flat.fused
+    for batch in BATCHES[:2]:
+        for t in (flat, leafy):
+            t.step(t.grads(loss_fn, batch), 8)
+    assert_ulps(flat.params, leafy.params)
+    assert_ulps(flat.state, leafy.state)
+    flat.save_states(tmp_path / "ckpt")
+    leafy.load_states(tmp_path / "ckpt")
+    assert_equal(leafy.params, flat.params)
