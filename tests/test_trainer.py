@@ -60,8 +60,9 @@ def clip(g, max_norm=0.5):
     return jax.tree.map(lambda x: x * jnp.minimum(1.0, max_norm / norm), g)
 
 
-def train(mode, devices=None, steps=3, opt=SGD, **kw):
-    t = Trainer(init_params(), *opt, devices=devices, **kw)
+def drive(t, mode, steps):
+    """``steps`` batches through one of the Trainer's paths: step, allreduce_grads
+    + clip + update, or the compiled step."""
     run = t.compile_step(loss_fn) if mode == "compiled" else None
     for batch in BATCHES[:steps]:
         if mode == "step":
@@ -71,6 +72,10 @@ def train(mode, devices=None, steps=3, opt=SGD, **kw):
         else:
             run(batch, 8)
     return t
+
+
+def train(mode, devices=None, steps=3, opt=SGD, **kw):
+    return drive(Trainer(init_params(), *opt, devices=devices, **kw), mode, steps)
 
 
 @pytest.fixture(scope="module")
@@ -400,15 +405,7 @@ ADAM_GROUPS = ("adam", {"learning_rate": 0.05, "wd": 1e-3, "lr_mult": {"dense/*"
 
 
 def _drive(t, mode, steps=4):
-    run = t.compile_step(loss_fn) if mode == "compiled" else None
-    for batch in BATCHES[:steps]:
-        if mode == "step":
-            t.step(t.grads(loss_fn, batch), 8)
-        elif mode == "clip":
-            t.update(jax.vmap(clip)(t.allreduce_grads(t.grads(loss_fn, batch))), 8)
-        else:
-            run(batch, 8)
-    return t
+    return drive(t, mode, steps)
 
 
 @pytest.mark.parametrize("mode", ["step", "clip", "compiled"])
