@@ -5,6 +5,8 @@ chain does per element the same float32 arithmetic with the same scalars as
 the per-leaf chain, and a chain that cannot be fused keeps the per-leaf path.
 The one stated tolerance is for a global norm (summed in another order).
 """
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -174,13 +176,17 @@ def test_ravel_checks_shapes():
         gradxform.fused.ravel(bad, state)
 
 
-@pytest.mark.parametrize("name", case_names())
+def _fusable_names():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [n for n in case_names() if not gradxform.fused.why_not_fused(create_case(n))]
+
+
+@pytest.mark.parametrize("name", _fusable_names())
 def test_state_round_trips_between_layouts(name):
     # unflatten_state gives exactly the per-leaf state of the same run, and
     # flatten_state gives back the fused state and layout
     tx = create_case(name)
-    if gradxform.fused.why_not_fused(tx):
-        return
     _, per_leaf = _run(tx)
     _, flat = _run(gradxform.fused(tx))
     back = gradxform.fused.unflatten_state(tx, flat)
