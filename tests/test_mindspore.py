@@ -117,7 +117,7 @@ def test_lazy_adam_leaves_untouched_rows_alone():
         g["dense/weight"][1] = 0.0
     got, state = run(M.lazy_adam(0.01), w0, gs)
     np.testing.assert_array_equal(got["dense/weight"][1], w0["dense/weight"][1])
-    moments = [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(x := s, "mu")]
+    moments = [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")]
     assert np.all(np.asarray(moments[0].mu["dense/weight"])[1] == 0)
 
 
