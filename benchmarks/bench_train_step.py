@@ -4,6 +4,7 @@ side with a hand-written optax step and with the forward+backward alone.
 
     python benchmarks/bench_train_step.py                # both models, 20 rounds
     python benchmarks/bench_train_step.py --models deep --rounds 10
+    python benchmarks/bench_train_step.py --fake-cpu-devices 4   # the Trainer over 4 CPU devices
 
 It answers what the step benchmark (bench_step.py) cannot: when the Trainer
 owns flat parameters and hands the loss ``params.unravel()``, does the
@@ -11,7 +12,8 @@ backward pass write its gradients into the flat gradient buffers for free,
 or does the fused layout pay a copy (XLA concatenating the per-leaf
 cotangents)? The optimizer's share of a step is ``step - fwd+bwd``.
 
-Contenders (one device, params and state donated in every jitted step):
+Contenders (params and state donated in every jitted step; the Trainer runs
+on ``--devices`` devices, default 1, each device getting batch / devices):
   fwd+bwd          jit(value_and_grad(loss)) alone: the floor of a step
   optax            jit of value_and_grad + optax.chain(add_decayed_weights, adam) + apply
   Trainer fused    Trainer(..., fused=True).compile_step(loss)
@@ -31,6 +33,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+if "--fake-cpu-devices" in sys.argv:  # must be set before JAX starts
+    _n = sys.argv[sys.argv.index("--fake-cpu-devices") + 1]
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={_n}"
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -40,6 +45,7 @@ import optax  # noqa: E402
 import gradxform  # noqa: E402
 
 LR, WD = 1e-3, 1e-4
+DEVICES = [1]  # set by --devices
 
 # name: (layers, width, batch): "wide" is few large leaves (optimizer traffic
 # dominates at a small batch), "deep" is many small leaves (launch overhead)
@@ -103,12 +109,12 @@ def contenders(layers: int, width: int, batch_size: int):
 
     for label, fused in (("Trainer fused", True), ("Trainer leaves", False)):
         trainer = gradxform.Trainer(mlp_params(layers, width), "adam", {"learning_rate": LR, "wd": WD},
-                                    devices=jax.devices()[:1], fused=fused)
+                                    devices=jax.devices()[:DEVICES[0]], fused=fused)
         run = trainer.compile_step(mlp_loss)
         run(batch, batch_size)  # compiles
         program = trainer._programs[("compiled", mlp_loss)]
         rescale = np.float32(1.0 / batch_size)
-        split = gradxform.trainer.split_batch(batch, 1)
+        split = gradxform.trainer.split_batch(batch, DEVICES[0])
         mem = xla_bytes(program.lower(trainer._params, trainer._state, trainer._residual, split,
                                       rescale).compile())
         out[label] = ((lambda run=run: jax.block_until_ready(run(batch, batch_size))), mem)
@@ -119,7 +125,7 @@ def measure(model: str, rounds: int, calls: int) -> None:
     layers, width, batch = MODELS[model]
     n_params = layers * (width * width + width)
     print(f"\n## {model}: {layers} dense layers of {width} ({2 * layers} leaves, {n_params / 1e6:.2f} M "
-          f"params), batch {batch}, {jax.devices()[0].platform}")
+          f"params), batch {batch}, Trainer on {DEVICES[0]} {jax.devices()[0].platform} device(s)")
     t0 = time.perf_counter()
     runs = contenders(layers, width, batch)
     print(f"(built and compiled in {time.perf_counter() - t0:.1f} s)")
@@ -148,7 +154,12 @@ def main(argv=None) -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--calls", type=int, default=5)
+    parser.add_argument("--devices", type=int, default=None,
+                        help="devices the Trainer uses (default: 1, or all fake CPU devices)")
+    parser.add_argument("--fake-cpu-devices", type=int, default=None,
+                        help="XLA_FLAGS=--xla_force_host_platform_device_count=N (CPU only)")
     args = parser.parse_args(argv)
+    DEVICES[0] = args.devices or (args.fake_cpu_devices or 1)
     print(f"jax {jax.__version__}, optax {optax.__version__}, devices {jax.devices()}")
     for model in args.models.split(","):
         measure(model, args.rounds, args.calls)
