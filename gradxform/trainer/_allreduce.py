@@ -1,6 +1,7 @@
 """The per-device programs behind the Trainer, and helpers to get per-device gradients.
 
-Everything here is a `jax.pmap` over the mapped axis ``AXIS``. In jax 0.10.2
+Everything here is a `jax.pmap` over the mapped axis ``AXIS`` (`spmap`: on
+one device in one process, a `jax.jit` on one copy instead). In jax 0.10.2
 `jax.pmap` is still public and not deprecated (it is implemented as `jax.jit`
 of `jax.shard_map` over a one-axis device mesh), and it keeps Gluon's
 model: each device holds a replica, gradients come with a leading device

@@ -43,7 +43,10 @@ class Trainer:
     **Devices and processes.** The parameters and the optimizer state live
     on every device (``devices``, default all local devices), stacked along
     a leading axis; the programs are `jax.pmap`s over that axis (see
-    `gradxform.trainer._allreduce` for the pmap/shard_map note). After
+    `gradxform.trainer._allreduce` for the pmap/shard_map note). On one
+    device in one process they are `jax.jit` programs on a single copy
+    instead (same results; a one-device pmap made XLA copy every donated
+    buffer), and gradients still come with a leading axis of 1. After
     `jax.distributed.initialize`, the same code sums over every process's
     devices: each process passes its own gradients or its own share of the
     batch, and every process ends with the same parameters. With explicit
