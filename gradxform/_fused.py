@@ -298,14 +298,17 @@ class Layout:
         # took 79x its forward+backward on XLA CPU).
         return list(_unravel(self, tuple(buffers)))
 
-    def _slice_leaves(self, buffers) -> list:
-        sizes = self.sizes()
+    def _slice_leaves(self, buffers, shapes=None) -> list:
+        """The leaves stored in ``buffers``, of this layout's shapes or of
+        ``shapes`` (one per leaf, e.g. a state's placeholders)."""
+        shapes = self.shapes if shapes is None else shapes
+        sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
         leaves: list = [None] * self.num_leaves
         for buf, group in zip(buffers, self.groups):
             start = 0
             for i in group:
                 piece = buf if len(group) == 1 else jax.lax.slice(buf, (start,), (start + sizes[i],))
-                leaves[i] = jnp.reshape(piece, self.shapes[i])
+                leaves[i] = jnp.reshape(piece, shapes[i])
                 start += sizes[i]
         return leaves
 
@@ -477,15 +480,8 @@ def _unflatten_state(flat, template, layout: Layout):
         # slice by the template's own leaf shapes: a params-shaped state tree
         # may hold placeholders, e.g. master weights keep a (0,) array for a
         # float32 leaf, so its group buffer is empty
-        shapes = [np.shape(x) for x in treedef.flatten_up_to(t)]
-        leaves: list = [None] * layout.num_leaves
-        for buf, group in zip(buffers, layout.groups):
-            start = 0
-            for i in group:
-                size = int(np.prod(shapes[i], dtype=np.int64))
-                leaves[i] = jnp.reshape(jax.lax.slice(buf, (start,), (start + size,)), shapes[i])
-                start += size
-        return treedef.unflatten(leaves)
+        shapes = [tuple(np.shape(x)) for x in treedef.flatten_up_to(t)]
+        return treedef.unflatten(layout._slice_leaves(buffers, shapes))
 
     def walk(t, f):
         if jax.tree.structure(t) == treedef and treedef.num_leaves > 1:
