@@ -28,8 +28,8 @@ import numpy as np
 from .._tree import param_names
 from .._tree import find_states
 from ..pieces._step import StepState
-from ._pickle import MXNDArray, MigrateError, PickledObject, safe_loads, read_bytes
-from ._state import Slot, fill_state, has_slot, resolve_order, warn_hyper_mismatch
+from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
+from ._state import Slot, at_boundary, checked_count, fill_state, has_slot, resolve_order, warn_hyper_mismatch
 
 __all__ = ["from_gluon_states", "read_gluon_states"]
 
@@ -113,6 +113,7 @@ def _plain(x, what: str):
                        "or tuples of them.")
 
 
+@at_boundary(WHO)
 def read_gluon_states(fname) -> tuple[dict[int, Any], PickledObject | None]:
     """Reads a Gluon/Module states file without MXNet: ``({index: state}, optimizer)``.
 
@@ -133,7 +134,7 @@ def read_gluon_states(fname) -> tuple[dict[int, Any], PickledObject | None]:
                            "MXNet optimizer.")
     out = {}
     for k, v in states.items():
-        if isinstance(k, str) and k.isdigit():
+        if isinstance(k, str) and k.isdigit() and len(k) < 10:
             k = int(k)
         if not isinstance(k, int) or isinstance(k, bool):
             raise MigrateError(f"{WHO}({label!r}): state key {k!r} is not an integer index (a kvstore "
@@ -142,10 +143,19 @@ def read_gluon_states(fname) -> tuple[dict[int, Any], PickledObject | None]:
     return out, opt
 
 
+def _index(k, what: str) -> int:
+    if isinstance(k, str) and k.isdigit() and len(k) < 10:
+        k = int(k)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise MigrateError(f"{WHO}: {what} is keyed by {k!r:.40}, not by an MXNet index.")
+    return int(k)
+
+
 def _attr(opt, name, default=None):
     return opt.attrs.get(name, default) if opt is not None else default
 
 
+@at_boundary(WHO)
 def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = None,
                       num_update: int | None = None):
     """The gradxform state of ``tx`` that continues an MXNet run saved by Gluon
@@ -225,7 +235,7 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
                 raise MigrateError(f"{WHO}: {label(i)} is float16 under multi_precision, so its state "
                                    f"should be a (state, float32 weight) pair; got {_shape_of(st)}.")
             inner, master = (st[0], st[1]) if rule.master_last else (st[1], st[0])
-            _check_array(master, leaf, f"{label(i)}: the float32 master weight", np.float32)
+            master = _check_array(master, leaf, f"{label(i)}: the float32 master weight", np.float32)
             masters[pos[i]] = master
             st = inner
         if rule.inner is None:
@@ -239,7 +249,7 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
                                f"the file has {_shape_of(states[i])}.")
         for c, a in zip(comps, st):
             if a is not None:
-                _check_array(a, leaf, f"{label(i)}: state {c!r}", None)
+                a = _check_array(a, leaf, f"{label(i)}: state {c!r}", None)
             values[c][pos[i]] = a
 
     per_leaf: dict[Slot, list] = {}
@@ -260,19 +270,22 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
 
     whole: dict[Slot, Any] = {}
     if opt is not None:
-        begin = int(_attr(opt, "begin_num_update", 0) or 0)
+        begin = checked_count(_attr(opt, "begin_num_update", 0) or 0, f"{WHO}: begin_num_update")
         counts = _attr(opt, "_index_update_count", None)
         if counts is None:
             counts = (_attr(opt, "_all_index_update_counts", {}) or {}).get(0, {})
         count = np.full((n,), begin, np.int32)
+        if not isinstance(counts, dict):
+            raise MigrateError(f"{WHO}: the optimizer's update counts are a {type(counts).__name__}, not a dict.")
         for k, c in counts.items():
-            k = int(k)
+            k = _index(k, "an update count")
             if not 0 <= k < n:
                 raise MigrateError(f"{WHO}: the optimizer counts updates of MXNet index {k}, but there "
                                    f"are {n} parameters.")
-            count[pos[k]] = int(c)
+            count[pos[k]] = checked_count(c, f"{WHO}: the update count of {label(k)}")
         whole[_COUNT] = count
-        whole[_NUM_UPDATE] = np.asarray(int(_attr(opt, "num_update", begin)), np.int32)
+        whole[_NUM_UPDATE] = np.asarray(checked_count(_attr(opt, "num_update", begin), f"{WHO}: num_update"),
+                                        np.int32)
         if name == "nadam":
             whole[Slot("NadamState", "m_schedule")] = np.asarray(_attr(opt, "m_schedule", 1.0), np.float32)
         if name == "lbsgd":
@@ -281,8 +294,9 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
         if num_update is None:
             raise MigrateError(f"{WHO}: a Module .states file holds no update counts; pass num_update="
                                "<updates done so far> (it drives schedules and bias corrections).")
-        whole[_COUNT] = np.full((n,), int(num_update), np.int32)
-        whole[_NUM_UPDATE] = np.asarray(int(num_update), np.int32)
+        num_update = checked_count(num_update, f"{WHO}(num_update=...)")
+        whole[_COUNT] = np.full((n,), num_update, np.int32)
+        whole[_NUM_UPDATE] = np.asarray(num_update, np.int32)
 
     hint = (f"was tx made with gradxform.create({name!r}, ...) and the run's options "
             "(momentum, centered, multi_precision)?")
@@ -296,21 +310,24 @@ def _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole):
     cum = _attr(opt, "cumgrads", {}) or {}
     leaves = jax.tree.leaves(params)
     grads, counts = [None] * len(leaves), None
+    if not isinstance(cum, dict):
+        raise MigrateError(f"{WHO}: LBSGD's cumgrads are a {type(cum).__name__}, not a dict.")
     for k, entry in cum.items():
-        k = int(k)
+        k = _index(k, "an LBSGD accumulator")
         if not isinstance(entry, dict) or not 0 <= k < len(leaves):
             raise MigrateError(f"{WHO}: LBSGD accumulator {k!r} is malformed.")
         g = entry.get("cum_grad", 0)
         g = g.value if isinstance(g, MXNDArray) else g
         leaf = leaves[pos[k]]
-        grads[pos[k]] = np.zeros(np.shape(leaf), np.dtype(leaf.dtype)) if np.isscalar(g) else g
+        grads[pos[k]] = (np.zeros(np.shape(leaf), np.dtype(leaf.dtype)) if np.isscalar(g)
+                         else _check_array(g, leaf, f"LBSGD accumulator {k}", None))
         if counts is None:
             counts = {}
-        counts[pos[k]] = int(entry.get("num_cums", 0))
+        counts[pos[k]] = checked_count(entry.get("num_cums", 0), f"{WHO}: LBSGD num_cums of index {k}")
     if any(g is not None for g in grads):
         per_leaf[Slot("LBSGDState", "cum_grad")] = grads
     if counts:
-        init = np.asarray(int(_attr(opt, "init_updates", 0) or 0))
+        init = checked_count(_attr(opt, "init_updates", 0) or 0, f"{WHO}: LBSGD init_updates")
         vec = np.full((len(leaves),), init, np.int32)
         for j, c in counts.items():
             vec[j] = c
@@ -338,15 +355,16 @@ def _step_hypers(state):
 def _shape_of(st) -> str:
     if st is None:
         return "None"
-    if isinstance(st, np.ndarray):
+    if isinstance(st, (np.ndarray, RowSparse)):
         return f"an array {st.shape}"
     if isinstance(st, tuple):
         return "(" + ", ".join(_shape_of(s) for s in st) + ")"
     return type(st).__name__
 
 
-def _check_array(a, leaf, what: str, dtype) -> None:
-    if not isinstance(a, np.ndarray):
+def _check_array(a, leaf, what: str, dtype) -> np.ndarray:
+    """``a`` as a dense array once its shape, dtype and values fit ``leaf``."""
+    if not isinstance(a, (np.ndarray, RowSparse)):
         raise MigrateError(f"{WHO}: {what} is {_shape_of(a)}, not an array.")
     if a.shape != tuple(np.shape(leaf)):
         raise MigrateError(f"{WHO}: {what} has shape {a.shape} but the parameter has shape "
@@ -356,3 +374,8 @@ def _check_array(a, leaf, what: str, dtype) -> None:
         raise MigrateError(f"{WHO}: {what} is {a.dtype}; expected {np.dtype(dtype)}.")
     if not np.issubdtype(a.dtype, np.floating):
         raise MigrateError(f"{WHO}: {what} is {a.dtype}, not a floating-point array.")
+    a = a.dense() if isinstance(a, RowSparse) else a
+    if not np.all(np.isfinite(a)):
+        raise MigrateError(f"{WHO}: {what} holds NaN or Inf; MXNet's state was already diverged when "
+                           "it was saved (resume from an earlier checkpoint).")
+    return a

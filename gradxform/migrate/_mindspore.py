@@ -21,12 +21,13 @@ here at runtime from a ``descriptor_pb2`` description: no generated code.
 from __future__ import annotations
 
 import binascii
+import math
 from functools import lru_cache
 
 import numpy as np
 
 from ._pickle import MigrateError, read_bytes
-from ._state import Slot, fill_state, tree_hyper, warn_hyper_mismatch
+from ._state import Slot, at_boundary, checked_count, fill_state, tree_hyper, warn_hyper_mismatch
 
 __all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint"]
 
@@ -77,6 +78,7 @@ def _checkpoint_class():
     return GetMessageClass(pool.FindMessageTypeByName("gradxform_ms.Checkpoint"))
 
 
+@at_boundary(WHO)
 def read_mindspore_checkpoint(fname) -> dict[str, object]:
     """``{tag: numpy array}`` (strings as ``str``) from a MindSpore ``.ckpt``.
 
@@ -107,6 +109,8 @@ def read_mindspore_checkpoint(fname) -> dict[str, object]:
     for v in msg.value:
         if v.WhichOneof("value") != "tensor":
             raise MigrateError(f"{what}: entry {v.tag!r} is a MapTensor (a MapParameter); not supported.")
+        if not isinstance(v.tag, str) or not v.tag:
+            raise MigrateError(f"{what}: an entry's tag is {v.tag!r:.60}, not a parameter name (text).")
         t = v.tensor
         if pieces and pieces[-1][0] == v.tag:
             if list(t.dims) != pieces[-1][1] or t.tensor_type != pieces[-1][2]:
@@ -125,7 +129,9 @@ def read_mindspore_checkpoint(fname) -> dict[str, object]:
             raise MigrateError(f"{what}: {tag!r} has tensor type {ttype!r}, which is not supported.")
         dt = np.dtype(_DTYPES[ttype])
         shape = () if dims in ([], [0]) else tuple(int(d) for d in dims)
-        n = int(np.prod(shape, dtype=np.int64))
+        if len(shape) > 32 or any(d < 0 for d in shape):
+            raise MigrateError(f"{what}: {tag!r} has dims {shape}; not an array shape.")
+        n = math.prod(shape)
         if len(raw) != n * dt.itemsize:
             raise MigrateError(f"{what}: {tag!r} holds {len(raw)} bytes; dims {shape} of {ttype} need "
                                f"{n * dt.itemsize} (truncated or corrupt).")
@@ -179,6 +185,7 @@ def _ms_name(gname: str, names: dict, tags) -> str:
     return dotted if any(t.endswith("." + dotted) or t == dotted for t in tags) else gname
 
 
+@at_boundary(WHO)
 def from_mindspore_checkpoint(fname, params, tx, names=None):
     """The gradxform state of ``tx`` (``gradxform.create('mindspore.<name>', ...)``
     with the run's hyperparameters) continuing a MindSpore run from a
@@ -259,7 +266,7 @@ def _fill(ckpt, params, tx, names):
                                f"{g!r} has shape {tuple(np.shape(leaf))}.")
     if "global_step" not in ckpt:
         raise MigrateError(f"{WHO}: the checkpoint has no 'global_step'; is it an optimizer checkpoint?")
-    step = int(np.asarray(ckpt["global_step"]).reshape(-1)[0])
+    step = checked_count(np.asarray(ckpt["global_step"]), f"{WHO}: global_step")
     whole = {Slot("StepState", "count"): np.full((len(gnames),), step, np.int32),
              Slot("StepState", "num_update"): np.asarray(step, np.int32)}
     hint = f"the checkpoint holds {kind.name} state; was tx made with gradxform.create('mindspore.<that>', ...)?"

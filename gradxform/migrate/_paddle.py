@@ -27,7 +27,7 @@ import numpy as np
 
 from .._tree import param_names
 from ._pickle import NUMPY_GLOBALS, MigrateError, safe_loads
-from ._state import Slot, fill_state
+from ._state import Slot, at_boundary, checked_count, fill_state
 
 __all__ = ["read_paddle_state_dict", "from_paddle_state_dict"]
 
@@ -48,6 +48,7 @@ def _to_numpy(v, key: str):
     raise MigrateError(f"{WHO}: entry {key!r} is a {type(v).__name__}; expected an array.")
 
 
+@at_boundary(WHO)
 def read_paddle_state_dict(path_or_dict) -> dict[str, Any]:
     """The optimizer state dict as ``{key: numpy array | dict}`` (bookkeeping removed)."""
     if isinstance(path_or_dict, Mapping):
@@ -102,6 +103,7 @@ def _accumulators(index, sd: dict, pname: str, gname: str) -> dict[str, tuple[st
     return found
 
 
+@at_boundary(WHO)
 def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | None = None):
     """The gradxform state of ``tx`` (``gradxform.create('paddle.asgd', ...)``
     with the run's hyperparameters) continuing a Paddle ASGD run.
@@ -166,7 +168,7 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
             raise MigrateError(f"{WHO}: {km!r} should be one integer step count; got {m.dtype} {m.shape}.")
         d_vals.append(d)
         y_vals.append(y)
-        counts.append(int(m.reshape(-1)[0]))
+        counts.append(checked_count(m, f"{WHO}: {km!r}"))
         mw = (sd.get("master_weights") or {}).get(p)
         masters.append(None if mw is None else np.asarray(mw))
     extra = sorted(set(keys) - used)
@@ -188,7 +190,7 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
     if sched is not None:
         if not isinstance(sched, dict) or "last_epoch" not in sched:
             raise MigrateError(f"{WHO}: 'LR_Scheduler' should be a scheduler state dict with 'last_epoch'.")
-        last_epoch = int(sched["last_epoch"])
+        last_epoch = checked_count(sched["last_epoch"], f"{WHO}: LR_Scheduler last_epoch")
         if last_epoch != position:
             warnings.warn(f"{WHO}: the LRScheduler was stepped {last_epoch} times over {position} optimizer "
                           "steps; gradxform advances a schedule once per update, so the learning rate "

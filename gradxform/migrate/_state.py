@@ -11,6 +11,8 @@ state in one go: nothing is half-loaded.
 """
 from __future__ import annotations
 
+import functools
+import struct
 import warnings
 from typing import Any, NamedTuple, Sequence
 
@@ -104,6 +106,13 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
         new = np.asarray(new)
         if new.shape != old_a.shape:
             raise MigrateError(f"{who}: {what} has shape {new.shape} in the file; tx expects {old_a.shape}.")
+        if jnp.issubdtype(old_a.dtype, jnp.floating):
+            if not np.issubdtype(new.dtype, np.floating):
+                raise MigrateError(f"{who}: {what} is {new.dtype} in the file; a framework keeps it as "
+                                   f"floating point ({old_a.dtype} in tx), so the file is corrupt.")
+            if not np.all(np.isfinite(new)):
+                raise MigrateError(f"{who}: {what} holds NaN or Inf in the file: the run had already "
+                                   "diverged when it was saved (resume from an earlier checkpoint).")
         if new.dtype != old_a.dtype:
             if not (np.issubdtype(new.dtype, np.number) or new.dtype == np.bool_):
                 raise MigrateError(f"{who}: {what} has dtype {new.dtype} in the file; tx expects {old_a.dtype}.")
@@ -153,6 +162,40 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
         return node
 
     return normalize_step_states(rebuild(state))  # counts written: refresh what derives from them
+
+
+MAX_COUNT = 2**31 - 2  # the next update must still fit gradxform's int32 counters
+
+
+def checked_count(value, what: str) -> int:
+    """``value`` (a Python or numpy integer, or a one-element integer array)
+    as a step count in [0, MAX_COUNT]; `MigrateError` naming ``what`` otherwise."""
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(-1)[0]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise MigrateError(f"{what} is {value!r:.60}; a step count is an integer.")
+    if not 0 <= int(value) <= MAX_COUNT:
+        raise MigrateError(f"{what} is {int(value)}; a step count lies in [0, {MAX_COUNT}].")
+    return int(value)
+
+
+def at_boundary(who: str):
+    """Decorates a reader so that every failure is a `MigrateError` naming
+    ``who``: whatever a corrupt file trips inside it (an unexpected type, a
+    key, an index) is reported as such, never as a bare TypeError."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def reader(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except MigrateError:
+                raise
+            except (ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError,
+                    RecursionError, MemoryError, SystemError, UnicodeError, struct.error) as err:
+                raise MigrateError(f"{who}: the file is corrupt or does not fit these parameters "
+                                   f"({type(err).__name__}: {err})") from err
+        return reader
+    return wrap
 
 
 def _get(node, path):

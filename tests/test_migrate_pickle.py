@@ -1,0 +1,267 @@
+"""The pickle reader behind the Gluon and Paddle migration (gradxform.migrate._pickle): hostile files.
+
+Every file here is either read exactly or refused with `MigrateError`
+(`UnsafePickleError` for a construct a state file never needs); nothing it
+names runs (a marker file a payload would create must not exist afterwards),
+and what the reader allocates is bounded by the file's length (measured with
+tracemalloc, which sees numpy's buffers too).
+"""
+import io
+import os
+import pickle
+import struct
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from gradxform.migrate import MigrateError, UnsafePickleError, read_gluon_states, read_paddle_state_dict
+from gradxform.migrate._pickle import MXNET_GLOBALS, NUMPY_GLOBALS, RowSparse, decode_ndarray, safe_loads
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+P4 = b"\x80\x04"
+
+
+def loads(data: bytes):
+    return safe_loads(data, "test", (MXNET_GLOBALS, NUMPY_GLOBALS))
+
+
+def glob4(module: str, name: str) -> bytes:
+    """STACK_GLOBAL for module.name (protocol 4)."""
+    m, n = module.encode(), name.encode()
+    return b"\x8c" + bytes([len(m)]) + m + b"\x8c" + bytes([len(n)]) + n + b"\x93"
+
+
+def sbytes(b: bytes) -> bytes:
+    return (b"C" + bytes([len(b)]) if len(b) < 256 else b"B" + struct.pack("<I", len(b))) + b
+
+
+def sunicode(s: str) -> bytes:
+    e = s.encode()
+    return b"\x8c" + bytes([len(e)]) + e
+
+
+def np_dtype(code: str, state: bytes | None = None) -> bytes:
+    out = glob4("numpy", "dtype") + sunicode(code) + b"\x89\x88\x87R"  # dtype(code, False, True)
+    if state is not None:
+        out += state + b"b"
+    return out
+
+
+def marker_payloads(marker: str) -> dict[str, bytes]:
+    """Ways a pickle can name a command; each would touch ``marker`` if it ran."""
+    cmd = f"touch {marker}"
+    c = cmd.encode()
+    return {
+        "reduce_p0": b"cos\nsystem\n(S'" + c + b"'\ntR.",
+        "reduce_posix": b"cposix\nsystem\n(S'" + c + b"'\ntR.",
+        "stack_global": P4 + glob4("os", "system") + sunicode(cmd) + b"\x85R.",
+        "inst": b"(S'" + c + b"'\nios\nsystem\n.",
+        "obj": b"(cos\nsystem\nS'" + c + b"'\no.",
+        "newobj": P4 + glob4("subprocess", "Popen") + sunicode(cmd) + b"\x85\x81.",
+        "eval": P4 + glob4("builtins", "eval") + sunicode(f"__import__('os').system({cmd!r})") + b"\x85R.",
+        "getattr": P4 + glob4("builtins", "getattr") + glob4("os", "system") + b"\x85R.",
+        "copyreg_os": P4 + glob4("copyreg", "_reconstructor") + glob4("os", "system")
+        + glob4("builtins", "object") + b"N\x87R.",
+        "reduce_on_allowed_object": P4 + glob4("builtins", "object") + sunicode(cmd) + b"\x85R.",
+        "ndarray_call": P4 + glob4("numpy", "ndarray") + b")" + sunicode("O") + b"\x86R.",
+        "nested_in_state": P4 + b"}K\x00" + glob4("os", "system") + sunicode(cmd) + b"\x85R\x85s.",
+        "persistent_id": b"(S'" + c + b"'\nP0\n.",
+        "ext_code": P4 + b"\x82\x01.",
+        "newobj_ex": P4 + glob4("os", "system") + b")}\x92.",
+    }
+
+
+@pytest.mark.parametrize("name", sorted(marker_payloads("x")))
+def test_command_payloads_refused_without_running(tmp_path, name):
+    marker = tmp_path / "pwned"
+    data = marker_payloads(str(marker))[name]
+    for reader in (read_gluon_states, read_paddle_state_dict):
+        with pytest.raises(MigrateError):
+            reader(io.BytesIO(data))
+    assert not marker.exists()
+
+
+def test_pickle_module_would_have_run_the_marker_payload(tmp_path):
+    """The corpus is real: the standard unpickler runs the first payload."""
+    marker = tmp_path / "pwned"
+    pickle.loads(marker_payloads(str(marker))["stack_global"])
+    assert marker.exists()
+
+
+# numpy's array pickle: _reconstruct(ndarray, (0,), b'b') then BUILD (1, shape, dtype, fortran, raw).
+PLAIN_DTYPE_STATE = b"K\x03" + sunicode("<") + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t"
+
+
+def np_array(shape: tuple, dtype_code: str, raw: bytes, dtype_state: bytes = b"(" + PLAIN_DTYPE_STATE,
+             build: bool = True) -> bytes:
+    out = (glob4("numpy.core.multiarray", "_reconstruct") + glob4("numpy", "ndarray") + b"K\x00\x85"
+           + sbytes(b"b") + b"\x87R")
+    if build:
+        shp = b"(" + b"".join(b"K" + bytes([d]) for d in shape) + b"t"
+        out += b"(K\x01" + shp + np_dtype(dtype_code, dtype_state) + b"\x89" + sbytes(raw) + b"tb"
+    return out
+
+
+def test_handmade_array_pickle_reads_like_numpy():
+    a = loads(P4 + np_array((2, 3), "f4", np.arange(6, dtype="<f4").tobytes()) + b".")
+    np.testing.assert_array_equal(a, np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert a.dtype == np.float32 and a.flags.writeable
+
+
+@pytest.mark.parametrize("data, match", [
+    # the reported SIGSEGV: an object array whose pointer is bytes from the file
+    (P4 + glob4("numpy", "ndarray") + b")" + sunicode("O") + sbytes(b"A" * 8) + b"\x87R.", "cannot be called"),
+    (P4 + np_array((1,), "O", b"A" * 8) + b".", "not allowed"),
+    (P4 + np_array((1,), "V8", b"A" * 8) + b".", "not allowed"),
+    (P4 + np_array((1,), "f8", b"A" * 8, dtype_state=b"(K\x03" + sunicode("<")
+                   + b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x3ft") + b".", "flags"),  # hasobject flags
+    (P4 + np_array((1,), "f8", b"A" * 8, dtype_state=b"(K\x03" + sunicode("|") + b"N(" + sunicode("x")
+                   + b"t}NJ\xff\xff\xff\xffK\x00t") + b".", "not a plain"),  # fields smuggled in
+    (P4 + np_array((4,), "f4", b"", build=False) + b".", "uninitialised"),
+    (P4 + np_array((4,), "f4", b"\0" * 8) + b".", "data bytes"),  # too few bytes for the shape
+    (P4 + np_array((2,), "f4", b"\0" * 12) + b".", "data bytes"),  # too many
+    (P4 + glob4("numpy.core.multiarray", "scalar") + np_dtype("O") + sbytes(b"A" * 8) + b"\x86R.",
+     "not allowed"),
+    (P4 + glob4("numpy.core.numeric", "_frombuffer") + sbytes(b"A" * 8) + np_dtype("O") + b"K\x01\x85"
+     + sunicode("C") + b"(tR.", "not allowed|expected"),
+    (P4 + np_dtype("f4") + b"}" + sunicode("__defaults__") + b"K\x01sb.", "not a plain"),
+], ids=["ndarray_object_pointer", "object_dtype", "void_dtype", "dtype_flags", "dtype_fields", "no_build",
+        "short_data", "long_data", "object_scalar", "frombuffer_object", "dtype_build_dict"])
+def test_memory_unsafe_arrays_refused(data, match):
+    with pytest.raises(UnsafePickleError if "data bytes" not in match else MigrateError, match=match):
+        loads(data)
+
+
+def peak_bytes(fn) -> int:
+    tracemalloc.start()
+    try:
+        try:
+            fn()
+        except MigrateError:
+            pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+FAR_MEMO = (P4 + b"N\x94" + b"r\x00\x00\x00\x04.",  # memo index 2**26
+            b"Nr\xff\xff\xff\xff.")                 # memo index 2**32 - 1
+
+
+@pytest.mark.parametrize("data", [
+    *FAR_MEMO,
+    P4 + glob4("builtins", "bytearray") + b"J\x00\x2f\x68\x59\x85R.",  # bytearray(1.5e9)
+    P4 + b"\x8e" + struct.pack("<Q", 1 << 40) + b"x" * 16,        # BINBYTES8 of 2**40
+    P4 + b"\x95" + struct.pack("<Q", 1 << 62) + b"N.",            # a frame of 2**62
+    P4 + b"\x8b" + struct.pack("<I", 1 << 31) + b"\xff" * 64,     # LONG4 of 2 GiB
+    b"L" + b"9" * 100000 + b"\n.",                                # a huge text integer
+    P4 + b"(" * 100000 + b".",                                    # marks without end
+    P4 + b"]" * 5000 + b"a" * 4999 + b".",                        # lists nested 5,000 deep
+    P4 + b"]\x94h\x00a.",                                         # a list holding itself
+], ids=["memo_2_26", "memo_2_32", "bytearray_1_5e9", "binbytes8_2_40", "frame_2_62", "long4_2gib", "long_text",
+        "marks", "deep_lists", "cycle"])
+def test_amplification_and_structure_bounded(data):
+    peak = peak_bytes(lambda: loads(data))
+    assert peak < 4 * len(data) + (8 << 20), peak
+    if data in FAR_MEMO:  # legal, and costs one dict entry
+        assert loads(data) is None
+    else:
+        with pytest.raises(MigrateError):
+            loads(data)
+
+
+def test_shared_raw_bytes_cannot_multiply_arrays():
+    """One memoised 1 MiB buffer referenced by 64 arrays would make 64 MiB: over budget."""
+    raw = np.zeros(1 << 18, np.float32).tobytes()
+    one = (glob4("numpy.core.multiarray", "_reconstruct") + glob4("numpy", "ndarray") + b"K\x00\x85"
+           + sbytes(b"b") + b"\x87R(K\x01(J" + struct.pack("<i", 1 << 18) + b"t"
+           + np_dtype("f4", b"(" + PLAIN_DTYPE_STATE) + b"\x89h\x00tb")
+    data = P4 + sbytes(raw) + b"q\x00" + b"0" + b"(" + one * 64 + b"l."
+    with pytest.raises(MigrateError, match="size allows"):
+        loads(data)
+    np.testing.assert_array_equal(loads(P4 + sbytes(raw) + b"q\x000(" + one * 2 + b"l.")[1], 0)
+
+
+def test_row_sparse_stays_sparse_until_checked():
+    """A 40-byte NDArray claiming shape (2**40, 2**20) is not expanded by the reader."""
+    raw = (struct.pack("<Ii", 0xF993FAC9, 1) + struct.pack("<iqq", 2, 0, 1 << 20)
+           + struct.pack("<iqq", 2, 1 << 40, 1 << 20) + struct.pack("<iii", 1, 0, 0)
+           + struct.pack("<iiq", 6, 1, 0))
+    rs = decode_ndarray(raw, sparse=True)
+    assert isinstance(rs, RowSparse) and rs.shape == (1 << 40, 1 << 20) and len(rs.rows) == 0
+
+
+@pytest.mark.parametrize("obj", [
+    {"a": np.arange(5.0), "b": [1, 2.5, None, True], "c": (b"x", "y"), "d": {"e": np.float32(1.5)}},
+    {"w_d_0": np.ones((2, 3), np.float16), "w_m_0": np.array([3], np.int64), "n": -7, "big": 2**70},
+    {"fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)), "be": np.arange(3, dtype=">i4"),
+     "empty": b"", "ba": bytearray(b"xy"), "bool": np.array([True, False]), "c64": np.array([1 + 2j])},
+])
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_plain_values_round_trip_every_protocol(obj, protocol):
+    got = loads(pickle.dumps(obj, protocol=protocol))
+    assert set(got) == set(obj)
+    for k, v in obj.items():
+        if isinstance(v, np.ndarray):
+            assert got[k].dtype == v.dtype.newbyteorder("=") and got[k].shape == v.shape
+            np.testing.assert_array_equal(got[k], v)
+        else:
+            assert got[k] == v and type(got[k]) is type(v), k
+
+
+def _fixture_files(ext: str) -> list[str]:
+    out = []
+    for root, _, files in os.walk(FIXTURES):
+        out += [os.path.join(root, f) for f in files if f.endswith(ext)]
+    return sorted(out)
+
+
+def _mutations(data: bytes, rng: np.random.Generator, n: int):
+    for _ in range(n):
+        b = bytearray(data)
+        kind = rng.integers(5)
+        if kind == 0:  # bit flips
+            for _ in range(rng.integers(1, 4)):
+                i = rng.integers(len(b))
+                b[i] ^= 1 << rng.integers(8)
+        elif kind == 1:  # truncation
+            del b[rng.integers(len(b)):]
+        elif kind == 2:  # insertion
+            i = rng.integers(len(b))
+            b[i:i] = rng.bytes(rng.integers(1, 9))
+        elif kind == 3:  # deletion
+            i = rng.integers(len(b))
+            del b[i:i + rng.integers(1, 9)]
+        else:  # a byte replaced by an interesting value
+            b[rng.integers(len(b))] = int(rng.choice([0, 0x7F, 0x80, 0xFF, ord("R"), ord("b"), ord("c")]))
+        yield bytes(b)
+
+
+def fuzz_reader(reader, files, per_file, seed):
+    rng = np.random.default_rng(seed)
+    outcomes = {"refused": 0, "loaded": 0}
+    for path in files:
+        data = open(path, "rb").read()
+        budget = 4 * len(data) + (8 << 20)
+        for mutated in _mutations(data, rng, per_file):
+            tracemalloc.start()
+            try:
+                reader(io.BytesIO(mutated))
+                outcomes["loaded"] += 1
+            except MigrateError:
+                outcomes["refused"] += 1
+            finally:
+                peak = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+            assert peak < budget, (path, peak)
+    return outcomes
+
+
+def test_fuzz_framework_files(request):
+    """Mutated Gluon and Paddle files: loaded or MigrateError, never another exception, never unbounded
+    memory. ``--slow`` runs 20x more mutations."""
+    scale = 20 if request.config.getoption("--slow", default=False) else 1
+    gluon = fuzz_reader(read_gluon_states, _fixture_files(".states")[:6], 40 * scale, seed=0)
+    paddle = fuzz_reader(read_paddle_state_dict, _fixture_files(".pdopt"), 80 * scale, seed=1)
+    assert gluon["refused"] > 0 and paddle["refused"] > 0
