@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["key_name", "param_names", "multipliers", "select_tree", "float_leaf"]
+__all__ = ["key_name", "param_names", "multipliers", "select_tree"]
 
 
 def key_name(key) -> str:
@@ -72,10 +72,6 @@ def check_mapping_keys(names: list[str], mapping, what: str) -> None:
             raise ValueError(
                 f"{what}: {pattern!r} matches no parameter; parameter names are "
                 f"{names[:8]}{' ...' if len(names) > 8 else ''}.")
-
-
-def float_leaf(x) -> bool:
-    return jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)
 
 
 def select_tree(mask, new, old):

@@ -172,8 +172,6 @@ _KINDS = (
                       "moment": Slot("RMSPropState", "moment")}),
 )
 _ALL_PREFIXES = sorted({p for k in _KINDS for p in k.prefixes} | {"exp_avg", "afactor_step"})
-# Entries that are hyperparameters or bookkeeping, not per-parameter state.
-_SCALARS = {"global_step", "learning_rate", "momentum", "beta1_power", "beta2_power"}
 
 
 def _ms_name(gname: str, names: dict, tags) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from .._base import GradientTransformation, chain, identity
+from .._base import GradientTransformation, chain
 from .._hyper import check_range
 from .._tree import check_mapping_keys, multipliers
 from .._optimizer import finalize
@@ -146,11 +146,6 @@ def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNe
                         begin_num_update=int(o["begin_num_update"]), lr_mult=o["lr_mult"],
                         wd_mult=o["wd_mult"], param_idx2name=idx2name or None,
                         skip_nonfinite=bool(o["skip_nonfinite"]))
-
-
-def maybe(flag: bool, piece: Callable[[], GradientTransformation]) -> GradientTransformation:
-    """``piece()`` when ``flag``, else `identity` (a fixed slot in the chain)."""
-    return piece() if flag else identity()
 
 
 def check_unit(owner: str, **values) -> None:

@@ -1,7 +1,6 @@
 """Float32 master weights for float16/bfloat16 parameters (MXNet ``multi_precision``)."""
 from __future__ import annotations
 
-import warnings
 from typing import NamedTuple
 
 import jax
@@ -9,7 +8,7 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, transformation
 
-__all__ = ["MasterWeightsState", "with_master_weights", "is_low_precision", "warn_low_precision"]
+__all__ = ["MasterWeightsState", "with_master_weights", "is_low_precision"]
 
 LOW_PRECISION = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 FP16_WARNING = ("Accumulating with float16 in optimizer can lead to poor accuracy or slow "
@@ -18,13 +17,6 @@ FP16_WARNING = ("Accumulating with float16 in optimizer can lead to poor accurac
 
 def is_low_precision(x) -> bool:
     return jnp.asarray(x).dtype in LOW_PRECISION
-
-
-def warn_low_precision(params, message: str = FP16_WARNING, stacklevel: int = 3) -> None:
-    """MXNet's warning for float16 parameters trained without master weights
-    (its SGD, LBSGD and NAG name themselves at the end: pass ``message``)."""
-    if any(is_low_precision(p) for p in jax.tree.leaves(params)):
-        warnings.warn(message, UserWarning, stacklevel=stacklevel)
 
 
 class MasterWeightsState(NamedTuple):
