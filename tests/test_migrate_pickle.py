@@ -11,11 +11,15 @@ import os
 import pickle
 import struct
 import tracemalloc
+import warnings
 
+import jax
 import numpy as np
 import pytest
 
+import gradxform.migrate as gx_migrate
 from gradxform.migrate import MigrateError, UnsafePickleError, read_gluon_states, read_paddle_state_dict
+from gradxform.migrate._state import MAX_COUNT
 from gradxform.migrate._pickle import MXNET_GLOBALS, NUMPY_GLOBALS, RowSparse, decode_ndarray, safe_loads
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -265,3 +269,44 @@ def test_fuzz_framework_files(request):
     gluon = fuzz_reader(read_gluon_states, _fixture_files(".states")[:6], 40 * scale, seed=0)
     paddle = fuzz_reader(read_paddle_state_dict, _fixture_files(".pdopt"), 80 * scale, seed=1)
     assert gluon["refused"] > 0 and paddle["refused"] > 0
+
+
+def _state_is_sane(state) -> bool:
+    for leaf in jax.tree.leaves(state):
+        a = np.asarray(leaf)
+        if np.issubdtype(a.dtype, np.floating) and not np.all(np.isfinite(a)):
+            return False
+        if np.issubdtype(a.dtype, np.integer) and a.size and (a.min() < 0 or a.max() > MAX_COUNT):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("family, case", [("gluon", "adam"), ("gluon", "sgd_mom_clip_sched"),
+                                          ("paddle", "asgd_batch3_wd_stepdecay")])
+def test_fuzz_resume_loads_sane_state_or_refuses(request, family, case):
+    """The whole reader, values included: a mutated file gives MigrateError, or a state with finite
+    floats and counts in [0, 2**31 - 2] (a flipped bit inside an array's data is a different but valid
+    file; no format here has a checksum to tell)."""
+    if family == "gluon":
+        import test_migrate_gluon as t  # noqa: PLC0415
+        z, meta = t.load(case)
+        path, reader, params = t.states_file(case, meta), gx_migrate.from_gluon_states, t.params_at(z, meta, 4)
+    else:
+        import test_migrate_paddle as t  # noqa: PLC0415
+        z, meta = t.load(case)
+        path, reader, params = t.pdopt(case), gx_migrate.from_paddle_state_dict, t.params_at(z, meta, 4)
+    tx = t.make_tx(meta)
+    n = 60 * (20 if request.config.getoption("--slow", default=False) else 1)
+    data = open(path, "rb").read()
+    outcomes = {"refused": 0, "loaded": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # hyperparameter-mismatch warnings from mutated attributes
+        for mutated in _mutations(data, np.random.default_rng(len(case)), n):
+            try:
+                state = reader(io.BytesIO(mutated), params, tx)
+            except MigrateError:
+                outcomes["refused"] += 1
+                continue
+            outcomes["loaded"] += 1
+            assert _state_is_sane(state)
+    assert outcomes["refused"] > n // 4, outcomes
