@@ -14,30 +14,60 @@ File layout (all integers little-endian)::
         32+H  32 bytes   SHA-256(header)
         64+H   ...       payload: every leaf's raw bytes (C order), in flatten order
 
-The header holds ``format`` (version, now 1), ``leaves`` (one
-``[path, shape, dtype, offset, nbytes]`` per leaf; path is
-`jax.tree_util.keystr`), ``treedef`` (its string, for messages),
-``payload_size``, ``payload_sha256`` and a user ``meta`` map.
+The header is a map with exactly these keys: ``format`` (int, the version,
+now 1), ``leaves`` (a list of one ``[path, shape, dtype, offset, nbytes]``
+per leaf, in flatten order; path is `jax.tree_util.keystr`), ``treedef``
+(its string, for messages), ``payload_size`` (int), ``payload_sha256``
+(64 lowercase hex digits) and ``meta`` (the user's map).
 
-Writing is atomic: the bytes go to a temporary file in the same directory,
-which is flushed and fsync'ed, then `os.replace`d over ``path`` (and the
-directory fsync'ed). A process killed mid-write leaves the old file intact
-(and at worst a stray ``.<name>.*.tmp`` file).
+Writing is atomic: the bytes go to a temporary file ``.<name>.XXXXXXXX.tmp``
+in the same directory, which is flushed and fsync'ed, then `os.replace`d
+over ``path`` (and the directory fsync'ed). A process killed mid-write leaves
+the old file intact, and at worst such a stray temporary file, which the next
+save to ``path`` removes (see `_remove_stray_temps` for when a temporary file
+counts as stray).
 
 Reading checks, in order, and raises `CheckpointError` with ``kind``:
 ``'truncated'`` (the file is shorter than it says it is), ``'corrupt'`` (bad
-magic, a checksum that does not match, an unreadable header, trailing bytes)
-or ``'mismatch'`` (a valid file whose paths, shapes, dtypes or metadata differ
-from what the caller expects). Nothing is returned, and so nothing in memory
-changes, unless every check passed.
+magic, a checksum that does not match, an unreadable or invalid header,
+trailing bytes) or ``'mismatch'`` (another format version, or a valid file
+whose paths, shapes, dtypes or metadata differ from what the caller expects).
+The header is valid when every value has the type above and, for leaf ``i``:
+
+* ``path`` is a string, no two leaves share one;
+* ``shape`` is a list of at most ``_MAX_RANK`` (32) ints, each ``>= 0``, and
+  ``prod(non-zero dims) * itemsize <= _MAX_LEAF_BYTES`` (2**48), so that even an
+  empty leaf has a shape NumPy and XLA can build;
+* ``dtype`` is a name in the allow-list ``_ITEMSIZE`` (bool, (u)int8..64,
+  float16/bfloat16/float32/float64, complex64/128, the float8 and int4 types
+  of ml_dtypes, and typed PRNG keys ``key<impl>`` stored as uint32 words);
+* ``nbytes == prod(shape) * itemsize(dtype)``;
+* ``offset == offset[i-1] + nbytes[i-1]`` (0 for the first leaf): in order, no
+  gap, no overlap; and the last leaf ends at ``payload_size``, which equals
+  the payload's length, so every payload byte belongs to exactly one leaf;
+* ``meta`` holds only None, bool, int, float, str, bytes, lists and maps,
+  nested at most ``_MAX_META_DEPTH`` (32) deep.
+
+Every failure, whatever the bytes on disk, is a `CheckpointError` naming the
+leaf and what is wrong. Nothing is returned, and so nothing in memory changes,
+unless every check passed.
 """
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import re
+import reprlib
 import struct
 import tempfile
+import time
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks (see _remove_stray_temps)
+    fcntl = None
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +80,33 @@ MAGIC = b"GXCKPT\x00\x01"
 _PREFIX = struct.Struct("<8sQQ8s")  # magic, header length, file length, prefix checksum
 _SHA = 32
 _CHUNK = 1 << 22
+_MAX_RANK = 32
+_MAX_LEAF_BYTES = 1 << 48
+_MAX_META_DEPTH = 32
+_HEADER_TYPES = {"format": int, "leaves": list, "treedef": str, "payload_size": int,
+                 "payload_sha256": str, "meta": dict}
+_NUMERIC = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+            "float16", "bfloat16", "float32", "float64", "complex64", "complex128", "int4", "uint4",
+            "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz")
+_KEY_WORDS = {"threefry2x32": 2, "rbg": 4, "unsafe_rbg": 4}  # uint32 words per typed PRNG key
+
+
+def _itemsizes() -> dict:
+    sizes = {}
+    for name in _NUMERIC:
+        try:
+            sizes[name] = np.dtype(jnp.dtype(name)).itemsize
+        except TypeError:  # pragma: no cover - an ml_dtypes without this type
+            pass
+    sizes.update({f"key<{impl}>": 4 * words for impl, words in _KEY_WORDS.items()})
+    return sizes
+
+
+_ITEMSIZE = _itemsizes()  # the dtype allow-list: name -> bytes per element
+_REPR = reprlib.Repr()  # bounded repr of anything a forged header holds (depth, length)
+_REPR.maxstring = _REPR.maxother = 60
+_REPR.maxlevel = 3
+_short = _REPR.repr
 
 
 class CheckpointError(ValueError):
@@ -101,8 +158,7 @@ def _leaf_shape(x) -> tuple:
 def _from_bytes(buf: memoryview, dtype_name: str, shape: tuple, like_leaf):
     if dtype_name.startswith("key<"):
         impl = dtype_name[4:-1]
-        data = np.frombuffer(buf, np.uint32).copy()
-        data = data.reshape(shape + (data.size // max(int(np.prod(shape)), 1),) if data.size else shape)
+        data = np.frombuffer(buf, np.uint32).reshape(shape + (_KEY_WORDS[impl],)).copy()
         return jax.random.wrap_key_data(jnp.asarray(data), impl=impl)
     value = np.frombuffer(buf, jnp.dtype(dtype_name)).reshape(shape).copy()
     if isinstance(like_leaf, np.ndarray) or like_leaf is None:
@@ -119,17 +175,104 @@ def _describe(tree) -> tuple[list, Any, list]:
     return paths, treedef, [leaf for _, leaf in flat]
 
 
+def _plain_error(obj) -> str | None:
+    """Why ``obj`` is not a plain meta value (see the module docstring), or None."""
+    stack = [(obj, 0)]
+    while stack:
+        x, depth = stack.pop()
+        if depth > _MAX_META_DEPTH:
+            return f"nested more than {_MAX_META_DEPTH} deep"
+        if isinstance(x, dict):
+            stack.extend((v, depth + 1) for v in list(x) + list(x.values()))
+        elif isinstance(x, list):
+            stack.extend((v, depth + 1) for v in x)
+        elif x is not None and type(x) not in (bool, int, float, str, bytes):
+            return f"holds a {type(x).__name__} ({_short(x)})"
+    return None
+
+
 def _msgpack_safe(obj):
     """Meta values: only msgpack-native types, so a file never needs pickle."""
     try:
         packed = _msgpack().packb(obj, use_bin_type=True)
-        return _msgpack().unpackb(packed, raw=False, strict_map_key=False)
+        out = _msgpack().unpackb(packed, raw=False, strict_map_key=False)
     except (TypeError, ValueError) as err:
+        out, why = None, str(err)
+    else:
+        why = _plain_error(out)
+    if why is not None:
         raise TypeError(f"save_state(meta=...): meta must hold only numbers, strings, bools, None, "
-                        f"lists and dicts; {err}.") from None
+                        f"lists and dicts, nested at most {_MAX_META_DEPTH} deep; {why}.") from None
+    return out
 
 
 # -- writing ------------------------------------------------------------------------
+
+_STRAY_AGE_S = 60.0  # a temporary file untouched this long, and unlocked, is a killed writer's
+_NO_LOCK_AGE_S = 3600.0  # where there are no advisory locks (Windows), age is the only evidence
+
+
+def _same_file(fd: int, name: str) -> bool:
+    try:
+        st, mine = os.stat(name), os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _remove_stray_temps(directory: str, base: str) -> None:
+    """Deletes the temporary files that killed writers of ``base`` left behind.
+
+    The rule: a writer holds an exclusive `flock` on its temporary file from
+    just after creating it until after renaming it over ``path``, and the
+    kernel drops that lock when the writer dies in any way, SIGKILL included.
+    So a ``.<base>.XXXXXXXX.tmp`` file whose lock we can take has no live
+    writer. We do not judge by the pid in a name: pids are reused, and mean
+    nothing across hosts sharing a filesystem or across containers' pid
+    namespaces, so a "dead" pid can be a live writer. The file must also be
+    unmodified for ``_STRAY_AGE_S`` (a live writer writes it continuously):
+    that spares live writers of older gradxform versions, which did not lock,
+    and filesystems where locks are not shared between clients. A file we
+    cannot open or lock (another user's, or ENOLCK) is left alone. Errors
+    here never fail the save.
+    """
+    pattern = re.compile(re.escape(f".{base}.") + r"[a-z0-9_]{8}\.tmp")  # tempfile.mkstemp's names
+    try:
+        entries = [e for e in os.scandir(directory) if pattern.fullmatch(e.name)
+                   and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            fd = os.open(entry.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))  # NFS locks need write
+        except OSError:
+            continue
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a live writer holds it
+            age = time.time() - os.fstat(fd).st_mtime
+            if age >= (_STRAY_AGE_S if fcntl is not None else _NO_LOCK_AGE_S) and _same_file(fd, entry.path):
+                os.unlink(entry.path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def _create_temp(directory: str, base: str) -> tuple[int, str]:
+    """A new temporary file for ``base``, locked (see `_remove_stray_temps`)."""
+    while True:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=".tmp")
+        if fcntl is None:
+            return fd, tmp
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a cleaner looks at this very file
+        except OSError:  # no locks on this filesystem: the cleaner cannot lock it either
+            return fd, tmp
+        if _same_file(fd, tmp):
+            return fd, tmp
+        os.close(fd)  # a cleaner took it between mkstemp and flock: make another
+
 
 def save_state(path, state, *, meta: dict | None = None) -> None:
     """Writes the pytree ``state`` to ``path`` atomically (see the module docstring).
@@ -137,14 +280,27 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
     Every leaf is stored with its exact bytes, shape and dtype (bfloat16 and
     typed PRNG keys included), so `load_state` gives it back bit for bit.
     ``meta`` is a small dict of plain values kept in the header (the Trainer
-    stores the optimizer's name there).
+    stores the optimizer's name there). Stray temporary files of ``path``
+    left by killed writers are removed first.
+
+    Raises:
+      TypeError: a leaf whose dtype is not in the allow-list (named with its
+        path), or a ``meta`` that is not plain data.
     """
     path = os.fspath(path)
     paths, treedef, leaves = _describe(state)
-    hosts = [_to_host(x) for x in leaves]
-    entries, offset, sha = [], 0, hashlib.sha256()
-    for p, x, h in zip(paths, leaves, hosts):
-        entries.append([p, list(_leaf_shape(x)), _leaf_dtype_name(x), offset, h.nbytes])
+    entries, offset, sha, hosts = [], 0, hashlib.sha256(), []
+    for p, x in zip(paths, leaves):
+        dtype, shape = _leaf_dtype_name(x), _leaf_shape(x)
+        if dtype not in _ITEMSIZE:
+            raise TypeError(f"save_state: leaf {p} has dtype {dtype}, which checkpoints do not store; "
+                            f"they store {', '.join(_ITEMSIZE)}.")
+        if len(shape) > _MAX_RANK:
+            raise TypeError(f"save_state: leaf {p} has rank {len(shape)}; checkpoints store at most "
+                            f"{_MAX_RANK}.")
+        h = _to_host(x)
+        hosts.append(h)
+        entries.append([p, list(shape), dtype, offset, h.nbytes])
         offset += h.nbytes
         sha.update(h)
     header = _msgpack().packb({
@@ -156,8 +312,9 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
     head = struct.pack("<8sQQ", MAGIC, len(header), total)
     prefix = head + hashlib.sha256(head).digest()[:8]
 
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    directory, base = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    _remove_stray_temps(directory, base)
+    fd, tmp = _create_temp(directory, base)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(prefix)
@@ -168,7 +325,7 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
                     f.write(h[start:start + _CHUNK])
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)  # before closing: the lock is held until the name is gone
     except BaseException:
         try:
             os.unlink(tmp)
@@ -187,8 +344,74 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
 
 # -- reading ------------------------------------------------------------------------
 
-def _read(path) -> tuple[dict, memoryview]:
-    """Returns (header, payload) after every integrity check."""
+def _check_header(path, header, payload_len: int) -> list:
+    """The header's leaves as (path, shape, dtype, offset, nbytes) tuples, once
+    every rule of the module docstring holds; else a `CheckpointError`."""
+    def corrupt(message):
+        return CheckpointError("corrupt", path, message)
+
+    if not isinstance(header, dict):
+        raise corrupt(f"the header is a {type(header).__name__}; expected a map.")
+    fmt = header.get("format", FORMAT_VERSION)  # a missing one is corrupt, below
+    if type(fmt) is not int or fmt != FORMAT_VERSION:
+        raise CheckpointError("mismatch", path, f"format version {_short(fmt)}; this gradxform reads "
+                                                f"version {FORMAT_VERSION}.")
+    missing = [k for k in _HEADER_TYPES if k not in header]
+    extra = [_short(k) for k in header if k not in _HEADER_TYPES]
+    if missing or extra:
+        raise corrupt(f"the header lacks keys {missing} and has unknown keys {extra[:4]}.")
+    for key, want in _HEADER_TYPES.items():
+        if type(header[key]) is not want:
+            raise corrupt(f"header[{key!r}] is a {type(header[key]).__name__}; expected {want.__name__}.")
+    if not re.fullmatch(r"[0-9a-f]{64}", header["payload_sha256"]):
+        raise corrupt(f"header['payload_sha256'] is {_short(header['payload_sha256'])}; expected 64 hex digits.")
+    why = _plain_error(header["meta"])
+    if why is not None:
+        raise corrupt(f"header['meta'] {why}.")
+
+    out, offset, seen = [], 0, set()
+    for i, entry in enumerate(header["leaves"]):
+        if type(entry) is not list or len(entry) != 5:
+            raise corrupt(f"leaves[{i}] is {_short(entry)}; expected [path, shape, dtype, offset, nbytes].")
+        p, shape, dtype, off, n = entry
+        if type(p) is not str:
+            raise corrupt(f"leaves[{i}] has path {_short(p)}; expected a string.")
+        leaf = f"leaf {_short(p)[1:-1]} (leaves[{i}])"
+        if p in seen:
+            raise corrupt(f"{leaf}: a second leaf with this path.")
+        seen.add(p)
+        if (type(shape) is not list or len(shape) > _MAX_RANK
+                or any(type(d) is not int or d < 0 for d in shape)):
+            raise corrupt(f"{leaf}: shape {_short(shape)}; expected a list of at most {_MAX_RANK} "
+                          f"non-negative ints.")
+        if type(dtype) is not str or dtype not in _ITEMSIZE:
+            raise corrupt(f"{leaf}: dtype {_short(dtype)} is not one checkpoints store "
+                          f"({', '.join(_ITEMSIZE)}).")
+        itemsize = _ITEMSIZE[dtype]
+        if math.prod(d for d in shape if d) * itemsize > _MAX_LEAF_BYTES:
+            raise corrupt(f"{leaf}: shape {_short(shape)} of {dtype} would exceed 2**48 bytes.")
+        if type(off) is not int or type(n) is not int:
+            raise corrupt(f"{leaf}: offset {_short(off)} and nbytes {_short(n)}; expected ints.")
+        want = math.prod(shape) * itemsize
+        if n != want:
+            raise corrupt(f"{leaf}: nbytes is {n}; {_fmt(shape, dtype)} takes {math.prod(shape)} x "
+                          f"{itemsize} = {want} bytes.")
+        if off != offset:
+            raise corrupt(f"{leaf}: offset {off}, but the leaves before it end at byte {offset} "
+                          f"({'a gap' if off > offset else 'an overlap'}).")
+        offset += n
+        out.append((p, tuple(shape), dtype, off, n))
+    size = header["payload_size"]
+    if offset != size:
+        raise corrupt(f"the leaves take {offset} bytes; header['payload_size'] says {size}.")
+    if size != payload_len:
+        raise corrupt(f"the payload size disagrees with the header ({payload_len} bytes; "
+                      f"header['payload_size'] says {size}).")
+    return out
+
+
+def _read(path) -> tuple[dict, list, memoryview]:
+    """Returns (header, leaves, payload) after every integrity check."""
     path = os.fspath(path)
     with open(path, "rb") as f:
         data = f.read()
@@ -215,17 +438,12 @@ def _read(path) -> tuple[dict, memoryview]:
     try:
         header = _msgpack().unpackb(raw, raw=False, strict_map_key=False)
     except Exception as err:  # noqa: BLE001 -- any decoding failure is corruption
-        raise CheckpointError("corrupt", path, f"the header cannot be decoded ({err}).") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
-        fmt = header.get("format") if isinstance(header, dict) else None
-        raise CheckpointError("mismatch", path, f"format version {fmt!r}; this gradxform reads "
-                                                f"version {FORMAT_VERSION}.")
+        raise CheckpointError("corrupt", path, f"the header cannot be decoded ({_short(err)}).") from None
     payload = memoryview(data)[hend + _SHA:]
-    if len(payload) != header["payload_size"]:
-        raise CheckpointError("corrupt", path, "the payload size disagrees with the header.")
+    leaves = _check_header(path, header, len(payload))
     if hashlib.sha256(payload).hexdigest() != header["payload_sha256"]:
         raise CheckpointError("corrupt", path, "the payload fails its SHA-256 checksum.")
-    return header, payload
+    return header, leaves, payload
 
 
 def read_metadata(path) -> dict:
@@ -256,32 +474,31 @@ def load_state(path, like=None, *, meta: dict | None = None):
       CheckpointError: 'truncated', 'corrupt' or 'mismatch' (paths, shapes,
         dtypes or meta differ from ``like``/``meta``); nothing is returned.
     """
-    header, payload = _read(path)
-    entries = header["leaves"]
-    file_meta = header.get("meta", {})
+    header, entries, payload = _read(path)
+    file_meta = header["meta"]
     for key, want in (meta or {}).items():
         got = file_meta.get(key)
         if got != _msgpack_safe(want):
-            raise CheckpointError("mismatch", path, f"meta[{key!r}] is {got!r} in the file; "
-                                                    f"expected {want!r}.")
+            raise CheckpointError("mismatch", path, f"meta[{key!r}] is {_short(got)} in the file; "
+                                                    f"expected {_short(want)}.")
     if like is None:
-        return {p: _from_bytes(payload[o:o + n], d, tuple(s), None) for p, s, d, o, n in entries}
+        return {p: _from_bytes(payload[o:o + n], d, s, None) for p, s, d, o, n in entries}
     paths, treedef, leaves = _describe(like)
     file_paths = [e[0] for e in entries]
     if file_paths != paths:
         missing = [p for p in paths if p not in file_paths]
-        extra = [p for p in file_paths if p not in paths]
+        extra = [_short(p) for p in file_paths if p not in paths]
+        order = "" if missing or extra else " the same paths in another order;"
         raise CheckpointError(
             "mismatch", path,
-            f"the file holds another tree ({len(file_paths)} leaves; expected {len(paths)}): "
+            f"the file holds another tree ({len(file_paths)} leaves; expected {len(paths)}):{order} "
             f"missing {missing[:4]}{' ...' if len(missing) > 4 else ''}, "
             f"unexpected {extra[:4]}{' ...' if len(extra) > 4 else ''}; the file's structure is "
-            f"{header.get('treedef', '?')[:300]}.")
+            f"{header['treedef'][:300]}.")
     for (p, shape, dtype, _, _), leaf in zip(entries, leaves):
         want_shape, want_dtype = _leaf_shape(leaf), _leaf_dtype_name(leaf)
-        if tuple(shape) != want_shape or dtype != want_dtype:
+        if shape != want_shape or dtype != want_dtype:
             raise CheckpointError("mismatch", path, f"leaf {p} is {_fmt(shape, dtype)} in the file; "
                                                     f"expected {_fmt(want_shape, want_dtype)}.")
-    out = [_from_bytes(payload[o:o + n], d, tuple(s), leaf)
-           for (_, s, d, o, n), leaf in zip(entries, leaves)]
+    out = [_from_bytes(payload[o:o + n], d, s, leaf) for (_, s, d, o, n), leaf in zip(entries, leaves)]
     return jax.tree_util.tree_unflatten(treedef, out)

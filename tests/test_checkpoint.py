@@ -110,6 +110,20 @@ def test_file_from_another_optimizer_is_a_mismatch(saved, tmp_path):
     assert isinstance(err.value, ValueError)
 
 
+def test_save_refuses_what_it_could_not_load(tmp_path):
+    path = tmp_path / "x.ckpt"
+    with pytest.raises(TypeError, match=r"leaf \['names'\] has dtype <U3, which checkpoints do not store"):
+        save_state(path, {"w": jnp.zeros(2), "names": np.array(["abc"])})
+    with pytest.raises(TypeError, match=r"leaf \['o'\] has dtype object"):
+        save_state(path, {"o": np.array([None, 1], dtype=object)})
+    deep = 1
+    for _ in range(40):
+        deep = [deep]
+    with pytest.raises(TypeError, match="meta must hold only .* nested more than 32 deep"):
+        save_state(path, {"w": jnp.zeros(2)}, meta={"deep": deep})
+    assert not os.listdir(tmp_path)  # nothing written
+
+
 _WRITER = textwrap.dedent("""
     import os, sys, time
     os.environ["JAX_PLATFORMS"] = "cpu"
@@ -148,6 +162,12 @@ _WRITER = textwrap.dedent("""
 """)
 
 
+def backdate(file, seconds=120):
+    """Ages a file past checkpoint._STRAY_AGE_S (60 s)."""
+    then = os.path.getmtime(file) - seconds
+    os.utime(file, (then, then))
+
+
 @pytest.mark.parametrize("stage", ["payload", "fsync"])
 def test_killed_mid_write_leaves_the_old_file(tmp_path, stage):
     path = tmp_path / "state.ckpt"
@@ -161,6 +181,10 @@ def test_killed_mid_write_leaves_the_old_file(tmp_path, stage):
         size = os.path.getsize(tmp_path / tmp[0])
         assert len(tmp) == 1
         assert (size < 16 << 20) if stage == "payload" else (size > 16 << 20)
+        # the writer is alive and holds its lock: a save meanwhile leaves its file alone, however old
+        backdate(tmp_path / tmp[0])
+        save_state(path, old)
+        assert os.path.exists(tmp_path / tmp[0])
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.kill()
@@ -169,7 +193,87 @@ def test_killed_mid_write_leaves_the_old_file(tmp_path, stage):
     assert proc.returncode == -signal.SIGKILL
     loaded = load_state(path, like=old)
     np.testing.assert_array_equal(loaded["w"], old["w"])
-    # the stray temporary file does not stop the next save
+    # the stray temporary file does not stop the next save, which removes it
     new = {"w": np.full((4, 1 << 20), 3.0, np.float32)}
     save_state(path, new)
     np.testing.assert_array_equal(load_state(path, like=new)["w"], new["w"])
+    assert [f for f in os.listdir(tmp_path) if f.endswith(".tmp")] == []
+
+
+def test_next_save_removes_only_stray_temps_of_that_path(tmp_path):
+    """A stray temp is one of this path's, unlocked (its writer is dead) and unmodified for 60 s."""
+    fcntl = pytest.importorskip("fcntl")
+    path = tmp_path / "s.ckpt"
+    names = {"stray": ".s.ckpt.abcd_123.tmp", "fresh": ".s.ckpt.fresh000.tmp", "locked": ".s.ckpt.locked00.tmp",
+             "other path": ".s.ckpt.bak.abcd_123.tmp", "other name": ".t.ckpt.abcd_123.tmp",
+             "not mkstemp's": ".s.ckpt.ABCD1234.tmp", "old stray": ".s.ckpt.zzzzzzzz.tmp"}
+    for key, name in names.items():
+        (tmp_path / name).write_bytes(b"partial")
+        if key != "fresh":
+            backdate(tmp_path / name, 3600 if key == "old stray" else 120)
+    os.mkdir(tmp_path / ".s.ckpt.adirectr.tmp")
+    os.utime(tmp_path / ".s.ckpt.adirectr.tmp", (0, 0))
+    holder = open(tmp_path / names["locked"], "rb+")  # a live writer, as far as flock can tell
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        save_state(path, params())
+        left = sorted(os.listdir(tmp_path))
+        assert left == sorted([".s.ckpt.adirectr.tmp", "s.ckpt"] + [n for k, n in names.items() if "stray" not in k])
+    finally:
+        holder.close()  # the writer "dies": its file is stray on the save after
+    save_state(path, params())
+    assert sorted(os.listdir(tmp_path)) == sorted([".s.ckpt.adirectr.tmp", "s.ckpt", names["fresh"],
+                                                  names["other path"], names["other name"], names["not mkstemp's"]])
+    assert_bit_equal(load_state(path, like=params()), params())
+
+
+_CONCURRENT = textwrap.dedent("""
+    import os, sys, time
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    sys.path.insert(0, {repo!r})
+    import numpy as np
+    from gradxform import checkpoint
+
+    checkpoint._STRAY_AGE_S = 0.0  # only the writers' locks protect their files: the harshest cleaner
+    state = {{"w": np.full((1 << 18,), {value}, np.float32), "i": np.arange({value}, dtype=np.int32)}}
+    print("READY", flush=True)
+    while not os.path.exists({go!r}):
+        time.sleep(0.001)
+    for _ in range({rounds}):
+        checkpoint.save_state({path!r}, state, meta={{"writer": {value}}})
+    print("DONE", flush=True)
+""")
+
+
+def test_concurrent_writers_keep_each_others_files_and_leave_a_loadable_one(tmp_path):
+    """Two processes save to one path 40 times each, every save first cleaning that path's temps with no
+    age margin: neither loses its temp file, every read meanwhile gets one whole state, and at the end
+    the file is one writer's state and no temp is left."""
+    path, go = tmp_path / "shared.ckpt", tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _CONCURRENT.format(repo=REPO, path=str(path), go=str(go),
+                                                                         value=value, rounds=40)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for value in (1, 2)]
+    states = {v: {"w": np.full((1 << 18,), v, np.float32), "i": np.arange(v, dtype=np.int32)} for v in (1, 2)}
+    try:
+        for p in procs:
+            assert p.stdout.readline().strip() == "READY", p.stderr.read()
+        go.touch()
+        reads = 0
+        while any(p.poll() is None for p in procs):
+            if path.exists():  # one read, as the file may be replaced between two
+                got = load_state(path)
+                writer = got["['i']"].size
+                np.testing.assert_array_equal(got["['w']"], states[writer]["w"])
+                assert read_metadata(path)["writer"] in (1, 2)
+                reads += 1
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=30)
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
+    assert [out.strip() for out, _ in outs] == ["DONE", "DONE"]
+    assert reads > 0
+    writer = read_metadata(path)["writer"]
+    np.testing.assert_array_equal(load_state(path, like=states[writer])["w"], states[writer]["w"])
+    assert sorted(os.listdir(tmp_path)) == ["go", "shared.ckpt"]
