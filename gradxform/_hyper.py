@@ -8,16 +8,15 @@ are checked here, on the host, never inside the step.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Callable
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._ranges import HyperName, Range, check_value, declared_range, owner_of, register_range
+
 __all__ = [
     "hyper_scalar", "hyper_residual", "get_hyper", "set_hyper", "hyper_names",
-    "get_learning_rate", "set_learning_rate", "check_range",
+    "get_learning_rate", "set_learning_rate", "check_range", "tag_owner",
 ]
 
 HYPER_FIELDS = ("hyper", "hyperparams")  # ours, and optax.inject_hyperparams'
@@ -39,42 +38,14 @@ def hyper_residual(value) -> jax.Array:
 
 def check_range(owner: str, name: str, value, *, low=None, high=None, low_open=False,
                 high_open=False, allow_none=False) -> None:
-    """Raises a ValueError that names the argument, the allowed range and the value."""
-    if value is None and allow_none:
-        return
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{owner}({name}=...): {name} must be a number; got {value!r}.") from None
-    ok = math.isfinite(v)
-    if ok and low is not None:
-        ok = v > low if low_open else v >= low
-    if ok and high is not None:
-        ok = v < high if high_open else v <= high
-    if not ok:
-        lo = "(-inf" if low is None else ("(" if low_open else "[") + f"{low:g}"
-        hi = "inf)" if high is None else f"{high:g}" + (")" if high_open else "]")
-        raise ValueError(f"{owner}({name}=...): {name} must be in {lo}, {hi}; got {value!r}.")
-
-
-# Ranges checked by set_hyper, by name. Pieces register the names they own.
-_CHECKS: dict[str, Callable[[str, Any], None]] = {}
+    """Raises a ValueError that names the argument, the allowed range and the
+    value, judged as the float32 it is stored as (`gradxform._ranges.check_value`)."""
+    check_value(owner, name, value, Range(low, high, low_open, high_open), allow_none=allow_none)
 
 
 def register_check(name: str, **range_kwargs) -> None:
-    _CHECKS[name] = lambda owner, value: check_range(owner, name, value, **range_kwargs)
-
-
-for _name, _kw in {
-    "learning_rate": dict(low=0.0), "wd": dict(low=0.0), "weight_decay": dict(low=0.0),
-    "momentum": dict(low=0.0, high=1.0, high_open=True),
-    "beta1": dict(low=0.0, high=1.0, high_open=True),
-    "beta2": dict(low=0.0, high=1.0, high_open=True),
-    "epsilon": dict(low=0.0, low_open=True), "eps": dict(low=0.0, low_open=True),
-    "rescale_grad": dict(), "clip_gradient": dict(low=0.0, low_open=True),
-    "max_norm": dict(low=0.0, low_open=True),
-}.items():
-    register_check(_name, **_kw)
+    """Declares the generic range of hyperparameter ``name`` (`gradxform._ranges`)."""
+    register_range(name, Range(**range_kwargs))
 
 
 def _walk(state, visit):
@@ -99,7 +70,7 @@ def _walk(state, visit):
 def hyper_names(state) -> list[str]:
     """The names of every hyperparameter held in ``state``."""
     names: list[str] = []
-    _walk(state, lambda d, _: names.extend(k for k in d if k not in names))
+    _walk(state, lambda d, _: names.extend(str(k) for k in d if k not in names))
     return names
 
 
@@ -121,6 +92,9 @@ def set_hyper(state, **values):
     holds one of these names gets the new value). Values are range-checked
     here; the jitted step does not retrace, because shapes and dtypes stay."""
     known = hyper_names(state)
+    owners: dict[str, list] = {}   # name -> the owner of every slot holding it
+    _walk(state, lambda d, _: [owners.setdefault(k, []).append(owner_of(k))
+                               for k in d if owner_of(k) not in owners.get(k, ())])
     for name, value in values.items():
         if name in READ_ONLY:
             raise KeyError(f"set_hyper: {name!r} is derived by the optimizer and cannot be set.")
@@ -129,8 +103,11 @@ def set_hyper(state, **values):
                            f"it holds {known}.")
         if isinstance(value, (jax.Array, np.ndarray)) and np.ndim(value) != 0:
             raise ValueError(f"set_hyper({name}=...): expected a scalar; got shape {np.shape(value)}.")
-        if name in _CHECKS and not isinstance(value, jax.core.Tracer):
-            _CHECKS[name]("set_hyper", value)
+        if not isinstance(value, jax.core.Tracer):
+            for owner in owners[name]:
+                rng = declared_range(owner, name) or Range()  # undeclared (optax): finite
+                check_value("set_hyper", name, value, rng,
+                            suffix=f" (the range of {owner})" if owner else "")
 
     def rebuild(node):
         if isinstance(node, tuple) and hasattr(node, "_fields"):
@@ -142,6 +119,33 @@ def set_hyper(state, **values):
                                  if k in values else v) for k, v in child.items()}
                 elif f == RESIDUAL_FIELD and isinstance(child, dict):
                     child = {k: (hyper_residual(values[k]) if k in values else v) for k, v in child.items()}
+                else:
+                    child = rebuild(child)
+                kids[f] = child
+            return type(node)(**kids)
+        if isinstance(node, (tuple, list)) and not hasattr(node, "shape"):
+            kids = [rebuild(c) for c in node]
+            return type(node)(kids) if len(node) else node
+        if isinstance(node, dict):
+            return type(node)({k: rebuild(c) for k, c in node.items()})
+        return node
+
+    return rebuild(state)
+
+
+def tag_owner(state, owner: str):
+    """Returns ``state`` with the keys of its ``hyper`` dicts marked as made by
+    ``owner`` (`gradxform._ranges.HyperName`), so that `set_hyper` checks them
+    against ``owner``'s declared ranges. Keys that already have an owner (an
+    optimizer wrapped by another) keep it. Called by `gradxform._optimizer.finalize`."""
+    def rebuild(node):
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            kids = {}
+            for f in node._fields:
+                child = getattr(node, f)
+                if f in HYPER_FIELDS and isinstance(child, dict):
+                    child = {(k if owner_of(k) or not isinstance(k, str) else HyperName(k, owner)): v
+                             for k, v in child.items()}
                 else:
                     child = rebuild(child)
                 kids[f] = child

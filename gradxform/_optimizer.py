@@ -9,6 +9,7 @@ import jax
 
 from ._base import GradientTransformation, transformation
 from ._errors import validated
+from ._hyper import tag_owner
 from ._tree import distinct_buffers
 from .pieces._guards import skip_nonfinite as _skip_nonfinite
 from .pieces._precision import FP16_WARNING, is_low_precision, with_master_weights
@@ -18,7 +19,8 @@ __all__ = ["finalize"]
 
 def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
              skip_nonfinite: bool = False, max_consecutive: int | None = 100,
-             validate: bool = True, fp16_warning: str = FP16_WARNING) -> GradientTransformation:
+             validate: bool = True, fp16_warning: str = FP16_WARNING,
+             owner: str | None = None) -> GradientTransformation:
     """Wraps a framework optimizer's chain, innermost first::
 
         validated(skip_nonfinite(with_master_weights(chain)))
@@ -30,6 +32,9 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
     ``max_consecutive`` bad steps in a row trip it, see
     `gradxform.check_guard`). ``validate``: check structures, shapes and
     dtypes of params, grads and state at trace time (`gradxform._errors`).
+    ``owner``: the optimizer's name (``"mxnet.sgd"``); ``init`` marks the
+    state's hyperparameters as its own, so `gradxform.set_hyper` checks them
+    against that optimizer's declared ranges (`gradxform._ranges`).
     """
     if multi_precision:
         tx = with_master_weights(tx)
@@ -47,13 +52,15 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
         tx = _skip_nonfinite(tx, max_consecutive=max_consecutive)
     if validate:
         tx = validated(tx, master_weights=multi_precision)
-    return _donatable(tx)
+    return _donatable(tx, owner)
 
 
-def _donatable(tx: GradientTransformation) -> GradientTransformation:
-    """The state from ``init`` holds no buffer twice, so a step may donate it."""
+def _donatable(tx: GradientTransformation, owner: str | None = None) -> GradientTransformation:
+    """The state from ``init`` holds no buffer twice, so a step may donate it
+    (and, with an ``owner``, its hyperparameters are marked as that owner's)."""
     def init(params):
-        return distinct_buffers(tx.init(params))
+        state = tx.init(params)
+        return distinct_buffers(state if owner is None else tag_owner(state, owner))
     return transformation(init, tx.update)
 
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation
 from .._hyper import hyper_scalar
+from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
 
 __all__ = ["adafactor", "AdaFactorState"]
@@ -144,14 +145,17 @@ def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_r
         raise TypeError(f"{owner}(eps=...): eps must be a list or tuple of 2 floats; got {eps!r}.")
     if len(eps) != 2:
         raise ValueError(f"{owner}(eps=...): eps must have 2 values (eps1, eps2); got {eps!r}.")
-    eps = tuple(check_float(owner, f"eps{i}", e, low=0.0) for i, e in enumerate(eps))
-    clip_threshold = check_float(owner, "clip_threshold", clip_threshold, low=0.0)
-    decay_rate = check_float(owner, "decay_rate", decay_rate, low=0.0, low_open=True, high=1.0, high_open=True)
-    check_float(owner, "weight_decay", weight_decay, ints=True, low=0.0, high=1.0, high_open=True)
+    for i, e in enumerate(eps):  # stored as epsilon1, epsilon2
+        check_float(owner, f"eps{i}", e, low=0.0)
+        check_hyper(owner, f"epsilon{i + 1}", e, arg=f"eps{i}")
+    eps = tuple(float(e) for e in eps)
+    clip_threshold = check_float(owner, "clip_threshold", clip_threshold)
+    decay_rate = check_float(owner, "decay_rate", decay_rate)
+    check_float(owner, "weight_decay", weight_decay, ints=True)
     for name, flag in (("scale_parameter", scale_parameter), ("relative_step", relative_step),
                        ("warmup_init", warmup_init), ("compression", compression)):
         check_bool(owner, name, flag)
-    beta1 = check_float(owner, "beta1", beta1, ints=True, low=0.0)
+    beta1 = check_float(owner, "beta1", beta1, ints=True)
     step = _adafactor_step(eps, clip_threshold, decay_rate, beta1, float(weight_decay),
                            scale_parameter and fixed_lr, relative_step and fixed_lr, warmup_init, compression)
     return o.build(step)

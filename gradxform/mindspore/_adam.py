@@ -16,6 +16,7 @@ from .._hyper import hyper_scalar
 from ..pieces import bias_correction, lazy_rows, scale_by_adam_moments, scale_by_lr
 from ..pieces._moments import MomentsState, adam_emas
 from ..pieces._segments import leaf_sq_norm
+from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
 
 __all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState"]
@@ -26,9 +27,9 @@ def _c(h, x):
 
 
 def _check_betas(owner, beta1, beta2, eps):
-    check_float(owner, "beta1", beta1, low=0.0, low_open=True, high=1.0, high_open=True)
-    check_float(owner, "beta2", beta2, low=0.0, low_open=True, high=1.0, high_open=True)
-    check_float(owner, "eps", eps, low=0.0, low_open=True)
+    check_float(owner, "beta1", beta1)
+    check_float(owner, "beta2", beta2)
+    check_hyper(owner, "epsilon", eps, arg="eps")
 
 
 def _nesterov_adam_moments(beta1, beta2, eps) -> GradientTransformation:

@@ -114,8 +114,8 @@ def proximal_adagrad(accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking
     owner = "mindspore.proximal_adagrad"
     o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
     accum = check_float(owner, "accum", accum, low=0.0)
-    l1 = check_float(owner, "l1", l1, low=0.0)
-    l2 = check_float(owner, "l2", l2, low=0.0)
+    l1 = check_float(owner, "l1", l1)
+    l2 = check_float(owner, "l2", l2)
     check_bool(owner, "use_locking", use_locking)
     return o.build(o.head(), _proximal_adagrad_step(accum, l1, l2))
 
@@ -184,12 +184,12 @@ def ftrl(initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0, 
     owner = "mindspore.ftrl"
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, float):
         raise TypeError(f"{owner}(learning_rate=...): learning_rate must be a float; got {learning_rate!r}.")
-    check_float(owner, "learning_rate", learning_rate, low=0.0, low_open=True)
+    check_float(owner, "learning_rate", learning_rate)
     o = parse(owner, learning_rate, weight_decay, loss_scale, groups, allow_dynamic_lr=False, allow_group_lr=False)
     initial_accum = check_float(owner, "initial_accum", initial_accum, low=0.0)
-    lr_power = check_float(owner, "lr_power", lr_power, high=0.0)
-    l1 = check_float(owner, "l1", l1, low=0.0)
-    l2 = check_float(owner, "l2", l2, low=0.0)
+    lr_power = check_float(owner, "lr_power", lr_power)
+    l1 = check_float(owner, "l1", l1)
+    l2 = check_float(owner, "l2", l2)
     check_bool(owner, "use_locking", use_locking)
     return o.build(o.head(decay_filter=None), _ftrl_step(initial_accum, lr_power, l1, l2))
 
@@ -250,9 +250,9 @@ def rmsprop(learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locki
     """
     owner = "mindspore.rmsprop"
     o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
-    decay = check_float(owner, "decay", decay, low=0.0)
-    momentum = check_float(owner, "momentum", momentum, low=0.0)
-    epsilon = check_float(owner, "epsilon", epsilon, low=0.0, low_open=True)
+    decay = check_float(owner, "decay", decay)
+    momentum = check_float(owner, "momentum", momentum)
+    epsilon = check_float(owner, "epsilon", epsilon)
     check_bool(owner, "use_locking", use_locking)
     check_bool(owner, "centered", centered)
     return o.build(o.head(), _rmsprop_step(decay, momentum, epsilon, centered))

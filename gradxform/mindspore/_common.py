@@ -19,6 +19,7 @@ from .._groups import (beta_gamma_filter, group_learning_rate, group_weight_deca
                        unselected_frozen)
 from .._optimizer import finalize
 from ..pieces import centralize_gradients, track_step, unscale
+from .._ranges import check_hyper
 from ..schedules._common import as_schedule, check_number, on_completed_steps
 from ..schedules._mindspore import DynamicLR
 
@@ -27,11 +28,16 @@ __all__ = ["MSOptions", "parse", "check_float", "check_bool"]
 
 def check_float(owner: str, name: str, value, *, ints: bool = False, **range_kw) -> float:
     """MindSpore's ``check_value_type(name, value, [float])`` (ints too where
-    MindSpore converts them) and range check; errors name the argument."""
+    MindSpore converts them) and range check; errors name the argument.
+    Without range keywords the range is the hyperparameter's declared one
+    (`gradxform._ranges`, the one `set_hyper` checks too)."""
     allowed = (int, float) if ints else (float,)
     if isinstance(value, bool) or not isinstance(value, allowed):
         raise TypeError(f"{owner}({name}=...): {name} must be a float; got {value!r}.")
-    check_number(owner, name, value, **range_kw)
+    if range_kw:
+        check_number(owner, name, value, **range_kw)
+    else:
+        check_hyper(owner, name, value)
     return float(value)
 
 
@@ -101,7 +107,8 @@ class MSOptions:
         return chain(self.decay(decay_filter=decay_filter), self.centralize(), self.unscale())
 
     def build(self, *body: GradientTransformation) -> GradientTransformation:
-        return finalize(unselected_frozen(self.owner, self.specs, self.order, chain(self.step(), *body)))
+        return finalize(unselected_frozen(self.owner, self.specs, self.order, chain(self.step(), *body)),
+                        owner=self.owner)
 
 
 def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=None, *,
@@ -113,8 +120,8 @@ def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=No
         raise ValueError(f"{owner}(learning_rate=...): a dynamic learning rate is not supported; got {learning_rate!r}.")
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
         raise TypeError(f"{owner}(weight_decay=...): weight_decay must be a float or int; got {weight_decay!r}.")
-    check_number(owner, "weight_decay", weight_decay, low=0.0)
+    check_hyper(owner, "weight_decay", weight_decay)
     if check_loss_scale:
-        check_float(owner, "loss_scale", loss_scale, ints=True, low=0.0, low_open=True)
+        check_float(owner, "loss_scale", loss_scale, ints=True)
     specs, order = parse_groups(owner, groups, allow_lr=allow_group_lr, allow_gc=allow_gc, list_cls=DynamicLR)
     return MSOptions(owner, base, sched, float(weight_decay), float(loss_scale), specs, order)

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, transformation
 from .._groups import beta_gamma_filter
-from .._hyper import get_hyper, hyper_names, hyper_scalar
+from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
+from .._ranges import check_hyper
 from ..pieces import scale_by_lr, trace
 from ..pieces._segments import leaf_flags, leaf_sq_norm
 from ..pieces._step import StepState
@@ -48,7 +49,7 @@ def momentum(learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nest
     """
     owner = "mindspore.momentum"
     o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
-    check_float(owner, "momentum", momentum, low=0.0)
+    check_float(owner, "momentum", momentum)
     check_bool(owner, "use_nesterov", use_nesterov)
     return o.build(o.head(), trace(momentum, nesterov=use_nesterov), scale_by_lr())
 
@@ -109,8 +110,8 @@ def sgd(learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nester
     """
     owner = "mindspore.sgd"
     o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
-    momentum = check_float(owner, "momentum", momentum, ints=True, low=0.0)
-    dampening = check_float(owner, "dampening", dampening, ints=True, low=0.0)
+    momentum = check_float(owner, "momentum", momentum, ints=True)
+    dampening = check_float(owner, "dampening", dampening, ints=True)
     check_bool(owner, "nesterov", nesterov)
     if nesterov and (momentum <= 0.0 or dampening != 0.0):
         raise ValueError(f"{owner}(nesterov=True): needs momentum > 0 and dampening == 0; got "
@@ -157,15 +158,15 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     owner = "mindspore.lars"
     if not (isinstance(optimizer, tuple) and hasattr(optimizer, "init") and hasattr(optimizer, "update")):
         raise TypeError(f"{owner}(optimizer=...): must be a gradxform/optax transformation; got {optimizer!r}.")
-    epsilon = check_float(owner, "epsilon", epsilon, low=0.0)
-    coefficient = check_float(owner, "coefficient", coefficient, low=0.0)
+    epsilon = check_float(owner, "epsilon", epsilon)
+    coefficient = check_float(owner, "coefficient", coefficient)
     check_bool(owner, "use_clip", use_clip)
     if not callable(lars_filter):
         raise TypeError(f"{owner}(lars_filter=...): must be a function of the parameter name.")
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
         raise TypeError(f"{owner}(weight_decay=...): must be a float or int; got {weight_decay!r}.")
-    check_number(owner, "weight_decay", weight_decay, low=0.0)
-    check_float(owner, "loss_scale", loss_scale, ints=True, low=0.0, low_open=True)
+    check_hyper(owner, "weight_decay", weight_decay)
+    check_float(owner, "loss_scale", loss_scale, ints=True)
     sched = None
     if learning_rate is not None:
         _, sched = as_schedule(owner, learning_rate, DynamicLR)
@@ -185,9 +186,10 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
             if not isinstance(scheduled, jax.core.Tracer) and bool(scheduled):
                 raise ValueError(f"{owner}(use_clip=True): the wrapped optimizer's learning rate is dynamic; "
                                  "pass the same learning_rate (list or schedule) to lars as well.")
-        return LarsState({"epsilon": hyper_scalar(epsilon), "coefficient": hyper_scalar(coefficient),
-                          "weight_decay": hyper_scalar(weight_decay), "loss_scale": hyper_scalar(loss_scale)},
-                         inner)
+        # the wrapped optimizer's hyperparameters keep their own owner
+        return tag_owner(LarsState({"epsilon": hyper_scalar(epsilon), "coefficient": hyper_scalar(coefficient),
+                                    "weight_decay": hyper_scalar(weight_decay),
+                                    "loss_scale": hyper_scalar(loss_scale)}, inner), owner)
 
     def update(updates, state, params=None, **extra_args):
         if params is None:

@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import GradientTransformation, chain, context_value, identity, transformation
-from .._hyper import check_range, hyper_residual, hyper_scalar
+from .._hyper import hyper_residual, hyper_scalar
+from .._ranges import check_hyper
 from .._tree import map_unzip
 from ..pieces._moments import one_minus_power
 from ..pieces._segments import buffer_segments, spread_leaf_values
@@ -33,7 +34,7 @@ def _zeros(params):
 
 def _check_eps(owner, **values):
     for name, v in values.items():
-        check_range(owner, name, v, low=0.0, low_open=True)
+        check_hyper(owner, name, v)
 
 
 def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, lazy_update=False,
@@ -170,7 +171,7 @@ def nadam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, schedule_de
     o = parse_options("mxnet.nadam", learning_rate, kwargs)
     check_unit("mxnet.nadam", beta1=beta1, beta2=beta2)
     _check_eps("mxnet.nadam", epsilon=epsilon)
-    check_range("mxnet.nadam", "schedule_decay", schedule_decay, low=0.0)
+    check_hyper("mxnet.nadam", "schedule_decay", schedule_decay)
     return o.build(o.rescale(), o.add_wd(), o.clip(),
                    _nadam_direction(beta1, beta2, epsilon, schedule_decay), scale_by_lr())
 
@@ -183,7 +184,7 @@ def adagrad(learning_rate=None, eps=1e-7, **kwargs) -> GradientTransformation:
         w -= lr * (g / sqrt(history + eps) + wd * w)
     """
     o = parse_options("mxnet.adagrad", learning_rate, kwargs)
-    check_range("mxnet.adagrad", "eps", eps, low=0.0)
+    check_hyper("mxnet.adagrad", "eps", eps)
     return o.build(o.rescale(), o.clip(), scale_by_accumulated_squares(eps), o.add_wd(), scale_by_lr())
 
 
@@ -195,7 +196,7 @@ def _clip_weights(clip_weights):
     """RMSProp's own piece: the new weight is clipped to ``[-c, c]``."""
     if not clip_weights:
         return identity()
-    check_range("mxnet.rmsprop", "clip_weights", clip_weights, low=0.0, low_open=True)
+    check_hyper("mxnet.rmsprop", "clip_weights", clip_weights)
 
     def init(params):
         del params
@@ -378,6 +379,6 @@ def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, **kwargs) -> GradientTransfor
         # MXNet's Ftrl keeps learning_rate to itself, so a scheduler runs from its own base_lr.
         learning_rate = None
     o = parse_options("mxnet.ftrl", learning_rate, kwargs)
-    check_range("mxnet.ftrl", "lamda1", lamda1, low=0.0)
-    check_range("mxnet.ftrl", "beta", beta, low=0.0)
+    check_hyper("mxnet.ftrl", "lamda1", lamda1)
+    check_hyper("mxnet.ftrl", "beta", beta)
     return o.build(o.provide_wd(), o.rescale(), o.clip(), _ftrl_step(lamda1, beta))

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from .._base import GradientTransformation, chain
 from .._hyper import check_range
+from .._ranges import check_hyper
 from .._tree import check_mapping_keys, multipliers
 from .._optimizer import finalize
 from ..pieces._precision import FP16_WARNING
@@ -105,7 +106,7 @@ class MXNetOptions:
         who = {"mxnet.sgd": "SGD", "mxnet.ccsgd": "SGD", "mxnet.lbsgd": "SGD", "mxnet.nag": "NAG"}.get(self.owner)
         warning = FP16_WARNING.replace("of the optimizer", f"of the {who} optimizer") if who else FP16_WARNING
         return finalize(chain(self.step(read_lr), *body), multi_precision=self.multi_precision,
-                        skip_nonfinite=self.skip_nonfinite, fp16_warning=warning)
+                        skip_nonfinite=self.skip_nonfinite, fp16_warning=warning, owner=self.owner)
 
 
 def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNetOptions:
@@ -123,10 +124,9 @@ def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNe
     o = dict(COMMON_DEFAULTS, **kwargs)
     if learning_rate is None:
         learning_rate = getattr(o["lr_scheduler"], "base_lr", 0.01) if o["lr_scheduler"] else 0.01
-    check_range(owner, "learning_rate", learning_rate, low=0.0)
-    check_range(owner, "wd", o["wd"], low=0.0)
-    check_range(owner, "rescale_grad", o["rescale_grad"])
-    check_range(owner, "clip_gradient", o["clip_gradient"], low=0.0, low_open=True, allow_none=True)
+    for name, value in (("learning_rate", learning_rate), ("wd", o["wd"]), ("rescale_grad", o["rescale_grad"])):
+        check_hyper(owner, name, value)
+    check_hyper(owner, "clip_gradient", o["clip_gradient"], allow_none=True)
     check_range(owner, "begin_num_update", o["begin_num_update"], low=0)
     if o["lr_scheduler"] is not None and not callable(o["lr_scheduler"]):
         raise TypeError(f"{owner}(lr_scheduler=...): must be a schedule (a callable of the update "
@@ -149,6 +149,6 @@ def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNe
 
 
 def check_unit(owner: str, **values) -> None:
-    """Decay rates and momenta in [0, 1)."""
+    """Decay rates and momenta: their declared ranges ([0, 1) for MXNet, `gradxform._ranges`)."""
     for name, v in values.items():
-        check_range(owner, name, v, low=0.0, high=1.0, high_open=True)
+        check_hyper(owner, name, v)

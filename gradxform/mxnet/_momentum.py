@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, identity, transformation
 from .._hyper import check_range, hyper_scalar
+from .._ranges import check_hyper
 from .._tree import map_unzip
 from ..pieces import add_decoupled_weight_decay, ema, gated, lazy_rows, scale_by_lr, sign, trace
 from ..pieces._segments import leaf_sq_norm
@@ -117,7 +118,7 @@ def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, **kwargs) -> GradientTra
     """
     o = parse_options("mxnet.signum", learning_rate, kwargs)
     check_unit("mxnet.signum", momentum=momentum)
-    check_range("mxnet.signum", "wd_lh", wd_lh, low=0.0)
+    check_hyper("mxnet.signum", "wd_lh", wd_lh)
     if momentum == 0:
         if wd_lh:
             raise ValueError("mxnet.signum(wd_lh=...): with momentum=0 (signSGD) wd_lh must be 0; "
@@ -250,7 +251,7 @@ def dcasgd(learning_rate=None, momentum=0.0, lamda=0.04, **kwargs) -> GradientTr
     """
     o = parse_options("mxnet.dcasgd", learning_rate, kwargs)
     check_unit("mxnet.dcasgd", momentum=momentum)
-    check_range("mxnet.dcasgd", "lamda", lamda, low=0.0)
+    check_hyper("mxnet.dcasgd", "lamda", lamda)
     return o.build(o.rescale(), o.clip(), _delay_compensation(lamda), o.add_wd(), scale_by_lr(),
                    trace(momentum) if momentum > 0 else identity())
 

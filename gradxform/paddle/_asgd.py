@@ -16,6 +16,7 @@ from .._hyper import hyper_scalar
 from .._optimizer import finalize
 from ..pieces import clip_by_value, scale_by_lr, track_step
 from ..pieces._scaling import HyperState
+from .._ranges import check_hyper
 from ..schedules._common import as_schedule, check_number, on_completed_steps
 from ..schedules._mindspore import DynamicLR
 from ..schedules._paddle import ReduceOnPlateau
@@ -27,7 +28,8 @@ __all__ = ["asgd", "clip_grad_by_global_norm", "clip_grad_by_norm", "clip_grad_b
 def clip_grad_by_global_norm(clip_norm: float) -> GradientTransformation:
     """Paddle ``ClipGradByGlobalNorm``: ``g *= clip_norm / max(global_norm, clip_norm)``
     (hyperparameter ``clip_norm``; the norm accumulated in float32)."""
-    check_number("paddle.clip_grad_by_global_norm", "clip_norm", clip_norm, low=0.0, low_open=True)
+    check_number("paddle.clip_grad_by_global_norm", "clip_norm", clip_norm)
+    check_hyper("paddle.clip_grad_by_global_norm", "clip_norm", clip_norm)
 
     def init(params):
         del params
@@ -46,7 +48,8 @@ def clip_grad_by_global_norm(clip_norm: float) -> GradientTransformation:
 
 def clip_grad_by_norm(clip_norm: float) -> GradientTransformation:
     """Paddle ``ClipGradByNorm``: each tensor ``g *= clip_norm / max(|g|, clip_norm)``."""
-    check_number("paddle.clip_grad_by_norm", "clip_norm", clip_norm, low=0.0, low_open=True)
+    check_number("paddle.clip_grad_by_norm", "clip_norm", clip_norm)
+    check_hyper("paddle.clip_grad_by_norm", "clip_norm", clip_norm)
 
     def init(params):
         del params
@@ -88,7 +91,8 @@ def clip_grad_by_value(max: float, min: float | None = None) -> GradientTransfor
 
 def _regularizer(coeff: float, kind: str) -> GradientTransformation:
     name = f"{kind}_coeff"
-    check_number(f"paddle.{kind}_decay", "coeff", coeff, low=0.0)
+    check_number(f"paddle.{kind}_decay", "coeff", coeff)
+    check_hyper(f"paddle.{kind}_decay", name, coeff, arg="coeff")
 
     def init(params):
         del params
@@ -191,7 +195,7 @@ def asgd(learning_rate=0.001, batch_num=1, weight_decay=None, grad_clip=None, mu
     if weight_decay is None:
         reg = identity()
     elif isinstance(weight_decay, (int, float)) and not isinstance(weight_decay, bool):
-        check_number(owner, "weight_decay", weight_decay, low=0.0)
+        check_hyper(owner, "weight_decay", weight_decay)
         reg = l2_decay(float(weight_decay))
     elif isinstance(weight_decay, tuple) and hasattr(weight_decay, "update"):
         reg = weight_decay
@@ -206,4 +210,4 @@ def asgd(learning_rate=0.001, batch_num=1, weight_decay=None, grad_clip=None, mu
     step = track_step(base, schedule=on_completed_steps(sched) if sched is not None else None)
     tx = chain(step, plateau.piece() if plateau is not None else identity(),
                grad_clip if grad_clip is not None else identity(), reg, _asgd_average(batch_num), scale_by_lr())
-    return finalize(tx, multi_precision=multi_precision, skip_nonfinite=skip_nonfinite)
+    return finalize(tx, multi_precision=multi_precision, skip_nonfinite=skip_nonfinite, owner=owner)

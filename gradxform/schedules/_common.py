@@ -24,27 +24,21 @@ from typing import Callable
 
 import jax.numpy as jnp
 
+from .._ranges import Range, check_value
+
 __all__ = ["Schedule", "on_completed_steps", "as_schedule", "Constant", "check_number"]
 
 
 def check_number(owner: str, name: str, value, *, low=None, low_open=False, high=None, high_open=False,
                  integer: bool = False) -> None:
     """TypeError for a non-number (or a non-int where ``integer``), ValueError
-    naming the range otherwise."""
+    naming the range otherwise (`gradxform._ranges.check_value`: a float is
+    judged as the float32 it is stored as, an int as it is)."""
     ok_types = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, ok_types):
         kind = "an int" if integer else "a number"
         raise TypeError(f"{owner}({name}=...): {name} must be {kind}; got {value!r}.")
-    v = float(value)
-    bad = not math.isfinite(v)
-    if low is not None:
-        bad = bad or (v <= low if low_open else v < low)
-    if high is not None:
-        bad = bad or (v >= high if high_open else v > high)
-    if bad:
-        lo = "(-inf" if low is None else ("(" if low_open else "[") + f"{low:g}"
-        hi = "inf)" if high is None else f"{high:g}" + (")" if high_open else "]")
-        raise ValueError(f"{owner}({name}=...): {name} must be in {lo}, {hi}; got {value!r}.")
+    check_value(owner, name, value, Range(low, high, low_open, high_open), as_stored=not integer)
 
 
 class Schedule:
