@@ -19,7 +19,7 @@ from ..pieces import scale_by_lr, trace
 from ..pieces._segments import leaf_flags, leaf_sq_norm
 from ..pieces._step import StepState
 from .._tree import find_states
-from ..schedules._common import as_schedule, check_number
+from ..schedules._common import as_schedule
 from ..schedules._mindspore import DynamicLR
 from ._common import check_bool, check_float, parse
 

@@ -19,7 +19,6 @@ that convention, which is what every MindSpore and Paddle optimizer here does.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import jax.numpy as jnp
