@@ -106,7 +106,10 @@ def map_unzip(fn, n: int, tree, *rest):
     ``n`` trees shaped like ``tree`` (an optimizer rule's update and its new
     state buffers, computed together leaf by leaf)."""
     out = jax.tree.map(fn, tree, *rest)
-    return jax.tree.transpose(jax.tree.structure(tree), jax.tree.structure((0,) * n), out)
+    outer = jax.tree.structure(tree)
+    if outer.num_leaves == 0:  # an empty tree ({}): transpose cannot tell the n outputs apart
+        return tuple(outer.unflatten([]) for _ in range(n))
+    return jax.tree.transpose(outer, jax.tree.structure((0,) * n), out)
 
 
 def distinct_buffers(tree):

@@ -368,3 +368,70 @@ def test_set_hyper_changes_learning_rate_without_retrace():
 def test_arguments_checked_at_construction(make, exc, match):
     with pytest.raises(exc, match=match):
         make()
+
+
+# -- zero-size leaves and gradients checked where they come in --------------------------------
+
+ZERO_SIZE = {"dense/weight": jnp.asarray([[0.5, -1.0, 2.0], [0.25, -0.75, 1.5]], jnp.float32),
+             "empty_rows": jnp.zeros((0, 3), jnp.float32), "empty_cols": jnp.zeros((3, 0), jnp.float32),
+             "empty": jnp.zeros((0,), jnp.float32)}
+
+
+def _two_steps(tx, params):
+    state = tx.init(params)
+    for k in range(2):
+        grads = jax.tree.map(lambda p: jnp.cos(jnp.arange(p.size, dtype=jnp.float32) + k).reshape(p.shape),
+                             params)
+        updates, state = tx.update(grads, state, params)
+        assert jax.tree.map(jnp.shape, updates) == jax.tree.map(jnp.shape, params)
+        params = gx.apply_updates(params, updates)
+    return params, state
+
+
+def test_lazy_adam_zero_size_leaves():
+    # lazy rows reshaped a (0, 3) gradient to (0, -1): ZeroDivisionError
+    params, state = _two_steps(M.lazy_adam(0.01), ZERO_SIZE)
+    dense, _ = _two_steps(M.lazy_adam(0.01), {"dense/weight": ZERO_SIZE["dense/weight"]})
+    np.testing.assert_array_equal(params["dense/weight"], dense["dense/weight"])  # others unchanged
+
+
+@pytest.mark.parametrize("kw", [{}, {"learning_rate": 0.05, "relative_step": False, "beta1": 0.0}])
+def test_adafactor_zero_size_leaves_keep_a_finite_state(kw):
+    # a (0, 3) leaf's column moments were mean over 0 rows = NaN (a (3, 0) leaf's row moments)
+    params, state = _two_steps(M.adafactor(**kw), ZERO_SIZE)
+    for path, leaf in jax.tree_util.tree_flatten_with_path((params, state))[0]:
+        assert np.all(np.isfinite(np.asarray(leaf))), jax.tree_util.keystr(path)
+    assert np.asarray(state[-1].exp_avg_sq_col["empty_rows"]).shape == (3,)
+    assert np.asarray(state[-1].exp_avg_sq_row["empty_cols"]).shape == (3,)
+    dense, _ = _two_steps(M.adafactor(**kw), {"dense/weight": ZERO_SIZE["dense/weight"]})
+    np.testing.assert_array_equal(params["dense/weight"], dense["dense/weight"])
+
+
+def test_lars_checks_gradients_against_params():
+    # LARS broadcast a (1, 4) gradient to the (3, 4) parameter and divided an int32 one into
+    # float32 before the wrapped optimizer's checks saw them
+    params = {"dense": {"kernel": jnp.ones((3, 4)), "bias": jnp.zeros(4)}}
+    tx = M.lars(M.momentum(0.1, 0.9), weight_decay=1e-3)
+    state = tx.init(params)
+    grads = {"dense": {"kernel": jnp.ones((1, 4)), "bias": jnp.ones(4)}}
+    with pytest.raises(ValueError, match=r"mindspore\.lars\.update: updates\['dense'\]\['kernel'\] has shape "
+                                         r"\(1, 4\) but params\['dense'\]\['kernel'\] has shape \(3, 4\)"):
+        tx.update(grads, state, params)
+    grads = {"dense": {"kernel": jnp.ones((3, 4), jnp.int32), "bias": jnp.ones(4)}}
+    with pytest.raises(TypeError, match=r"mindspore\.lars\.update: updates\['dense'\]\['kernel'\] is int32"):
+        tx.update(grads, state, params)
+    with pytest.raises(ValueError, match=r"mindspore\.lars\.update: the gradients and the parameters have "
+                                         r"different pytree structures"):
+        tx.update({"dense": {"kernel": jnp.ones((3, 4))}}, state, params)
+    # float16 parameters: a float32 gradient reaches the wrapped optimizer, which takes it
+    # with master weights and refuses it without
+    half = jax.tree.map(lambda x: x.astype(jnp.float16), params)
+    g32 = jax.tree.map(lambda x: jnp.full(x.shape, 0.5, jnp.float32), params)
+    mp = M.lars(gx.create("mxnet.sgd", learning_rate=0.1, momentum=0.9, multi_precision=True))
+    updates, _ = mp.update(g32, mp.init(half), half)
+    stepped = gx.apply_updates(half, updates)
+    assert all(w.dtype == jnp.float16 and np.all(np.isfinite(np.asarray(w))) for w in jax.tree.leaves(stepped))
+    assert not np.array_equal(np.asarray(stepped["dense"]["bias"]), np.asarray(half["dense"]["bias"]))
+    plain = M.lars(M.momentum(0.1, 0.9))
+    with pytest.raises(TypeError, match=r"updates\['dense'\]\['bias'\] is float32 but params there are float16"):
+        plain.update(g32, plain.init(half), half)

@@ -257,3 +257,41 @@ def test_step_can_donate_params_and_state(name):
         params, state = step(params, state, grads_at(k, params))
     ref_params, _ = fx.run(2)
     close(params, ref_params, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_empty_params_tree(name):
+    """init and update on ``{}`` (a model with no trainable parameters) give empty trees."""
+    tx = cases.create(name)
+    state = tx.init({})
+    for _ in range(2):
+        updates, state = tx.update({}, state, {})
+        assert updates == {}
+    assert jax.tree.structure(state) == jax.tree.structure(tx.init({}))
+
+
+ZERO_SIZE = {**PARAMS, "empty": jnp.zeros((0,), jnp.float32), "empty_rows": jnp.zeros((0, 3), jnp.float32),
+             "empty_cols": jnp.zeros((3, 0), jnp.float32)}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_zero_size_leaves(name):
+    """Leaves with no elements next to ordinary ones: updates keep every leaf's
+    shape and dtype, the state its structure, and nothing turns non-finite (op
+    by op: a jitted step would compile another program per optimizer)."""
+    tx = cases.create(name)
+    params, state = ZERO_SIZE, tx.init(ZERO_SIZE)
+    structure = jax.tree.structure(state)
+    for k in range(2):
+        grads = {**grads_at(k), **{key: jnp.zeros_like(ZERO_SIZE[key]) for key in ("empty", "empty_rows",
+                                                                                    "empty_cols")}}
+        updates, state = tx.update(grads, state, params)
+        assert jax.tree.map(lambda u: (u.shape, u.dtype), updates) == \
+            jax.tree.map(lambda p: (p.shape, p.dtype), params), name
+        params = gx.apply_updates(params, updates)
+    assert jax.tree.structure(state) == structure
+    for path, leaf in jax.tree_util.tree_flatten_with_path((params, state))[0]:
+        if jnp.issubdtype(leaf.dtype, jnp.inexact):
+            assert np.all(np.isfinite(np.asarray(leaf, np.float64))), f"{name}: {jax.tree_util.keystr(path)}"
+    # the ordinary leaves still train
+    assert not np.array_equal(np.asarray(params["dense"]["kernel"]), np.asarray(PARAMS["dense"]["kernel"])), name

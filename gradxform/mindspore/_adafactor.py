@@ -68,6 +68,12 @@ def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_
         for g, p, m, r, c, s, lr, t in zip(leaves, flat(params), avg, flat(state.exp_avg_sq_row),
                                            flat(state.exp_avg_sq_col), flat(state.exp_avg_sq), flat(lr_tree),
                                            flat(count)):
+            if g.size == 0:
+                # nothing to update, and every mean over its rows or columns is
+                # 0/0: a (0, n) leaf would put NaN in its column moments (an
+                # (n, 0) one in its rows), so its state stays as it was
+                res.append((jnp.zeros_like(g), m, r, c, s))
+                continue
             g32, p32 = g.astype(jnp.float32), p.astype(jnp.float32)
             step = t.astype(jnp.float32)
             if relative_step:

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, transformation
+from .._errors import validated
 from .._groups import beta_gamma_filter
 from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
 from .._ranges import check_hyper
@@ -230,4 +231,11 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
         new_updates, inner = optimizer.update(out, state.inner, params, **extra_args)
         return new_updates, LarsState(state.hyper, inner)
 
-    return transformation(init, update)
+    # The wrapped optimizer validates what it is given, but that is LARS's
+    # output: ``ratio * (g + wd * w)`` broadcasts a (1, n) gradient to a (m, n)
+    # parameter's shape and ``g / loss_scale`` turns an int32 gradient into
+    # float32, so bad gradients passed unnoticed. Check them here, where they
+    # come in. master_weights=True lets a float32 gradient of a float16
+    # parameter through to the wrapped optimizer, which refuses it unless it
+    # keeps master weights (LARS keeps the gradient's dtype).
+    return validated(transformation(init, update), master_weights=True, name=owner)

@@ -30,7 +30,9 @@ def _present_rows(g):
     g = jnp.asarray(g)
     if g.ndim <= 1:
         return g != 0
-    return jnp.any(g.reshape(g.shape[0], -1) != 0, axis=1)
+    # any() over the trailing axes, not a reshape to (rows, -1): -1 is
+    # ambiguous for a leaf with no elements (ZeroDivisionError for (0, 3))
+    return jnp.any(g != 0, axis=tuple(range(1, g.ndim)))
 
 
 def _present(updates, extra_args):
