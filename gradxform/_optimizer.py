@@ -27,8 +27,9 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
 
     ``multi_precision``: run the chain in float32 on master copies of
     float16/bfloat16 parameters; otherwise such parameters warn at ``init``
-    as MXNet does (``fp16_warning``: the text). ``skip_nonfinite``: a step with a NaN/Inf gradient changes
-    nothing, parameters and state alike (`gradxform.pieces.skip_nonfinite`;
+    as MXNet does (``fp16_warning``: the text). ``skip_nonfinite``: a step with a NaN/Inf gradient, update
+    or new state leaf (master weights included) changes nothing, parameters and state alike
+    (`gradxform.pieces.skip_nonfinite`;
     ``max_consecutive`` bad steps in a row trip it, see
     `gradxform.check_guard`). ``validate``: check structures, shapes and
     dtypes of params, grads and state at trace time (`gradxform._errors`).

@@ -148,6 +148,54 @@ def test_check_updates_catches_an_overflow_inside_the_rule():
     assert not bool(all_finite(u)) and int(s.guard.skipped) == 0
 
 
+def test_a_finite_gradient_that_overflows_the_state_is_skipped():
+    """g = 1e38 is finite and so is Adam's update, but nu = g * g is +Inf:
+    the step is skipped like a NaN gradient, parameters and state unchanged."""
+    p, s = PARAMS, ADAM.init(PARAMS)
+    p, s, _ = ADAM_STEP(p, s, grads(0))
+    p2, s2, u = ADAM_STEP(p, s, poisoned(1, 1e38))
+    assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(u))
+    assert_same(p2, p)
+    assert_same(s2.inner, s.inner)
+    assert gx.guard_status(s2)[0]["skipped"] == 1 and gx.guard_status(s2)[0]["consecutive"] == 1
+    p3, s3, _ = ADAM_STEP(p2, s2, grads(2))                       # the next clean step applies
+    assert gx.guard_status(s3)[0]["consecutive"] == 0 and bool(all_finite(p3, s3))
+    # what the state check catches: without it the update is finite and nu keeps an Inf
+    tx = skip_nonfinite(gx.create("adam", learning_rate=0.1, wd=1e-3), check_state=False)
+    u, t = tx.update(poisoned(1, 1e38), tx.update(grads(0), tx.init(PARAMS), PARAMS)[1], PARAMS)
+    assert bool(all_finite(u)) and not bool(all_finite(t.inner)) and int(t.guard.skipped) == 0
+
+
+def test_master_weights_are_state_and_are_checked():
+    """bfloat16 parameters with float32 masters: a master that overflows is
+    caught by the state check alone (the updates are not checked here)."""
+    params = {"w": jnp.asarray([0.5, -1.0], jnp.bfloat16)}
+    tx = skip_nonfinite(gx.create("sgd", learning_rate=1.0, multi_precision=True), check_updates=False)
+    g = {"w": jnp.asarray([-3e38, 1.0], jnp.bfloat16)}
+    u, s = tx.update(g, tx.init(params), params)
+    params = gx.apply_updates(params, u)
+    assert bool(all_finite(params, s)) and int(s.guard.skipped) == 0
+    u, s2 = tx.update(g, s, params)                                # master 3e38 + 3e38 = +Inf
+    assert int(s2.guard.skipped) == 1 and all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(u))
+    assert_same(s2.inner, s.inner)
+
+
+def test_loss_scale_skips_and_backs_off_on_an_overflow_of_updates_or_state():
+    """dynamic_loss_scale applies the check of skip_nonfinite: gradients,
+    updates and new state; each bad step is skipped and halves the scale."""
+    inner = gx.create("adam", learning_rate=0.1)
+    tx = dynamic_loss_scale(inner, init_scale=1.0)
+    _, s = tx.update(grads(0), tx.init(PARAMS), PARAMS)
+    u, s2 = tx.update(poisoned(1, 1e38), s, PARAMS)               # finite, but nu overflows
+    assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(u))
+    assert_same(s2.inner, s.inner)
+    assert float(gx.get_loss_scale(s2)) == 0.5 and gx.guard_status(s2)[0]["skipped"] == 1
+    tx = dynamic_loss_scale(_explode(), init_scale=4.0)            # finite gradients, Inf updates
+    u, s = tx.update(grads(0), tx.init(PARAMS), PARAMS)
+    assert all(np.all(np.asarray(x) == 0) for x in jax.tree.leaves(u))
+    assert float(gx.get_loss_scale(s)) == 2.0 and gx.guard_status(s)[0]["skipped"] == 1
+
+
 def test_guard_keeps_hyperparameters_reachable_and_one_trace():
     s = ADAM.init(PARAMS)
     assert {"learning_rate", "beta1", "beta2", "wd"} <= set(gx.hyper_names(s))

@@ -232,6 +232,74 @@ def test_nonfinite_step_changes_nothing(name):
     assert any(np.any(np.asarray(a) != np.asarray(b)) for a, b in zip(jax.tree.leaves(p3), jax.tree.leaves(p)))
 
 
+EXTREME = (1e38, 3e38, -3e38)
+GUARDS = {"skip_nonfinite": lambda name: cases.create(name, skip_nonfinite=True),
+          # scale 1: the extreme gradients reach the optimizer as they are
+          "dynamic_loss_scale": lambda name: gx.pieces.dynamic_loss_scale(
+              cases.create(name), init_scale=1.0, growth_interval=1000)}
+
+
+@functools.lru_cache(maxsize=None)
+def _extreme_grads():
+    """Six steps of float32 gradients (built once): a normal step; one
+    element of 1e38, 3e38, -3e38 among normal values (each may overflow a sum
+    of squares, a momentum or an unscaled loss-scaled gradient); every other
+    element of every leaf +-3e38; a normal step."""
+    def alternate(g):
+        flat = g.reshape(-1).copy()
+        flat[::2] = np.float32(3e38) * np.where(np.arange(flat.size)[::2] % 4 == 0, 1, -1)
+        return flat.reshape(g.shape)
+
+    normal = [jax.device_get(grads_at(k)) for k in range(6)]
+    seq = [normal[0]]
+    for k, value in enumerate(EXTREME):
+        leaves, treedef = jax.tree.flatten(normal[k + 1])
+        first = leaves[0].copy()                      # PARAMS' first leaf is not empty
+        first.reshape(-1)[0] = value
+        seq.append(treedef.unflatten([first] + leaves[1:]))
+    seq += [jax.tree.map(alternate, normal[4]), normal[5]]
+    return [jax.tree.map(jnp.asarray, g) for g in seq]
+
+
+def _bits(tree):
+    return [(x.dtype, x.shape, x.tobytes()) for x in map(np.asarray, jax.tree.leaves(tree))]
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("guard", GUARDS)
+def test_extreme_finite_gradients_leave_params_and_state_finite(guard, name):
+    """Under either guard, finite gradients up to +-3e38 never leave a NaN/Inf
+    in the parameters or the state: each step either applies finite numbers or
+    is skipped, and a skipped step leaves parameters and inner state bit for
+    bit as they were (zero updates; the loss scale halves). Op by op, as
+    `test_nonfinite_step_changes_nothing`: six steps cost less than two compiles."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tx = GUARDS[guard](name)
+    p, s = PARAMS, tx.init(PARAMS)
+    prev = jax.device_get((p, s))
+    for i, g in enumerate(_extreme_grads()):
+        u, s = tx.update(g, s, p)
+        p = gx.apply_updates(p, u)
+        now = jax.device_get((p, s, u))
+        for leaf in jax.tree.leaves(now):
+            if np.issubdtype(leaf.dtype, np.inexact):
+                assert np.all(np.isfinite(leaf)), (name, guard, i)
+        before, after = gx.guard_status(prev[1])[0], gx.guard_status(now[1])[0]
+        skipped = after["skipped"] - before["skipped"]
+        assert skipped in (0, 1), (name, guard, i)
+        if skipped:
+            assert all(np.all(x == 0) for x in jax.tree.leaves(now[2])), (name, guard, i)
+            assert _bits(now[0]) == _bits(prev[0]), (name, guard, i)
+            assert _bits(now[1].inner) == _bits(prev[1].inner), (name, guard, i)
+            assert after["consecutive"] == before["consecutive"] + 1, (name, guard, i)
+        else:
+            assert after["consecutive"] == 0, (name, guard, i)
+        if guard == "dynamic_loss_scale":
+            assert after["loss_scale"] == before["loss_scale"] * (0.5 if skipped else 1.0), (name, i)
+        prev = now[:2]
+
+
 def _inner(state):
     """The optimizer state inside the (first) guard."""
     from gradxform.pieces._guards import SkipNonfiniteState  # noqa: PLC0415

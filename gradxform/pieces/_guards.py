@@ -1,9 +1,19 @@
 """Guards: skip non-finite steps, and dynamic loss scaling for float16 training.
 
-Both wrap an inner transformation and keep the step pure and jittable: a bad
-step is *selected away* with ``jnp.where`` over the whole inner state (no
-``lax.cond``, so the guard vmaps, and pieces that publish to the step context
-never leak tracers out of a branch). They count skipped steps in a
+Both wrap an inner transformation and judge each step with one check,
+`step_is_finite`: a step is *bad* when any floating element of the incoming
+gradients, of the inner transformation's updates, or of its new state (moments,
+accumulators, float32 master weights: every floating leaf) is NaN or +-Inf.
+Checking the new state matters: a finite but huge gradient (1e38 in float32)
+gives finite updates yet overflows a squared-gradient accumulator (Adam's
+``nu``, AdaGrad's and FTRL's sums, RMSProp's ``n``) to +Inf, where it would
+stay for the rest of the run. Without a guard, one such step poisons the
+parameters and the state for good.
+
+Both keep the step pure and jittable: a bad step is *selected away* with
+``jnp.where`` over the whole inner state (no ``lax.cond``, so the guard vmaps,
+and pieces that publish to the step context never leak tracers out of a
+branch). They count skipped steps in a
 `GuardState`; after ``max_consecutive`` bad steps in a row the guard *trips*
 (a sticky flag in the state), and `check_guard` raises `NonFiniteError` on
 the host. Nothing raises inside the jitted step: call `check_guard(state)`
@@ -31,7 +41,7 @@ from .._hyper import check_range, hyper_scalar, register_check
 
 __all__ = [
     "GuardState", "SkipNonfiniteState", "LossScaleState", "NonFiniteError",
-    "skip_nonfinite", "dynamic_loss_scale", "all_finite",
+    "skip_nonfinite", "dynamic_loss_scale", "all_finite", "step_is_finite",
     "check_guard", "guard_status", "get_loss_scale", "scale_loss",
 ]
 
@@ -71,13 +81,39 @@ register_check("backoff_factor", low=0.0, low_open=True, high=1.0)
 register_check("growth_interval", low=1.0)
 
 
-def all_finite(tree) -> jax.Array:
-    """A scalar bool: every element of every leaf of ``tree`` is finite (True for an empty tree)."""
-    leaves = [jnp.asarray(x) for x in jax.tree.leaves(tree)]
-    flags = [jnp.all(jnp.isfinite(x)) for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact)]
+def _floating_leaves(trees):
+    leaves = []
+    for x in jax.tree.leaves(trees):
+        if not hasattr(x, "dtype"):
+            x = jnp.asarray(x)
+        if jnp.issubdtype(x.dtype, jnp.inexact):
+            leaves.append(x)
+    return leaves
+
+
+def all_finite(*trees) -> jax.Array:
+    """A scalar bool: every element of every floating (real or complex) leaf of
+    ``trees`` is finite; integer, bool and key leaves are ignored (True when
+    there is no floating leaf). One reduction over all of them, inside the
+    step: each leaf is reduced to one flag (no concatenated copy of the
+    leaves) and the flags are and-ed; nothing is synchronised with the host."""
+    flags = [jnp.all(jnp.isfinite(x)) for x in _floating_leaves(trees)]
     if not flags:
         return jnp.asarray(True)
     return jnp.all(jnp.stack(flags))
+
+
+def step_is_finite(grads, updates, new_state, *, check_updates: bool = True,
+                   check_state: bool = True) -> jax.Array:
+    """The one test both guards apply to a step: a scalar bool, True when the
+    gradients, the inner updates (if ``check_updates``) and every floating leaf
+    of the inner transformation's new state (if ``check_state``) are finite.
+
+    ``check_state`` catches finite-but-huge gradients: ``g = 1e38`` gives
+    finite updates but ``g * g`` = +Inf in an accumulator of squares, which
+    would stay Inf (or turn NaN) for the rest of the run.
+    """
+    return all_finite(grads, updates if check_updates else None, new_state if check_state else None)
 
 
 def _check_limit(owner, max_consecutive):
@@ -111,16 +147,23 @@ def _zeros_unless(ok, updates):
 
 
 def skip_nonfinite(inner: GradientTransformation, *, max_consecutive: int | None = 100,
-                   check_updates: bool = True) -> GradientTransformation:
-    """Skips every step whose gradients contain a NaN or an Inf.
+                   check_updates: bool = True, check_state: bool = True) -> GradientTransformation:
+    """Skips every step whose gradients, updates or new state contain a NaN or an Inf.
 
     On such a step the emitted updates are all zero (the parameters do not
-    move) and the whole inner state is kept as it was, step counters and
-    moment estimates included, exactly as if the step had not been taken::
+    move) and the whole inner state is kept as it was, step counters, moment
+    estimates and master weights included, exactly as if the step had not
+    been taken::
 
-        ok = all(isfinite(grads)) [and all(isfinite(inner updates))]
-        updates, state = inner(grads) if ok else (0, state)
+        updates', state' = inner(grads, state)
+        ok = all(isfinite(grads)) [& all(isfinite(updates'))] [& all(isfinite(state'))]
+        updates, state = (updates', state') if ok else (0, state)
         skipped += !ok;  consecutive = 0 if ok else consecutive + 1
+
+    ``state'`` is every floating leaf of the new inner state (`step_is_finite`):
+    a finite but huge gradient (1e38) that overflows an accumulator of squared
+    gradients to +Inf is skipped like a NaN gradient, so the state never
+    holds an Inf it cannot recover from.
 
     Args:
       inner: the transformation to guard (a whole optimizer).
@@ -128,6 +171,8 @@ def skip_nonfinite(inner: GradientTransformation, *, max_consecutive: int | None
         and `check_guard` raises `NonFiniteError`; None never trips. Static.
       check_updates: also skip when ``inner`` turns finite gradients into
         non-finite updates (an overflow inside the rule). Static.
+      check_state: also skip when ``inner``'s new state has a non-finite
+        floating element (an overflow in a moment or accumulator). Static.
     """
     limit = _check_limit("skip_nonfinite", max_consecutive)
 
@@ -135,10 +180,9 @@ def skip_nonfinite(inner: GradientTransformation, *, max_consecutive: int | None
         return SkipNonfiniteState(_guard_init(limit), inner.init(params))
 
     def update(updates, state, params=None, **extra_args):
-        ok = all_finite(updates)
         new_updates, new_inner = inner.update(updates, state.inner, params, **extra_args)
-        if check_updates:
-            ok = ok & all_finite(new_updates)
+        ok = step_is_finite(updates, new_updates, new_inner, check_updates=check_updates,
+                            check_state=check_state)
         return _zeros_unless(ok, new_updates), SkipNonfiniteState(
             _guard_step(state.guard, ok), _select(ok, new_inner, state.inner))
 
@@ -148,7 +192,8 @@ def skip_nonfinite(inner: GradientTransformation, *, max_consecutive: int | None
 def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 ** 16, *,
                        growth_interval: int = 2000, backoff: float = 0.5, growth: float = 2.0,
                        min_scale: float | None = None, max_scale: float | None = None,
-                       max_consecutive: int | None = 64) -> GradientTransformation:
+                       max_consecutive: int | None = 64, check_updates: bool = True,
+                       check_state: bool = True) -> GradientTransformation:
     """Dynamic loss scaling (PyTorch ``GradScaler``, MXNet AMP ``DynamicLossScaler``).
 
     The user multiplies the loss by the current scale (`get_loss_scale` or
@@ -156,8 +201,10 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
     least float32, cast back to each gradient's dtype) and hands them to
     ``inner``. Then::
 
-        overflow (any non-finite gradient): skip the step (zero updates, inner
-            state kept), scale *= backoff, good_steps = 0
+        overflow (a non-finite gradient, or a non-finite inner update or new
+            inner state, the check of `skip_nonfinite`): skip the step (zero
+            updates, inner state kept bit for bit), scale *= backoff,
+            good_steps = 0
         otherwise: apply the step, good_steps += 1, and when good_steps reaches
             growth_interval: scale *= growth (if still finite), good_steps = 0
 
@@ -169,6 +216,9 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
     ``growth_factor``, ``backoff_factor`` and ``growth_interval`` are
     hyperparameters in the state (`set_hyper`). Float16 parameters are best
     trained with ``multi_precision=True`` on the inner optimizer.
+    ``check_updates`` and ``check_state`` (static) are those of
+    `skip_nonfinite`: the gradients are always checked, before and after
+    unscaling.
     """
     check_range("dynamic_loss_scale", "init_scale", init_scale, low=0.0, low_open=True)
     check_range("dynamic_loss_scale", "growth_interval", growth_interval, low=1)
@@ -200,10 +250,11 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
 
     def update(updates, state, params=None, **extra_args):
         h = state.hyper
-        ok = all_finite(updates)
         grads = jax.tree.map(lambda g: unscale(g, state.scale), updates)
-        ok = ok & all_finite(grads)
         new_updates, new_inner = inner.update(grads, state.inner, params, **extra_args)
+        # the gradients as received and unscaled (a scale below 1 can overflow a finite one)
+        ok = step_is_finite((updates, grads), new_updates, new_inner, check_updates=check_updates,
+                            check_state=check_state)
         good = state.good_steps + 1
         grow = ok & (good.astype(jnp.float32) >= h["growth_interval"])
         grown = state.scale * h["growth_factor"]
@@ -252,7 +303,8 @@ def check_guard(state) -> None:
         if d["tripped"]:
             extra = (f" The loss scale fell to {d['loss_scale']:g}." if "loss_scale" in d else "")
             raise NonFiniteError(
-                f"{d['kind']}: {d['max_consecutive']} consecutive steps had NaN or Inf gradients "
+                f"{d['kind']}: {d['max_consecutive']} consecutive steps had NaN or Inf gradients, "
+                f"updates or new optimizer state "
                 f"({d['skipped']} skipped in all, {d['consecutive']} in a row now); the parameters "
                 f"and optimizer state are those of the last finite step.{extra} Check the loss and "
                 "the input data, lower the learning rate, or use float32 / multi_precision=True.")

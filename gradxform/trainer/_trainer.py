@@ -100,7 +100,9 @@ class Trainer:
       devices: the devices to replicate over (default: all local devices).
       compression_params: see above; None for none.
       skip_nonfinite: a step whose summed gradient has a NaN/Inf changes
-        nothing (parameters, state and residuals); the optimizer is wrapped in
+        nothing (parameters, state and residuals), and one whose optimizer
+        update or new optimizer state would have one (a finite gradient that
+        overflows) changes neither parameters nor state; the optimizer is wrapped in
         `gradxform.pieces.skip_nonfinite`, and after every step the Trainer
         calls `gradxform.check_guard`, which raises `NonFiniteError` once
         ``max_consecutive`` steps in a row were bad. True, or a dict of
