@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import GradientTransformation, chain, context_value, identity, transformation
+from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
 from .._tree import map_unzip
 from ..pieces._moments import one_minus_power
@@ -116,6 +117,9 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
         last, scheds = jax.lax.scan(advance, sched, (mom_t, on))
         return (spread_leaf_values(1.0 - scheds, segs), spread_leaf_values(1.0 - scheds * mom_t1, segs), last)
 
+    # fused: the shared schedule is one scalar per leaf, multiplied leaf by leaf in index
+    # order as per leaf, then spread over the buffers (per-leaf values per element)
+    @fusable(bit_exact=False)
     def update(updates, state, params=None, **extra_args):
         del params
         h, lo = state.hyper, state.hyper_lo
@@ -201,6 +205,7 @@ def _clip_weights(clip_weights):
         del params
         return WeightClipState({"clip_weights": hyper_scalar(clip_weights)})
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del extra_args
         c = state.hyper["clip_weights"]
@@ -251,6 +256,7 @@ def _adadelta_direction(rho, epsilon):
         return AdaDeltaState({"rho": hyper_scalar(rho), "epsilon": hyper_scalar(epsilon)},
                              _zeros(params), _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         rho, eps = state.hyper["rho"], state.hyper["epsilon"]
@@ -298,6 +304,7 @@ def _ftml_step(beta1, beta2, epsilon):
         return FTMLState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                           "epsilon": hyper_scalar(epsilon)}, _zeros(params), _zeros(params), _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "mxnet.ftml")
         count = context_value(extra_args, "count", "mxnet.ftml")
@@ -347,6 +354,7 @@ def _ftrl_step(lamda1, beta):
         return FtrlState({"lamda1": hyper_scalar(lamda1), "beta": hyper_scalar(beta)},
                          _zeros(params), _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "mxnet.ftrl")
         wd = context_value(extra_args, "wd", "mxnet.ftrl")
