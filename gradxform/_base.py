@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from ._elementwise import fusable
 from ._tree import distinct_buffers
 
 __all__ = [
@@ -65,6 +66,7 @@ def identity() -> GradientTransformation:
         del params
         return EmptyState()
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         return updates, state
@@ -87,6 +89,7 @@ def chain(*pieces: optax.GradientTransformation) -> GradientTransformation:
         # copies keep the state donatable
         return distinct_buffers(tuple(p.init(params) for p in pieces))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         if not isinstance(state, tuple) or len(state) != len(pieces):
             raise ValueError(

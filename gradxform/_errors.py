@@ -32,6 +32,7 @@ import numpy as np
 from jax.tree_util import keystr, tree_flatten_with_path
 
 from ._base import GradientTransformation, transformation
+from ._elementwise import fusable
 
 __all__ = ["validated", "check_params", "check_updates", "check_state", "first_difference"]
 
@@ -224,6 +225,7 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
         check_params(params, f"{pre}init")
         return tx.init(params)
 
+    @fusable  # trace-time checks; on the fused path they see the flat buffers
     def update(updates, state, params=None, **extra_args):
         if params is not None:
             check_params(params, f"{pre}update")

@@ -26,14 +26,43 @@ buffers instead:
   ordinary trees they are concatenated and the updates sliced back, inside
   the same jit (see ``benchmarks/README.md`` for what that costs).
 
-Exactness is decided per chain, never guessed: `fused` reads the pieces a
+Exactness is decided per chain, never guessed: `fused` walks the pieces a
 chain is built from (each piece's ``update`` function, and the transformations
-captured by wrappers such as `chain`, `gated`, `with_master_weights` and the
-guards) and fuses only when every one is a piece known to be elementwise with
-per-leaf scalars or per-leaf reductions (`fusable` lists them). Anything else
-(per-leaf PRNG noise, Adafactor's factored moments, any piece it does not
-know) keeps the per-leaf path, so ``fused(tx)`` is always safe to apply.
+captured in its closure by wrappers such as `chain`, `gated`,
+`with_master_weights` and the guards) and fuses only when every one declares
+itself elementwise with per-leaf scalars or per-leaf reductions. Anything else
+(per-leaf PRNG noise, Adafactor's factored moments, any undeclared piece)
+keeps the per-leaf path, so ``fused(tx)`` is always safe to apply.
 ``fused(tx, strict=True)`` raises instead, naming the piece.
+
+The declaration protocol (`gradxform._elementwise`; a contributor adding a
+piece writes both parts where the piece is defined):
+
+* Mark the piece's ``update`` function with ``@fusable`` (public as
+  ``gradxform.fused.fusable``). The mark is an attribute of the function
+  object, so renaming or moving the function keeps it::
+
+      def my_piece(decay):
+          def init(params): ...
+
+          @fusable                      # or @fusable(bit_exact=False), @fusable(check=...)
+          def update(updates, state, params=None, **extra_args): ...
+
+          return transformation(init, update)
+
+  ``bit_exact=False``: the fused run agrees to float32 rounding only (a norm
+  summed over a buffer, per-leaf values applied per element).
+  ``check(closure_cells, facts) -> reason | None`` sees the update's closure
+  (``{name: value}``) and may refuse a configuration (a reason string) or set
+  ``facts["bit_exact"] = False`` / ``facts["isolate_first"] = True``.
+  ``@not_fusable(reason)`` (a string, or ``reason(closure_cells)``) names why
+  a piece is never fused. A wrapper piece is walked into when its update's
+  closure holds the inner transformation(s).
+* A state NamedTuple whose fields hold one scalar per leaf (a tree of scalars
+  shaped like the parameters: counts, multipliers, group slots) lists them in
+  a class attribute, ``per_leaf_fields = ("count",)``: leaves are grouped by
+  those values and the fused state keeps one entry per group. Any other
+  params-shaped tree in a state becomes flat buffers.
 """
 from __future__ import annotations
 
@@ -47,151 +76,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import CONTEXT_KEY, GradientTransformation, transformation
+from ._elementwise import declaration, fusable, not_fusable, per_leaf_fields
 from .pieces._segments import SEGMENTS_KEY, layout_segments
 from .pieces._step import normalize_step_states
 
-__all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "fusable", "flatten_state", "ravel",
-           "unflatten_state", "why_not_fused"]
-
-# Pieces known to be elementwise with per-leaf scalars only ("module:qualname" of
-# their update function). A value is None (always fine) or a check of the
-# update's closure that returns a reason it is not, or None.
-_P = "gradxform.pieces."
-_MX = "gradxform.mxnet."
-
-
-def _track_step(cells, facts):
-    if cells.get("read_lr") == "before" and cells.get("schedule") is not None:
-        # MXNet reads the schedule before leaf 0 bumps the shared count and
-        # after it for every later leaf: leaf 0 gets a group of its own.
-        facts["isolate_first"] = True
-    return None
-
-
-def _sums(cells, facts):
-    # A norm (global, or per leaf as a segment sum over the buffer, see
-    # gradxform.pieces._segments) adds the same float32 numbers in another
-    # order: results agree to float32 rounding of the sum, not bit for bit.
-    facts["bit_exact"] = False
-    return None
-
-
-def _per_element(cells, facts):
-    # Per-leaf values become per-element arrays (spread over a buffer, or row
-    # flags): the same arithmetic, but XLA fuses it differently than with a
-    # broadcast scalar, and XLA:CPU contracts a multiply-add into an FMA per
-    # fusion, so a result may differ in its last bit (measured: 2e-7 relative).
-    facts["bit_exact"] = False
-    return None
-
-
-def _lbsgd(cells, facts):
-    if cells.get("warmup_strategy") == "lars":  # per-leaf norms
-        return _sums(cells, facts)
-    return None
-
-
-def _adafactor(cells, facts):
-    return ("mindspore.adafactor keeps factored second moments (a row and a column vector per "
-            "matrix), which are not shaped like the parameters and cannot live in flat buffers")
-
-
-_RULES: dict[str, Any] = {
-    "gradxform._base:identity.<locals>.update": None,
-    "gradxform._base:chain.<locals>.update": None,
-    "gradxform._errors:validated.<locals>.update": None,  # trace-time checks; they see the flat buffers
-    _P + "_step:track_step.<locals>.update": _track_step,
-    _P + "_step:scale_by_lr.<locals>.update": None,
-    _P + "_scaling:rescale.<locals>.update": None,
-    _P + "_scaling:unscale.<locals>.update": None,
-    _P + "_scaling:scale.<locals>.update": None,
-    _P + "_clipping:clip_by_value.<locals>.update": None,
-    _P + "_clipping:clip_by_global_norm.<locals>.update": _sums,
-    _P + "_decay:_decay.<locals>.update": None,
-    _P + "_decay:add_decoupled_weight_decay.<locals>.update": None,
-    _P + "_moments:trace.<locals>.update": None,
-    _P + "_moments:ema.<locals>.update": None,
-    _P + "_moments:sign.<locals>.update": None,
-    _P + "_moments:scale_by_adam_moments.<locals>.update": None,
-    _P + "_moments:scale_by_rms.<locals>.update": None,
-    _P + "_moments:scale_by_centered_rms.<locals>.update": None,
-    _P + "_moments:scale_by_adamax.<locals>.update": None,
-    _P + "_moments:scale_by_accumulated_squares.<locals>.update": None,
-    _P + "_moments:bias_correction.<locals>.update": None,
-    _P + "_masking:gated.<locals>.update": None,  # its mask is per leaf, hence per group
-    _P + "_precision:with_master_weights.<locals>.update": None,
-    _P + "_guards:skip_nonfinite.<locals>.update": None,
-    _P + "_guards:dynamic_loss_scale.<locals>.update": None,
-    _MX + "_adaptive:_clip_weights.<locals>.update": None,
-    _MX + "_adaptive:_adadelta_direction.<locals>.update": None,
-    _MX + "_adaptive:_ftml_step.<locals>.update": None,
-    _MX + "_adaptive:_ftrl_step.<locals>.update": None,
-    _MX + "_momentum:_nesterov_step.<locals>.update": None,
-    _MX + "_momentum:_delay_compensation.<locals>.update": None,
-    _MX + "_momentum:_lbsgd_accumulate.<locals>.update": _lbsgd,
-    # Per-leaf reductions as segment reductions over each buffer (gradxform.pieces._segments):
-    # trust ratios from per-leaf norms; MindSpore LARS's name filters are static per leaf and
-    # applied per element, so leaves that skip LARS may share a buffer.
-    "gradxform.mindspore._momentum:lars.<locals>.update": _sums,
-    "gradxform.mindspore._adam:_lamb_direction.<locals>.update": _sums,
-    # Row flags from integer counts of nonzeros per row (exact in any order), per element.
-    _P + "_masking:lazy_rows.<locals>.update": _per_element,
-    # Nadam's shared schedule: one scalar per leaf, multiplied leaf by leaf in index
-    # order as per leaf, then spread over the buffers.
-    _MX + "_adaptive:_nadam_direction.<locals>.update": _per_element,
-    "gradxform.mindspore._adafactor:_adafactor_step.<locals>.update": _adafactor,
-}
-
-# MindSpore and Paddle pieces. A MindSpore leaf's parameter group and decay
-# switch are per-leaf fields (``group_slot``, ``decay_flag``), so leaves of
-# different groups never share a buffer and each group's lr (fixed, list or
-# schedule) and weight decay is one scalar per buffer.
-_MS = "gradxform.mindspore."
-_PD = "gradxform.paddle."
-
-
-def _asgd_window(cells, facts):
-    # Its ring would have to be stored as (batch_num, group size) buffers, which is
-    # what the chain's own init on flat buffers expects; the layout only has
-    # params-shaped ones (batch_num == 1 included: (1, *shape) is not params-shaped).
-    n = cells.get("batch_num")
-    return (f"paddle.asgd keeps its last batch_num={n} gradients per parameter as a "
-            f"({n}, *shape) ring, which the flat layout (params-shaped buffers only) cannot hold")
-
-
-def _paddle_norm_clip(cells, facts):
-    return "paddle.clip_grad_by_norm needs a norm per parameter"
-
-
-_RULES.update({
-    "gradxform._groups:group_learning_rate.<locals>.update": None,
-    "gradxform._groups:group_weight_decay.<locals>.update": None,
-    "gradxform._groups:unselected_frozen.<locals>.update": None,  # reads the selection from group_slot
-    _MS + "_momentum:_sgd_momentum.<locals>.update": None,
-    _MS + "_adam:_nesterov_adam_moments.<locals>.update": None,
-    _MS + "_adam:_amsgrad_moments.<locals>.update": None,
-    _MS + "_adaptive:_adagrad_step.<locals>.update": None,
-    _MS + "_adaptive:_proximal_adagrad_step.<locals>.update": None,
-    _MS + "_adaptive:_ftrl_step.<locals>.update": None,
-    _MS + "_adaptive:_rmsprop_step.<locals>.update": None,
-    _PD + "_asgd:_asgd_average.<locals>.update": _asgd_window,
-    _PD + "_asgd:_regularizer.<locals>.update": None,
-    _PD + "_asgd:clip_grad_by_value.<locals>.update": None,
-    _PD + "_asgd:clip_grad_by_global_norm.<locals>.update": _sums,
-    _PD + "_asgd:clip_grad_by_norm.<locals>.update": _paddle_norm_clip,
-    "gradxform.schedules._paddle:ReduceOnPlateau.piece.<locals>.update": None,  # one lr for all leaves
-})
-
-# Fields of piece states that hold one number per leaf (not per element).
-_PER_LEAF_FIELDS = ("lr_mult", "wd_mult", "count", "num_cums", "group_slot", "decay_flag")
-
-
-def fusable(key: str, check=None) -> None:
-    """Declares the piece whose update function is ``key`` ("module:qualname")
-    elementwise with per-leaf scalars, so chains using it are fused.
-    ``check(closure_cells: dict, facts: dict) -> reason | None`` may refuse
-    some configurations of it."""
-    _RULES[key] = check
+__all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "fusable", "not_fusable", "flatten_state",
+           "ravel", "unflatten_state", "why_not_fused"]
 
 
 def _is_tx(x) -> bool:
@@ -221,14 +111,16 @@ def _inspect(tx) -> tuple[list[str], dict]:
         if id(fn) in seen:
             return
         seen.add(id(fn))
-        key = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
-        if key not in _RULES:
-            reasons.append(f"{key} is not declared elementwise (gradxform.fused.fusable)")
+        decl = declaration(fn)
+        if decl is None:
+            name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+            reasons.append(f"{name} is not declared elementwise (gradxform.fused.fusable)")
             return
         cells = _cells(fn)
-        check = _RULES[key]
-        if check is not None:
-            why = check(cells, facts)
+        if not decl.bit_exact:
+            facts["bit_exact"] = False
+        if decl.check is not None:
+            why = decl.check(cells, facts)
             if why:
                 reasons.append(why)
         for value in cells.values():
@@ -392,7 +284,8 @@ def _walk(node, leaf_fn, params_fn, treedef):
     if jax.tree.structure(node) == treedef and treedef.num_leaves > 1:
         return params_fn(node)
     if isinstance(node, tuple) and hasattr(node, "_fields"):
-        kids = {f: (leaf_fn(f, getattr(node, f)) if f in _PER_LEAF_FIELDS and _per_leaf(getattr(node, f), treedef)
+        per_leaf = per_leaf_fields(node)
+        kids = {f: (leaf_fn(f, getattr(node, f)) if f in per_leaf and _per_leaf(getattr(node, f), treedef)
                     else _walk(getattr(node, f), leaf_fn, params_fn, treedef)) for f in node._fields}
         return type(node)(**kids)
     if isinstance(node, (tuple, list)):
@@ -487,10 +380,10 @@ def _unflatten_state(flat, template, layout: Layout):
         if jax.tree.structure(t) == treedef and treedef.num_leaves > 1:
             return split(t, f)
         if isinstance(t, tuple) and hasattr(t, "_fields"):
-            kids = {}
+            kids, per_leaf = {}, per_leaf_fields(t)
             for name in t._fields:
                 tv, fv = getattr(t, name), getattr(f, name)
-                if name in _PER_LEAF_FIELDS and _per_leaf(tv, treedef):
+                if name in per_leaf and _per_leaf(tv, treedef):
                     kids[name] = treedef.unflatten([fv[owner[i]] for i in range(layout.num_leaves)])
                 else:
                     kids[name] = walk(tv, fv)
@@ -622,5 +515,6 @@ fused.FlatTree = FlatTree
 fused.why_not_fused = why_not_fused
 fused.bit_exact = bit_exact
 fused.fusable = fusable
+fused.not_fusable = not_fusable
 fused.flatten_state = flatten_state
 fused.unflatten_state = unflatten_state

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import CONTEXT_KEY, GradientTransformation, context_value, transformation
+from ._elementwise import fusable
 from ._hyper import hyper_scalar
 from ._tree import param_names
 from .schedules._common import as_schedule, check_number
@@ -142,6 +143,9 @@ class GroupState(NamedTuple):
     hyper: dict
     group_slot: Any          # per leaf, int32: the leaf's group position, -1 for none
     decay_flag: Any          # per leaf, bool: decayed (the name filter)
+    # gradxform.fused groups leaves by these, so leaves of different groups never share a
+    # buffer and each group's lr (fixed, list or schedule) and weight decay is one scalar
+    per_leaf_fields = ("group_slot", "decay_flag")
 
 
 def _slots(owner, specs, order, params):
@@ -174,6 +178,7 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
         return _group_state({f"learning_rate_group_{s.index}": hyper_scalar(s.lr_base) for _, s in own},
                             params, slot, np.ones(slot.shape, bool))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params
         if not own:
@@ -225,6 +230,7 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
             hyper["loss_scale"] = hyper_scalar(loss_scale)
         return _group_state(hyper, params, slot, flags)
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         leaves, treedef = jax.tree.flatten(updates)
         h = state.hyper
@@ -264,6 +270,7 @@ def unselected_frozen(owner: str, specs, order, inner: GradientTransformation) -
         return inner
     from ._tree import find_states, select_tree  # noqa: PLC0415
 
+    @fusable  # reads the selection from group_slot
     def update(updates, state, params=None, **extra_args):
         groups = find_states(state, GroupState)
         if not groups:

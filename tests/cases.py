@@ -2,7 +2,8 @@
 
 Adding an optimizer adds one row here. A registered name without a row is
 still tested, with `DEFAULT` (its defaults, and only the properties every
-optimizer must have). Tests read flags; they never branch on a name.
+optimizer must have), except that tests/test_fused.py asks its row to say
+whether it fuses (``fuses``). Tests read flags; they never branch on a name.
 """
 from __future__ import annotations
 
@@ -30,6 +31,13 @@ class Case:
     donatable: a jitted step may donate params and state (False where the
       state lives in host memory: XLA CPU aborts the process on donating a
       pinned_host buffer, jax 0.10.2).
+    fuses: ``gradxform.fused`` runs it on flat buffers with these kwargs
+      (every piece of its chain is declared `fusable`); None: not stated,
+      which tests/test_fused.py rejects, so every optimizer needs a row
+      saying it. Renaming or moving a piece must not change this.
+    bit_exact: ``gradxform.fused.bit_exact``: the fused run equals the
+      per-leaf one bit for bit (False where it sums per-leaf norms over a
+      buffer or applies per-leaf values per element: float32 rounding).
     """
     kwargs: dict = dataclasses.field(default_factory=dict)
     zero_wd: dict = dataclasses.field(default_factory=dict)
@@ -41,56 +49,60 @@ class Case:
     supports_complex: bool = False
     per_leaf_count: bool = True
     donatable: bool = True
+    fuses: bool | None = None
+    bit_exact: bool = True
 
 
 DEFAULT = Case()
 
 _WD = {"wd": 0.0}
 TABLE: dict[str, Case] = {
-    "mxnet.sgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3), _WD, True),
-    "mxnet.ccsgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3), _WD, True),
-    "mxnet.nag": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3), _WD, True),
+    "mxnet.sgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3), _WD, True, fuses=True),
+    "mxnet.ccsgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3), _WD, True, fuses=True),
+    "mxnet.nag": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3), _WD, True, fuses=True),
     "mxnet.signum": Case(dict(learning_rate=0.01, momentum=0.9, wd=1e-3, wd_lh=1e-3),
-                         {"wd": 0.0, "wd_lh": 0.0}, True),
+                         {"wd": 0.0, "wd_lh": 0.0}, True, fuses=True),
     "mxnet.lbsgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3, batch_scale=2,
-                             warmup_epochs=1, updates_per_epoch=4), _WD, True),
-    "mxnet.dcasgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3, lamda=0.04), _WD, True),
-    "mxnet.sgld": Case(dict(learning_rate=1e-3, wd=1e-3, seed=3), _WD, False, converges=False),
-    "mxnet.adam": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True),
+                             warmup_epochs=1, updates_per_epoch=4), _WD, True, fuses=True),
+    "mxnet.dcasgd": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3, lamda=0.04), _WD, True, fuses=True),
+    "mxnet.sgld": Case(dict(learning_rate=1e-3, wd=1e-3, seed=3), _WD, False, converges=False, fuses=False),
+    "mxnet.adam": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True, fuses=True),
     # MXNet Adamax divides m by u = max(beta2 u, |g|) with no epsilon: a zero
     # first gradient gives 0/0 = NaN in MXNet too (parity, not a bug here).
-    "mxnet.adamax": Case(dict(learning_rate=0.05, wd=1e-3), _WD, False),
-    "mxnet.nadam": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True),
-    "mxnet.adagrad": Case(dict(learning_rate=0.1, wd=1e-3), _WD, True),
+    "mxnet.adamax": Case(dict(learning_rate=0.05, wd=1e-3), _WD, False, fuses=True),
+    "mxnet.nadam": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True, fuses=True, bit_exact=False),
+    "mxnet.adagrad": Case(dict(learning_rate=0.1, wd=1e-3), _WD, True, fuses=True),
     "mxnet.rmsprop": Case(dict(learning_rate=0.01, wd=1e-3, centered=True, gamma2=0.5,
-                               clip_weights=10.0), _WD, True),
-    "mxnet.adadelta": Case(dict(rho=0.9, wd=1e-3), _WD, True),
-    "mxnet.ftml": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True, zero_grad_atol=1e-6),
+                               clip_weights=10.0), _WD, True, fuses=True),
+    "mxnet.adadelta": Case(dict(rho=0.9, wd=1e-3), _WD, True, fuses=True),
+    "mxnet.ftml": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True, zero_grad_atol=1e-6, fuses=True),
     # FTRL's closed form sets w = 0 where |z| <= lamda1: a zero gradient moves w.
-    "mxnet.ftrl": Case(dict(learning_rate=0.1, wd=1e-3), _WD, False),
+    "mxnet.ftrl": Case(dict(learning_rate=0.1, wd=1e-3), _WD, False, fuses=True),
 }
 
 _MS_WD = {"weight_decay": 0.0}
 TABLE.update({
     "mindspore.adafactor": Case(dict(learning_rate=0.05, relative_step=False, scale_parameter=False,
-                                     weight_decay=1e-3), _MS_WD, True),
-    "mindspore.adagrad": Case(dict(learning_rate=0.1, weight_decay=1e-3), _MS_WD, True),
-    "mindspore.adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True),
-    "mindspore.adam_offload": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, donatable=False),
-    "mindspore.adam_weight_decay": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True),
+                                     weight_decay=1e-3), _MS_WD, True, fuses=False),
+    "mindspore.adagrad": Case(dict(learning_rate=0.1, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    "mindspore.adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    "mindspore.adam_offload": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, donatable=False,
+                                   fuses=False),
+    "mindspore.adam_weight_decay": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
     # FTRL's closed form sets w = 0 where |u| <= l1.
-    "mindspore.ftrl": Case(dict(learning_rate=0.1, l1=1e-3, weight_decay=1e-3), _MS_WD, False),
-    "mindspore.lamb": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True),
+    "mindspore.ftrl": Case(dict(learning_rate=0.1, l1=1e-3, weight_decay=1e-3), _MS_WD, False, fuses=True),
+    "mindspore.lamb": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True, bit_exact=False),
     "mindspore.lars": Case(dict(optimizer=gradxform.create("mindspore.momentum", learning_rate=0.1, momentum=0.9),
-                                weight_decay=1e-3), _MS_WD, True),
-    "mindspore.lazy_adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True),
-    "mindspore.momentum": Case(dict(learning_rate=0.1, momentum=0.9, weight_decay=1e-3), _MS_WD, True),
+                                weight_decay=1e-3), _MS_WD, True, fuses=True, bit_exact=False),
+    "mindspore.lazy_adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True, bit_exact=False),
+    "mindspore.momentum": Case(dict(learning_rate=0.1, momentum=0.9, weight_decay=1e-3), _MS_WD, True, fuses=True),
     "mindspore.proximal_adagrad": Case(dict(learning_rate=0.1, l1=1e-3, l2=1e-3, weight_decay=1e-3),
-                                       {"weight_decay": 0.0, "l1": 0.0, "l2": 0.0}, True),
+                                       {"weight_decay": 0.0, "l1": 0.0, "l2": 0.0}, True, fuses=True),
     "mindspore.rmsprop": Case(dict(learning_rate=0.01, momentum=0.5, centered=True, weight_decay=1e-3),
-                              _MS_WD, True),
-    "mindspore.sgd": Case(dict(learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3), _MS_WD, True),
-    "paddle.asgd": Case(dict(learning_rate=0.05, batch_num=2, weight_decay=1e-3), _MS_WD, True),
+                              _MS_WD, True, fuses=True),
+    "mindspore.sgd": Case(dict(learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3), _MS_WD, True,
+                          fuses=True),
+    "paddle.asgd": Case(dict(learning_rate=0.05, batch_num=2, weight_decay=1e-3), _MS_WD, True, fuses=False),
 })
 
 

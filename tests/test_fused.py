@@ -5,7 +5,7 @@ chain does per element the same float32 arithmetic with the same scalars as
 the per-leaf chain, and a chain that cannot be fused keeps the per-leaf path.
 The one stated tolerance is for a global norm (summed in another order).
 """
-import warnings
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +15,8 @@ import pytest
 import gradxform
 from gradxform import pieces
 
-from cases import create as create_case, names as case_names
+from cases import case as case_row, create as create_case, names as case_names
+from gradxform._base import transformation
 from gradxform._fused import FlatTree, FusedState
 
 PARAMS = {
@@ -177,9 +178,8 @@ def test_ravel_checks_shapes():
 
 
 def _fusable_names():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return [n for n in case_names() if not gradxform.fused.why_not_fused(create_case(n))]
+    # the table says which fuse (test_table_says_which_optimizers_fuse checks it)
+    return [n for n in case_names() if case_row(n).fuses]
 
 
 @pytest.mark.parametrize("name", _fusable_names())
@@ -344,3 +344,137 @@ def test_state_round_trip_with_master_weights_placeholders():
     assert jax.tree.structure(back) == jax.tree.structure(per_leaf)
     assert [np.shape(x) for x in jax.tree.leaves(back)] == [np.shape(x) for x in jax.tree.leaves(per_leaf)]
     _assert_same(per_leaf, back)
+
+
+# -- declarations: a piece says where it is defined whether it fuses ------------------
+
+def _updates_of(tx) -> list:
+    """Every update function `fused` inspects in ``tx`` (wrappers' closures included)."""
+    from gradxform._fused import _cells, _is_tx
+    found, todo = [], [tx.update]
+    while todo:
+        fn = todo.pop()
+        if any(fn is f for f in found):
+            continue
+        found.append(fn)
+        for value in _cells(fn).values():
+            for item in (value if isinstance(value, (tuple, list)) and not _is_tx(value) else (value,)):
+                if _is_tx(item):
+                    todo.append(item.update)
+    return found
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_table_says_which_optimizers_fuse(name):
+    # tests/cases.py states, per optimizer, whether fused(tx) takes the flat path and
+    # whether it is bit-exact: a piece that loses (or gains) its declaration fails here
+    row = case_row(name)
+    assert row.fuses is not None, f"{name}: say in its tests/cases.py row whether it fuses (fuses=...)"
+    tx = create_case(name)
+    reasons = gradxform.fused.why_not_fused(tx)
+    assert (not reasons) == row.fuses, reasons or "it fuses"
+    assert gradxform.fused.bit_exact(tx) == row.bit_exact
+
+
+@pytest.mark.parametrize("name", case_names())
+def test_renamed_pieces_keep_their_fusion(name, monkeypatch):
+    # the declaration travels with the function object: other names, qualnames and
+    # modules for every update function in the chain change nothing
+    tx = create_case(name)
+    before = gradxform.fused(tx).init(PARAMS)
+    for i, fn in enumerate(_updates_of(tx)):
+        assert hasattr(fn, "__qualname__"), fn
+        monkeypatch.setattr(fn, "__name__", f"renamed_{i}")
+        monkeypatch.setattr(fn, "__qualname__", f"renamed_{i}.<locals>.update")
+        monkeypatch.setattr(fn, "__module__", "somewhere_else")
+    assert (not gradxform.fused.why_not_fused(tx)) == case_row(name).fuses
+    assert gradxform.fused.bit_exact(tx) == case_row(name).bit_exact
+    after = gradxform.fused(tx).init(PARAMS)
+    assert isinstance(after, FusedState) == isinstance(before, FusedState)
+    if isinstance(after, FusedState):
+        assert after.layout == before.layout
+
+
+def _renamed_copy(module_name: str, old: str, new: str, monkeypatch):
+    """A copy of a gradxform module, executed from its source with ``old`` renamed
+    to ``new`` everywhere (as an edit of the file would)."""
+    import importlib
+    import inspect
+    import sys
+    import types
+    original = importlib.import_module(module_name)
+    source = inspect.getsource(original)
+    assert f"def {old}(" in source
+    copy = types.ModuleType(module_name + "_renamed")
+    copy.__package__, copy.__file__ = original.__package__, original.__file__
+    monkeypatch.setitem(sys.modules, copy.__name__, copy)
+    exec(compile(source.replace(old, new), original.__file__, "exec"), copy.__dict__)
+    return copy
+
+
+@pytest.mark.parametrize("module,old,factory,name", [
+    ("gradxform.mxnet._adaptive", "_ftrl_step", "ftrl", "mxnet.ftrl"),
+    ("gradxform.mindspore._adaptive", "_ftrl_step", "ftrl", "mindspore.ftrl"),
+    ("gradxform.mxnet._momentum", "_lbsgd_accumulate", "lbsgd", "mxnet.lbsgd"),
+    ("gradxform.mindspore._adam", "_lamb_direction", "lamb", "mindspore.lamb"),
+])
+def test_a_renamed_copy_of_a_piece_still_fuses(module, old, factory, name, monkeypatch):
+    # the issue: renaming _ftrl_step in a copy took mxnet.ftrl off the fused path
+    copy = _renamed_copy(module, old, old + "_v2", monkeypatch)
+    row = case_row(name)
+    tx = getattr(copy, factory)(**row.kwargs)
+    assert any(f"{old}_v2.<locals>" in fn.__qualname__ for fn in _updates_of(tx))
+    assert gradxform.fused.why_not_fused(tx) == []
+    assert gradxform.fused.bit_exact(tx) == row.bit_exact
+    ref, _ = _run(tx)
+    got, state = _run(gradxform.fused(tx, strict=True))
+    assert isinstance(state, FusedState)
+    _assert_same(ref, got, rtol=0.0 if row.bit_exact else 1e-6)
+
+
+class _LeafScaleState(NamedTuple):
+    factor: Any  # a float32 scalar per leaf
+    per_leaf_fields = ("factor",)
+
+
+def _leaf_scale(factors):
+    """A user piece: multiplies each leaf's update by its own factor."""
+    def init(params):
+        return _LeafScaleState(jax.tree.map(lambda p, f: jnp.asarray(f, jnp.float32), params, factors))
+
+    def update(updates, state, params=None, **extra_args):
+        return jax.tree.map(lambda u, f: u * f.astype(u.dtype), updates, state.factor), state
+
+    return transformation(init, update)
+
+
+def test_user_piece_fuses_once_declared():
+    factors = {"dense": {"bias": 2.0, "kernel": 2.0}, "emb": 0.5, "scale": 2.0}
+    piece = _leaf_scale(factors)
+    tx = gradxform.chain(pieces.track_step(0.1), pieces.trace(0.9), piece, pieces.scale_by_lr())
+    (reason,) = gradxform.fused.why_not_fused(tx)
+    assert "_leaf_scale.<locals>.update is not declared elementwise" in reason
+    assert gradxform.fused.fusable(piece) is piece  # marks piece.update
+    assert gradxform.fused.why_not_fused(tx) == [] and gradxform.fused.bit_exact(tx)
+    ref, _ = _run(tx)
+    got, state = _run(gradxform.fused(tx, strict=True))
+    _assert_same(ref, got)
+    # leaves are grouped by the declared per-leaf field: dense/bias, dense/kernel, scale | emb
+    assert state.layout.groups == ((0, 1, 3), (2,))
+    with pytest.raises(TypeError, match="update function"):
+        gradxform.fused.fusable("my_module:my_piece.<locals>.update")
+
+
+def test_not_fusable_names_its_reason():
+    def init(params):
+        return ()
+
+    @gradxform.fused.not_fusable(lambda cells: f"needs the whole tree at once (k={cells['k']})")
+    def update(updates, state, params=None, **extra_args):
+        return jax.tree.map(lambda u: u * k, updates), state
+
+    k = 3
+    tx = gradxform.chain(pieces.track_step(0.1), transformation(init, update), pieces.scale_by_lr())
+    assert gradxform.fused.why_not_fused(tx) == ["needs the whole tree at once (k=3)"]
+    with pytest.raises(ValueError, match="whole tree"):
+        gradxform.fused(tx, strict=True)

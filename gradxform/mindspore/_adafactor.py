@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation
+from .._elementwise import not_fusable
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
@@ -29,6 +30,11 @@ class AdaFactorState(NamedTuple):
 
 def _rms(x):
     return jnp.sqrt(jnp.mean(jnp.square(x)))
+
+
+# For gradxform.fused: the factored moments are not shaped like the parameters.
+_NOT_FUSABLE = ("mindspore.adafactor keeps factored second moments (a row and a column vector per "
+                "matrix), which are not shaped like the parameters and cannot live in flat buffers")
 
 
 def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_parameter, relative_step,
@@ -55,6 +61,7 @@ def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_
             jax.tree.map(jnp.zeros_like, params) if use_first_moment else (),
             jax.tree.map(row, params), jax.tree.map(col, params), jax.tree.map(sq, params))
 
+    @not_fusable(_NOT_FUSABLE)
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.adafactor: needs params; call update(grads, state, params).")

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, chain, context_value, transformation
+from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ..pieces import bias_correction, lazy_rows, scale_by_adam_moments, scale_by_lr
 from ..pieces._moments import MomentsState, adam_emas
@@ -41,6 +42,7 @@ def _nesterov_adam_moments(beta1, beta2, eps) -> GradientTransformation:
         return MomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                              "epsilon": hyper_scalar(eps)}, z, z)
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         h = state.hyper
@@ -68,6 +70,7 @@ def _amsgrad_moments(beta1, beta2, eps) -> GradientTransformation:
         return AmsgradState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                              "epsilon": hyper_scalar(eps)}, z, z, z)
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         h = state.hyper
@@ -233,6 +236,7 @@ def _lamb_direction(beta1, beta2, eps) -> GradientTransformation:
         return LambState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                           "epsilon": hyper_scalar(eps)}, z, z)
 
+    @fusable(bit_exact=False)  # fused: per-leaf norms as segment sums (another order)
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.lamb: needs params; call update(grads, state, params).")

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation
+from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ._common import check_bool, check_float, parse
 
@@ -36,6 +37,7 @@ def _adagrad_step(accum: float, update_slots: bool) -> GradientTransformation:
     def init(params):
         return AccumState({}, _full(params, accum))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "mindspore.adagrad")
@@ -78,6 +80,7 @@ def _proximal_adagrad_step(accum: float, l1: float, l2: float) -> GradientTransf
     def init(params):
         return AccumState({"l1": hyper_scalar(l1), "l2": hyper_scalar(l2)}, _full(params, accum))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.proximal_adagrad: needs params; call update(grads, state, params).")
@@ -138,6 +141,7 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
         return FtrlState({"lr_power": hyper_scalar(lr_power), "l1": hyper_scalar(l1), "l2": hyper_scalar(l2)},
                          _full(params, initial_accum), jax.tree.map(jnp.zeros_like, params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.ftrl: needs params; call update(grads, state, params).")
@@ -216,6 +220,7 @@ def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool)
                             jax.tree.map(jnp.zeros_like, params) if centered else (),
                             jax.tree.map(jnp.zeros_like, params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "mindspore.rmsprop")

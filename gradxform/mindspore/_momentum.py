@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, transformation
+from .._elementwise import fusable
 from .._errors import validated
 from .._groups import beta_gamma_filter
 from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
@@ -74,6 +75,7 @@ def _sgd_momentum(momentum: float, dampening: float, nesterov: bool) -> Gradient
         return SGDMomentumState({"momentum": hyper_scalar(momentum), "dampening": hyper_scalar(dampening)},
                                 jax.tree.map(jnp.zeros_like, params), jax.tree.map(jnp.ones_like, params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         mu, d = state.hyper["momentum"], state.hyper["dampening"]
@@ -192,6 +194,10 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
                                     "weight_decay": hyper_scalar(weight_decay),
                                     "loss_scale": hyper_scalar(loss_scale)}, inner), owner)
 
+    # fused: trust ratios from per-leaf norms, segment sums over each buffer (summed in
+    # another order); the name filters are static per leaf and applied per element, so
+    # leaves that skip LARS may share a buffer
+    @fusable(bit_exact=False)
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError(f"{owner}: needs params; call update(grads, state, params).")

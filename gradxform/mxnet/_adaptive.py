@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import GradientTransformation, chain, context_value, identity, transformation
+from .._elementwise import fusable
 from .._hyper import hyper_residual, hyper_scalar
 from .._ranges import check_hyper
 from .._tree import map_unzip
@@ -117,6 +118,9 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
         last, scheds = jax.lax.scan(advance, sched, (mom_t, on))
         return (spread_leaf_values(1.0 - scheds, segs), spread_leaf_values(1.0 - scheds * mom_t1, segs), last)
 
+    # fused: the shared schedule is one scalar per leaf, multiplied leaf by leaf in index
+    # order as per leaf, then spread over the buffers (per-leaf values per element)
+    @fusable(bit_exact=False)
     def update(updates, state, params=None, **extra_args):
         del params
         h, lo = state.hyper, state.hyper_lo
@@ -202,6 +206,7 @@ def _clip_weights(clip_weights):
         del params
         return WeightClipState({"clip_weights": hyper_scalar(clip_weights)})
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del extra_args
         c = state.hyper["clip_weights"]
@@ -252,6 +257,7 @@ def _adadelta_direction(rho, epsilon):
         return AdaDeltaState({"rho": hyper_scalar(rho), "epsilon": hyper_scalar(epsilon)},
                              _zeros(params), _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         rho, eps = state.hyper["rho"], state.hyper["epsilon"]
@@ -299,6 +305,7 @@ def _ftml_step(beta1, beta2, epsilon):
         return FTMLState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                           "epsilon": hyper_scalar(epsilon)}, _zeros(params), _zeros(params), _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "mxnet.ftml")
         count = context_value(extra_args, "count", "mxnet.ftml")
@@ -348,6 +355,7 @@ def _ftrl_step(lamda1, beta):
         return FtrlState({"lamda1": hyper_scalar(lamda1), "beta": hyper_scalar(beta)},
                          _zeros(params), _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "mxnet.ftrl")
         wd = context_value(extra_args, "wd", "mxnet.ftrl")

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, identity, transformation
+from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._ranges import check_hyper
 from .._tree import map_unzip
@@ -65,6 +66,7 @@ def _nesterov_step(momentum):
     def init(params):
         return NAGState({"momentum": hyper_scalar(momentum)}, jax.tree.map(jnp.zeros_like, params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "mxnet.nag")
         wd = context_value(extra_args, "wd", "mxnet.nag")
@@ -133,6 +135,15 @@ class LBSGDState(NamedTuple):
     hyper: dict
     cum_grad: object
     num_cums: object
+    per_leaf_fields = ("num_cums",)  # trees of per-leaf scalars (gradxform.fused: one per buffer)
+
+
+def _fused_lars_warmup(cells, facts):
+    """_lbsgd_accumulate's `fusable` check (gradxform.fused): LARS warmup takes
+    per-leaf norms, segment sums over the flat buffers (summed in another order)."""
+    if cells.get("warmup_strategy") == "lars":
+        facts["bit_exact"] = False
+    return None
 
 
 def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_epoch, begin_epoch):
@@ -161,6 +172,7 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
         return LBSGDState({}, jax.tree.map(jnp.zeros_like, params),
                           jax.tree.map(lambda _: jnp.asarray(init_updates, jnp.int32), params))
 
+    @fusable(check=_fused_lars_warmup)
     def update(updates, state, params=None, **extra_args):
         num_cums = jax.tree.map(lambda c: c + 1, state.num_cums)
         cum = jax.tree.map(lambda c, g: c + g, state.cum_grad, updates)
@@ -228,6 +240,7 @@ def _delay_compensation(lamda):
     def init(params):
         return DCASGDState({"lamda": hyper_scalar(lamda)}, jax.tree.map(jnp.array, params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del extra_args
         lam = state.hyper["lamda"]

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, chain, context_value, identity, transformation
+from .._elementwise import fusable, not_fusable
 from .._hyper import hyper_scalar
 from .._optimizer import finalize
 from ..pieces import clip_by_value, scale_by_lr, track_step
@@ -35,6 +36,7 @@ def clip_grad_by_global_norm(clip_norm: float) -> GradientTransformation:
         del params
         return HyperState({"clip_norm": hyper_scalar(clip_norm)})
 
+    @fusable(bit_exact=False)  # fused: the norm of the buffers, summed in another order
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         leaves = jax.tree.leaves(updates)
@@ -55,6 +57,7 @@ def clip_grad_by_norm(clip_norm: float) -> GradientTransformation:
         del params
         return HyperState({"clip_norm": hyper_scalar(clip_norm)})
 
+    @not_fusable("paddle.clip_grad_by_norm needs a norm per parameter")
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         c = state.hyper["clip_norm"]
@@ -81,6 +84,7 @@ def clip_grad_by_value(max: float, min: float | None = None) -> GradientTransfor
         del params
         return HyperState({"clip_min": hyper_scalar(lo), "clip_max": hyper_scalar(max)})
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         a, b = state.hyper["clip_min"], state.hyper["clip_max"]
@@ -98,6 +102,7 @@ def _regularizer(coeff: float, kind: str) -> GradientTransformation:
         del params
         return HyperState({name: hyper_scalar(coeff)})
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del extra_args
         if params is None:
@@ -127,6 +132,16 @@ class ASGDState(NamedTuple):
     y: object
 
 
+def _ring_not_fusable(cells):
+    # For gradxform.fused: the ring would have to be stored as (batch_num, group
+    # size) buffers, which is what the chain's own init on flat buffers expects; the
+    # layout only has params-shaped ones (batch_num == 1 included: (1, *shape) is not
+    # params-shaped).
+    n = cells.get("batch_num")
+    return (f"paddle.asgd keeps its last batch_num={n} gradients per parameter as a "
+            f"({n}, *shape) ring, which the flat layout (params-shaped buffers only) cannot hold")
+
+
 def _asgd_average(batch_num: int) -> GradientTransformation:
     """Paddle's ``asgd_`` kernel, with ``m`` the parameter's update count ``t``::
 
@@ -137,6 +152,7 @@ def _asgd_average(batch_num: int) -> GradientTransformation:
         return ASGDState({}, jax.tree.map(jnp.zeros_like, params),
                          jax.tree.map(lambda p: jnp.zeros((batch_num,) + jnp.shape(p), jnp.result_type(p)), params))
 
+    @not_fusable(_ring_not_fusable)
     def update(updates, state, params=None, **extra_args):
         del params
         count = context_value(extra_args, "count", "paddle.asgd")

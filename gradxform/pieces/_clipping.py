@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, identity, transformation
+from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from ._scaling import HyperState
 
@@ -26,6 +27,7 @@ def clip_by_value(clip_gradient: float | None, *, name: str = "clip_gradient") -
         del params
         return HyperState({name: hyper_scalar(clip_gradient)})
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         c = state.hyper[name]
@@ -51,6 +53,7 @@ def clip_by_global_norm(max_norm: float, *, name: str = "max_norm") -> GradientT
         del params
         return HyperState({name: hyper_scalar(max_norm)})
 
+    @fusable(bit_exact=False)  # fused: the norm of the buffers, summed in another order
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         norm = global_norm(updates)

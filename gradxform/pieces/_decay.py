@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import CONTEXT_KEY, GradientTransformation, context_value, transformation
+from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._tree import param_names
 from ._step import Multiplier, resolve_multiplier
@@ -18,6 +19,7 @@ class DecayState(NamedTuple):
     """``wd_mult``: per-leaf float32 multipliers, a tree of scalars."""
     hyper: dict
     wd_mult: object
+    per_leaf_fields = ("wd_mult",)  # trees of per-leaf scalars (gradxform.fused: one per buffer)
 
 
 def _decay(wd, wd_mult, name, add, who):
@@ -32,6 +34,7 @@ def _decay(wd, wd_mult, name, add, who):
         return DecayState({name: hyper_scalar(wd)},
                           jax.tree.structure(params).unflatten([jnp.asarray(m, jnp.float32) for m in mults]))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         if wd is None:
             per_leaf = context_value(extra_args, "wd", who)
@@ -86,6 +89,7 @@ def add_decoupled_weight_decay(wd: float | None = 0.0, *, name: str = "wd_lh") -
             return ()
         return DecayState({name: hyper_scalar(wd)}, ())
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "add_decoupled_weight_decay")
         if wd is None:

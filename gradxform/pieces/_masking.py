@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation
+from .._elementwise import fusable
 from .._tree import select_tree
 from ._segments import buffer_segments, row_sums
 
@@ -17,6 +18,7 @@ def gated(inner: GradientTransformation, key: str) -> GradientTransformation:
     is kept as it was (MXNet LBSGD's non-update steps while gradients
     accumulate)."""
 
+    @fusable  # its mask is per leaf, hence per group
     def update(updates, state, params=None, **extra_args):
         mask = context_value(extra_args, key, "gated")
         out, new_state = inner.update(updates, state, params, **extra_args)
@@ -51,6 +53,9 @@ def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
     parameter row and every per-parameter state row stay as they were (MXNet
     ``lazy_update`` with a ``row_sparse`` gradient; MindSpore LazyAdam)."""
 
+    # fused: row flags from integer counts of nonzeros per row (exact in any order),
+    # applied per element
+    @fusable(bit_exact=False)
     def update(updates, state, params=None, **extra_args):
         rows = _present(updates, extra_args)
         out, new_state = inner.update(updates, state, params, **extra_args)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation
+from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
 
 __all__ = [
@@ -42,6 +43,7 @@ def trace(momentum: float, *, nesterov: bool = False, name: str = "momentum") ->
     def init(params):
         return TraceState({name: hyper_scalar(momentum)}, _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         mu = state.hyper[name]
@@ -59,6 +61,7 @@ def ema(decay: float, *, name: str = "momentum") -> GradientTransformation:
     def init(params):
         return TraceState({name: hyper_scalar(decay)}, _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         d = state.hyper[name]
@@ -75,6 +78,7 @@ def sign() -> GradientTransformation:
         del params
         return ()
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         return jax.tree.map(jnp.sign, updates), state
@@ -112,6 +116,7 @@ def scale_by_adam_moments(beta1: float = 0.9, beta2: float = 0.999,
         return MomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                              "epsilon": hyper_scalar(epsilon)}, _zeros(params), _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         h = state.hyper
@@ -131,6 +136,7 @@ def scale_by_rms(decay: float = 0.9, epsilon: float = 1e-8, *, name: str = "gamm
     def init(params):
         return TraceState({name: hyper_scalar(decay), "epsilon": hyper_scalar(epsilon)}, _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         d, eps = state.hyper[name], state.hyper["epsilon"]
@@ -158,6 +164,7 @@ def scale_by_centered_rms(decay: float = 0.9, epsilon: float = 1e-8, *,
         return CenteredRmsState({name: hyper_scalar(decay), "epsilon": hyper_scalar(epsilon)},
                                 _zeros(params), _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         d, eps = state.hyper[name], state.hyper["epsilon"]
@@ -178,6 +185,7 @@ def scale_by_adamax(beta1: float = 0.9, beta2: float = 0.999) -> GradientTransfo
         return MomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2)},
                             _zeros(params), _zeros(params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         h = state.hyper
@@ -197,6 +205,7 @@ def scale_by_accumulated_squares(eps: float = 1e-7, *, initial: float = 0.0,
         return TraceState({name: hyper_scalar(eps)},
                           jax.tree.map(lambda p: jnp.full(jnp.shape(p), initial, jnp.result_type(p)), params))
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         e = state.hyper[name]
@@ -231,6 +240,7 @@ def bias_correction(beta1: float = 0.9, beta2: float | None = 0.999) -> Gradient
         return BiasCorrectionState({k: hyper_scalar(v) for k, v in betas.items()},
                                    {k: hyper_residual(v) for k, v in betas.items()})
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params
         count = context_value(extra_args, "count", "bias_correction")

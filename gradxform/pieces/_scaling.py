@@ -6,6 +6,7 @@ from typing import NamedTuple
 import jax
 
 from .._base import GradientTransformation, transformation
+from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 
 __all__ = ["HyperState", "rescale", "scale", "unscale"]
@@ -28,6 +29,7 @@ def rescale(rescale_grad: float = 1.0, *, name: str = "rescale_grad") -> Gradien
         del params
         return HyperState({name: hyper_scalar(rescale_grad)})
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         f = state.hyper[name]
@@ -44,6 +46,7 @@ def unscale(loss_scale: float = 1.0, *, name: str = "loss_scale") -> GradientTra
         del params
         return HyperState({name: hyper_scalar(loss_scale)})
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         f = state.hyper[name]
@@ -60,6 +63,7 @@ def scale(factor: float) -> GradientTransformation:
         del params
         return ()
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         return jax.tree.map(lambda u: u * jax.numpy.asarray(factor, u.dtype), updates), state

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, transformation
+from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._tree import multipliers, param_names, replace_states
 
@@ -48,6 +49,7 @@ class StepState(NamedTuple):
     num_update: jax.Array
     max_count: jax.Array
     first_max: jax.Array
+    per_leaf_fields = ("lr_mult", "count")  # trees of per-leaf scalars (gradxform.fused: one per buffer)
 
 
 def _derived(counts):
@@ -65,6 +67,15 @@ def normalize_step_states(state):
         mx, first = _derived(jax.tree.leaves(node.count))
         return node._replace(max_count=mx, first_max=first)
     return replace_states(state, StepState, refresh)
+
+
+def _fused_track_step(cells, facts):
+    """track_step's `fusable` check (gradxform.fused)."""
+    if cells.get("read_lr") == "before" and cells.get("schedule") is not None:
+        # MXNet reads the schedule before leaf 0 bumps the shared count and
+        # after it for every later leaf: leaf 0 gets a group of its own.
+        facts["isolate_first"] = True
+    return None
 
 
 def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mult: Multiplier = None,
@@ -114,6 +125,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             num_update=jnp.asarray(begin_num_update, jnp.int32),
             max_count=jnp.asarray(begin_num_update, jnp.int32), first_max=jnp.zeros((), jnp.int32))
 
+    @fusable(check=_fused_track_step)
     def update(updates, state, params=None, **extra_args):
         del params
         treedef = jax.tree.structure(updates)
@@ -188,6 +200,7 @@ def scale_by_lr(sign: float = -1.0, factor_key: str | None = None) -> GradientTr
         del params
         return ()
 
+    @fusable
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "scale_by_lr")

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import CONTEXT_KEY, GradientTransformation, transformation
+from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ._common import Schedule, check_number
 
@@ -396,6 +397,7 @@ class ReduceOnPlateau:
             del params
             return self.init_state()
 
+        @fusable  # one lr for all leaves
         def update(updates, state, params=None, **extra_args):
             del params
             if "loss" not in extra_args or extra_args["loss"] is None:
