@@ -1,4 +1,4 @@
-"""Parameter groups (gradxform._groups) through gradxform.mindspore.momentum:
+"""Parameter groups (gradxform.mindspore._groups) through gradxform.mindspore.momentum:
 per-group lr (fixed and list), weight decay, the beta/gamma filter, order_params,
 ungrouped parameters frozen, and the errors. NumPy reference, 10 steps, rtol 1e-6."""
 import jax
@@ -8,7 +8,7 @@ import pytest
 
 import gradxform as gx
 from gradxform import mindspore as M
-from gradxform._groups import beta_gamma_filter
+from gradxform.mindspore._groups import beta_gamma_filter
 
 SHAPES = {"conv/weight": (4, 16, 1, 2), "dense/bias": (3,), "bn/gamma": (2, 2)}
 

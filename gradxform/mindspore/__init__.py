@@ -3,10 +3,10 @@ defaults (reached by name as ``gradxform.create('mindspore.<name>', ...)``).
 
 Parameters are passed to ``init``, not at construction; MindSpore's
 ``params`` list of group dicts is the ``groups=`` keyword (see
-`gradxform._groups`). Every learning rate may be a number, a list / 1-D
+`gradxform.mindspore._groups`). Every learning rate may be a number, a list / 1-D
 array, or a `gradxform.schedules` schedule (FTRL: a number only).
 """
-from .._groups import beta_gamma_filter
+from ._groups import beta_gamma_filter
 from .._optimizer import with_guard_option
 from .._registry import register
 from ._adafactor import adafactor

@@ -15,7 +15,7 @@ import warnings
 from typing import Any, Callable
 
 from .._base import GradientTransformation, chain, identity
-from .._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay, parse_groups,
+from ._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay, parse_groups,
                        unselected_frozen)
 from .._optimizer import finalize
 from ..pieces import centralize_gradients, track_step, unscale

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, transformation
 from .._elementwise import fusable
 from .._errors import validated
-from .._groups import beta_gamma_filter
+from ._groups import beta_gamma_filter
 from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
 from .._ranges import check_hyper
 from ..pieces import scale_by_lr, trace
@@ -42,7 +42,7 @@ def momentum(learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nest
       momentum: float >= 0 (hyperparameter ``momentum``).
       weight_decay: >= 0. loss_scale: > 0, static gradient division.
       use_nesterov: bool (static).
-      groups: MindSpore parameter groups (`gradxform._groups`): 'params',
+      groups: MindSpore parameter groups (`gradxform.mindspore._groups`): 'params',
         'lr', 'weight_decay', 'grad_centralization', and 'order_params'.
 
     Warning: MindSpore 2.10's CPU ``ApplyMomentum`` kernel ignores

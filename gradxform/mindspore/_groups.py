@@ -34,11 +34,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import CONTEXT_KEY, GradientTransformation, context_value, transformation
-from ._elementwise import fusable
-from ._hyper import hyper_scalar
-from ._tree import param_names
-from .schedules._common import as_schedule, check_number
+from .._base import CONTEXT_KEY, GradientTransformation, context_value, transformation
+from .._elementwise import fusable
+from .._hyper import hyper_scalar
+from .._tree import param_names
+from ..schedules._common import as_schedule, check_number
 
 __all__ = ["GroupSpec", "parse_groups", "assign_groups", "beta_gamma_filter", "group_learning_rate",
            "group_weight_decay", "GroupState", "unselected_frozen"]
@@ -268,7 +268,7 @@ def unselected_frozen(owner: str, specs, order, inner: GradientTransformation) -
     buffers without names, and the per-leaf slot is then one per group."""
     if specs is None:
         return inner
-    from ._tree import find_states, select_tree  # noqa: PLC0415
+    from .._tree import find_states, select_tree  # noqa: PLC0415
 
     @fusable  # reads the selection from group_slot
     def update(updates, state, params=None, **extra_args):
