@@ -26,8 +26,6 @@ class Case:
     zero_grad_atol: absolute tolerance for that check (0: bit-exact).
     converges: 200 steps on a small quadratic lower the loss.
     rtol, atol: tolerance for jit against op-by-op, vmap against a loop.
-    supports_complex, per_leaf_count: declared capabilities (documentation
-      for now; complex parameters are not exercised).
     donatable: a jitted step may donate params and state (False where the
       state lives in host memory: XLA CPU aborts the process on donating a
       pinned_host buffer, jax 0.10.2).
@@ -46,8 +44,6 @@ class Case:
     converges: bool = True
     rtol: float = 1e-5
     atol: float = 1e-6
-    supports_complex: bool = False
-    per_leaf_count: bool = True
     donatable: bool = True
     fuses: bool | None = None
     bit_exact: bool = True

@@ -254,8 +254,7 @@ def reduce_leaves(g_leaves, r_leaves, compression):
     return summed, residual
 
 
-def apply_step(tx, params, state, g_leaves, present, rescale, *, has_rescale: bool,
-               skip_nonfinite: bool):
+def apply_step(tx, params, state, g_leaves, present, rescale, *, has_rescale: bool):
     """Inside pmap: one optimizer update with the (summed) gradient leaves of
     the ``present`` parameters; stale parameters and their state stay."""
     p_leaves, treedef = jax.tree.flatten(params)
@@ -276,16 +275,7 @@ def apply_step(tx, params, state, g_leaves, present, rescale, *, has_rescale: bo
     if stale:
         new_leaves = [n if here else p for here, n, p in zip(present, new_leaves, p_leaves)]
         new_state = select_tree(mask, new_state, state)
-    new_params = treedef.unflatten(new_leaves)
-    if skip_nonfinite:
-        ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(g)) for g in g_leaves])) if g_leaves else True
-
-        def keep(new, old):
-            return jnp.where(ok, new, old) if hasattr(new, "dtype") else new
-
-        new_params = jax.tree.map(keep, new_params, params)
-        new_state = jax.tree.map(keep, new_state, state)
-    return new_params, new_state
+    return treedef.unflatten(new_leaves), new_state
 
 
 # -- program builders (each result is cached by the Trainer) -------------------------
@@ -302,28 +292,28 @@ def build_reduce(compression, devices, layout=None):
     return spmap(body, in_axes=(0, STORED), out_axes=(0, STORED), devices=devices)
 
 
-def build_update(tx, present, grads_mapped, *, has_rescale, skip_nonfinite, devices):
+def build_update(tx, present, grads_mapped, *, has_rescale, devices):
     def body(params, state, g_leaves, rescale):
         return apply_step(tx, params, state, in_params_form(params, g_leaves), present, rescale,
-                          has_rescale=has_rescale, skip_nonfinite=skip_nonfinite)
+                          has_rescale=has_rescale)
 
     return spmap(body, in_axes=(STORED, STORED, 0 if grads_mapped else None, None),
                  out_axes=(STORED, STORED), donate_argnums=(0, 1), devices=devices)
 
 
-def build_step(tx, present, compression, *, has_rescale, skip_nonfinite, devices):
+def build_step(tx, present, compression, *, has_rescale, devices):
     """all-reduce + update in one program (``Trainer.step``)."""
     def body(params, state, g_leaves, r_leaves, rescale):
         summed, r_leaves = reduce_leaves(in_params_form(params, g_leaves), r_leaves, compression)
         params, state = apply_step(tx, params, state, summed, present, rescale,
-                                   has_rescale=has_rescale, skip_nonfinite=skip_nonfinite)
+                                   has_rescale=has_rescale)
         return params, state, r_leaves
 
     return spmap(body, in_axes=(STORED, STORED, 0, STORED, None), out_axes=(STORED, STORED, STORED),
                  donate_argnums=(0, 1, 3), devices=devices)
 
 
-def build_compiled(tx, loss_fn, compression, *, has_rescale, skip_nonfinite, devices, loss_scaled=False):
+def build_compiled(tx, loss_fn, compression, *, has_rescale, devices, loss_scaled=False):
     """forward, backward, all-reduce and update in one program; parameters,
     state and residuals are donated. Returns the loss summed over all devices.
     With ``loss_scaled`` the loss is multiplied by the state's dynamic loss
@@ -340,7 +330,7 @@ def build_compiled(tx, loss_fn, compression, *, has_rescale, skip_nonfinite, dev
         summed, r_leaves = reduce_leaves(g_leaves, r_leaves, compression)
         present = (True,) * len(g_leaves)
         params, state = apply_step(tx, params, state, summed, present, rescale,
-                                   has_rescale=has_rescale, skip_nonfinite=skip_nonfinite)
+                                   has_rescale=has_rescale)
         return params, state, r_leaves, jax.lax.psum(loss, AXIS)
 
     return spmap(body, in_axes=(STORED, STORED, STORED, 0, None), out_axes=(STORED, STORED, STORED, None),

@@ -196,7 +196,6 @@ class Trainer:
         self._n = len(local)
         self._compression = parse_compression(compression_params)
         self._place = ar.Placement(self._n, self._devices)
-        self._skip_nonfinite = False  # the guard piece in self._tx does it, counting bad steps
 
         state = self._tx.init(params)
         self._has_rescale = "rescale_grad" in hyper_names(state)
@@ -438,8 +437,7 @@ class Trainer:
             return
         self._leave_fused_if_stale(present)
         program = self._program(("update", present, mapped), lambda: ar.build_update(
-            self._tx, present, mapped, has_rescale=self._has_rescale,
-            skip_nonfinite=self._skip_nonfinite, devices=self._devices))
+            self._tx, present, mapped, has_rescale=self._has_rescale, devices=self._devices))
         self._params, self._state = program(self._params, self._state, g_leaves, rescale)
         self._after_step()
 
@@ -461,8 +459,7 @@ class Trainer:
             return
         self._leave_fused_if_stale(present)
         program = self._program(("step", present), lambda: ar.build_step(
-            self._tx, present, self._compression, has_rescale=self._has_rescale,
-            skip_nonfinite=self._skip_nonfinite, devices=self._devices))
+            self._tx, present, self._compression, has_rescale=self._has_rescale, devices=self._devices))
         self._params, self._state, residual = program(
             self._params, self._state, g_leaves, self._residual_of(present), rescale)
         self._set_residual(present, residual)
@@ -479,8 +476,8 @@ class Trainer:
         """
         def build():
             return ar.build_compiled(
-                self._tx, loss_fn, self._compression, has_rescale=self._has_rescale,
-                skip_nonfinite=self._skip_nonfinite, devices=self._devices, loss_scaled=self._loss_scaled)
+                self._tx, loss_fn, self._compression, has_rescale=self._has_rescale, devices=self._devices,
+                loss_scaled=self._loss_scaled)
 
         self._program(("compiled", loss_fn), build)
 
