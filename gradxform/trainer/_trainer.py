@@ -1,4 +1,66 @@
-"""Gluon's `Trainer` (mxnet/gluon/trainer.py) over JAX devices and processes."""
+"""Gluon's `Trainer` (mxnet/gluon/trainer.py) over JAX devices and processes.
+
+The class docstring says how to use it; these are the design notes.
+
+**Devices and processes.** The parameters and the optimizer state live
+on every device (``devices``, default all local devices), stacked along
+a leading axis; the programs are `jax.pmap`s over that axis (see
+`gradxform.trainer._allreduce` for the pmap/shard_map note). On one
+device in one process they are `jax.jit` programs on a single copy
+instead (same results; a one-device pmap made XLA copy every donated
+buffer), and gradients still come with a leading axis of 1. After
+`jax.distributed.initialize`, the same code sums over every process's
+devices: each process passes its own gradients or its own share of the
+batch, and every process ends with the same parameters. With explicit
+``devices`` in several processes, pass the same global list in each.
+
+**Gradients** come per device: a tree with the parameters' structure
+whose leaves have a leading axis of the number of local devices, as a
+pmapped gradient function returns them::
+
+    grads = jax.pmap(jax.grad(loss_fn))(replicated_params, split_batch(batch, n_local))
+
+which is what `per_device_grads` (one copy of the parameters) and
+``trainer.grads`` (the Trainer's own replicas) compute. As with Gluon's
+``loss.backward()``, let the loss be the sum over examples; ``step``
+divides by ``batch_size``: it sets the optimizer's ``rescale_grad``
+hyperparameter to ``scale / batch_size`` (``scale`` = the
+``rescale_grad`` the optimizer was created with) by `gradxform.set_hyper`
+inside the step, so a new batch size never recompiles. A transformation
+without that hyperparameter (a plain optax one) gets its gradients
+multiplied by ``1 / batch_size`` instead.
+
+**Compression.** ``compression_params={'type': '2bit', 'threshold': t}``
+is MXNet's 2-bit compression with error feedback, applied on each device
+(residual ``r``, one per device and parameter, zero at first) to its own
+gradient ``g`` before the all-reduce::
+
+    r += g
+    q  = +t where r >= t;  -t where r <= -t;  0 elsewhere
+    r -= q                  # what was not sent waits for the next step
+    summed = sum over all devices of q
+
+``{'type': '1bit', 'threshold': t}`` (MXNet 2.x; default t = 0) sends
+``q = +1 where r > t, else -1`` the same way. The values, not MXNet's
+bit packing, are summed (see `gradxform.trainer._compression`). A step
+whose raw gradient is non-finite on any device leaves every residual as
+it was. The residuals are saved by ``save_states``.
+
+**The fused layout** runs the per-leaf rules per element with the same
+scalars (by default only chains without a reordered sum take it; with
+``fused=True`` a norm is summed in another order). The two layouts are
+two compiled programs, and XLA may contract a*b+c into an FMA in one
+and not the other: measured, they agree to 1 float32 ulp at most.
+`compile_step` hands ``loss_fn`` views of the buffers
+(``params.unravel()``) and gets flat gradients back (a custom VJP
+concatenates the leaves' cotangents once); `step`/`update` take ordinary
+gradient trees and concatenate them inside the program (one pass over
+the gradients). ``params``, ``state`` and ``save_states`` are always in
+the per-leaf form, so checkpoints resume on either layout. The fused
+layout keeps one step count per group of leaves, so the first step
+with a stale (None) gradient moves the Trainer to the per-leaf layout
+for good (``trainer.fused`` turns False; numbers are unaffected).
+"""
 from __future__ import annotations
 
 from typing import Callable
@@ -40,33 +102,10 @@ class Trainer:
         step = trainer.compile_step(loss_fn)       # one program: forward, backward, all-reduce, update
         loss = step(batch, batch_size)
 
-    **Devices and processes.** The parameters and the optimizer state live
-    on every device (``devices``, default all local devices), stacked along
-    a leading axis; the programs are `jax.pmap`s over that axis (see
-    `gradxform.trainer._allreduce` for the pmap/shard_map note). On one
-    device in one process they are `jax.jit` programs on a single copy
-    instead (same results; a one-device pmap made XLA copy every donated
-    buffer), and gradients still come with a leading axis of 1. After
-    `jax.distributed.initialize`, the same code sums over every process's
-    devices: each process passes its own gradients or its own share of the
-    batch, and every process ends with the same parameters. With explicit
-    ``devices`` in several processes, pass the same global list in each.
-
-    **Gradients** come per device: a tree with the parameters' structure
-    whose leaves have a leading axis of the number of local devices, as a
-    pmapped gradient function returns them::
-
-        grads = jax.pmap(jax.grad(loss_fn))(replicated_params, split_batch(batch, n_local))
-
-    which is what `per_device_grads` (one copy of the parameters) and
-    ``trainer.grads`` (the Trainer's own replicas) compute. As with Gluon's
-    ``loss.backward()``, let the loss be the sum over examples; ``step``
-    divides by ``batch_size``: it sets the optimizer's ``rescale_grad``
-    hyperparameter to ``scale / batch_size`` (``scale`` = the
-    ``rescale_grad`` the optimizer was created with) by `gradxform.set_hyper`
-    inside the step, so a new batch size never recompiles. A transformation
-    without that hyperparameter (a plain optax one) gets its gradients
-    multiplied by ``1 / batch_size`` instead.
+    **Devices and processes.** Parameters and optimizer state live on every
+    device (``devices``, default all local devices); after
+    `jax.distributed.initialize` the same code sums over every process's
+    devices (module docstring: how).
 
     **Stale gradients.** A leaf given as None is a parameter the step did not
     use. With ``ignore_stale_grad=False`` that raises UserWarning (Gluon's
@@ -75,20 +114,8 @@ class Trainer:
     ``update_mask=`` so that its step counter skips them too).
 
     **Compression.** ``compression_params={'type': '2bit', 'threshold': t}``
-    is MXNet's 2-bit compression with error feedback, applied on each device
-    (residual ``r``, one per device and parameter, zero at first) to its own
-    gradient ``g`` before the all-reduce::
-
-        r += g
-        q  = +t where r >= t;  -t where r <= -t;  0 elsewhere
-        r -= q                  # what was not sent waits for the next step
-        summed = sum over all devices of q
-
-    ``{'type': '1bit', 'threshold': t}`` (MXNet 2.x; default t = 0) sends
-    ``q = +1 where r > t, else -1`` the same way. The values, not MXNet's
-    bit packing, are summed (see `gradxform.trainer._compression`). A step
-    whose raw gradient is non-finite on any device leaves every residual as
-    it was. The residuals are saved by ``save_states``.
+    (or ``'1bit'``) is MXNet's gradient compression with error feedback
+    before the all-reduce (module docstring: the rule).
 
     Args:
       params: a pytree of floating-point arrays (one copy). Parameter names are
@@ -127,21 +154,6 @@ class Trainer:
         Leaves of more than ``fused_max_leaf_size`` elements (default 2**16)
         keep a buffer of their own (free to enter and leave the flat form);
         the small ones are packed. None packs every leaf.
-
-    **The fused layout** runs the per-leaf rules per element with the same
-    scalars (by default only chains without a reordered sum take it; with
-    ``fused=True`` a norm is summed in another order). The two layouts are
-    two compiled programs, and XLA may contract a*b+c into an FMA in one
-    and not the other: measured, they agree to 1 float32 ulp at most.
-    `compile_step` hands ``loss_fn`` views of the buffers
-    (``params.unravel()``) and gets flat gradients back (a custom VJP
-    concatenates the leaves' cotangents once); `step`/`update` take ordinary
-    gradient trees and concatenate them inside the program (one pass over
-    the gradients). ``params``, ``state`` and ``save_states`` are always in
-    the per-leaf form, so checkpoints resume on either layout. The fused
-    layout keeps one step count per group of leaves, so the first step
-    with a stale (None) gradient moves the Trainer to the per-leaf layout
-    for good (``trainer.fused`` turns False; numbers are unaffected).
 
     Differences from Gluon: gradients are passed in, not read from
     ``Parameter.grad``; the Trainer owns the parameters (``trainer.params``)
