@@ -268,7 +268,8 @@ def unselected_frozen(owner: str, specs, order, inner: GradientTransformation) -
     buffers without names, and the per-leaf slot is then one per group."""
     if specs is None:
         return inner
-    from .._tree import find_states, select_tree  # noqa: PLC0415
+    from .._state_paths import find_states  # noqa: PLC0415
+    from .._tree import select_tree  # noqa: PLC0415
 
     @fusable  # reads the selection from group_slot
     def update(updates, state, params=None, **extra_args):
