@@ -46,6 +46,8 @@ def is_state(x) -> bool:
 
 def _top_states(tree) -> list[tuple[KeyPath, Any]]:
     """(path, node) of the outermost state nodes of ``tree`` (``tree`` itself if it is one)."""
+    if not any(map(is_state, jax.tree_util.tree_leaves(tree, is_leaf=is_state))):
+        return []  # the common case (a tree of arrays): no paths to build
     flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_state)
     return [(p, x) for p, x in flat if is_state(x)]
 
@@ -101,6 +103,8 @@ def map_states(fn: Callable[[KeyPath, Any], Any], state, kind: type | tuple[type
     None) replaced by ``fn(path, node)``. Innermost first: ``fn`` gets a node
     whose own fields were mapped already."""
     def go(tree, prefix):
+        if not any(map(is_state, jax.tree_util.tree_leaves(tree, is_leaf=is_state))):
+            return tree  # a tree of arrays: nothing to map
         changed = False
 
         def one(path, node):
