@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey
 
-from ._state_paths import map_states, state_paths
 from ._ranges import HyperName, Range, check_value, declared_range, owner_of, register_range
+from ._state_paths import map_states, state_paths
 
 __all__ = [
     "hyper_scalar", "hyper_residual", "get_hyper", "set_hyper", "hyper_names",
