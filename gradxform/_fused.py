@@ -77,8 +77,8 @@ import numpy as np
 
 from ._base import CONTEXT_KEY, GradientTransformation, transformation
 from ._elementwise import declaration, fusable, not_fusable, per_leaf_fields
+from ._state_paths import with_fields
 from .pieces._segments import SEGMENTS_KEY, layout_segments
-from .pieces._step import normalize_step_states
 
 __all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "fusable", "not_fusable", "flatten_state",
            "ravel", "unflatten_state", "why_not_fused"]
@@ -287,7 +287,7 @@ def _walk(node, leaf_fn, params_fn, treedef):
         per_leaf = per_leaf_fields(node)
         kids = {f: (leaf_fn(f, getattr(node, f)) if f in per_leaf and _per_leaf(getattr(node, f), treedef)
                     else _walk(getattr(node, f), leaf_fn, params_fn, treedef)) for f in node._fields}
-        return type(node)(**kids)
+        return with_fields(node, **kids)  # derived fields (StepState's first max) follow
     if isinstance(node, (tuple, list)):
         kids = [_walk(c, leaf_fn, params_fn, treedef) for c in node]
         return type(node)(kids) if len(node) else node
@@ -356,7 +356,7 @@ def _flatten_state(state, layout: Layout):
 
     flat = _walk(state, leaf_fn, lambda t: layout.ravel_leaves(layout.treedef.flatten_up_to(t)),
                  layout.treedef)
-    return normalize_step_states(flat)  # the largest count's first position, now in group order
+    return flat
 
 
 def _unflatten_state(flat, template, layout: Layout):
@@ -387,14 +387,14 @@ def _unflatten_state(flat, template, layout: Layout):
                     kids[name] = treedef.unflatten([fv[owner[i]] for i in range(layout.num_leaves)])
                 else:
                     kids[name] = walk(tv, fv)
-            return type(f)(**kids)
+            return with_fields(f, **kids)
         if isinstance(t, (tuple, list)):
             return type(f)([walk(a, b) for a, b in zip(t, f)]) if len(t) else f
         if isinstance(t, dict):
             return type(f)({k: walk(t[k], f[k]) for k in t})
         return f
 
-    return normalize_step_states(walk(template, flat))
+    return walk(template, flat)
 
 
 def _abstract_params(layout: Layout):

@@ -11,8 +11,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.tree_util import GetAttrKey
 
 from ._ranges import HyperName, Range, check_value, declared_range, owner_of, register_range
+from ._state_paths import map_states, state_paths
 
 __all__ = [
     "hyper_scalar", "hyper_residual", "get_hyper", "set_hyper", "hyper_names",
@@ -48,29 +50,28 @@ def register_check(name: str, **range_kwargs) -> None:
     register_range(name, Range(**range_kwargs))
 
 
-def _walk(state, visit):
-    """Calls visit(hyper_dict, path) for every hyperparameter dict in ``state``."""
-    def go(node, path):
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            for f in node._fields:
-                child = getattr(node, f)
-                if f in HYPER_FIELDS and isinstance(child, dict):
-                    visit(child, path + (f,))
-                else:
-                    go(child, path + (f,))
-        elif isinstance(node, (tuple, list)):
-            for i, c in enumerate(node):
-                go(c, path + (i,))
-        elif isinstance(node, dict):
-            for k, c in node.items():
-                go(c, path + (k,))
-    go(state, ())
+def _hyper_paths(state) -> list[tuple[tuple, dict]]:
+    """``(path, dict)`` of every hyperparameter dict in ``state`` (a state
+    node's ``hyper`` or ``hyperparams`` field), outermost state first."""
+    return [(path + (GetAttrKey(f),), d) for path, node in state_paths(state) for f in HYPER_FIELDS
+            if isinstance(d := getattr(node, f, None), dict)]
+
+
+def _hyper_dicts(state) -> list[dict]:
+    return [d for _, d in _hyper_paths(state)]
+
+
+def _walk(state, visit) -> None:
+    """Calls ``visit(hyper_dict, path)`` for every hyperparameter dict in ``state``."""
+    for path, d in _hyper_paths(state):
+        visit(d, path)
 
 
 def hyper_names(state) -> list[str]:
     """The names of every hyperparameter held in ``state``."""
     names: list[str] = []
-    _walk(state, lambda d, _: names.extend(str(k) for k in d if k not in names))
+    for d in _hyper_dicts(state):
+        names.extend(str(k) for k in d if k not in names)
     return names
 
 
@@ -79,8 +80,7 @@ def get_hyper(state, name: str):
 
     Raises KeyError listing the known names when the state holds no such value.
     """
-    found = []
-    _walk(state, lambda d, _: found.append(d[name]) if name in d else None)
+    found = [d[name] for d in _hyper_dicts(state) if name in d]
     if not found:
         raise KeyError(f"get_hyper: no hyperparameter {name!r} in this state; "
                        f"it holds {hyper_names(state)}.")
@@ -93,8 +93,10 @@ def set_hyper(state, **values):
     here; the jitted step does not retrace, because shapes and dtypes stay."""
     known = hyper_names(state)
     owners: dict[str, list] = {}   # name -> the owner of every slot holding it
-    _walk(state, lambda d, _: [owners.setdefault(k, []).append(owner_of(k))
-                               for k in d if owner_of(k) not in owners.get(k, ())])
+    for d in _hyper_dicts(state):
+        for k in d:
+            if owner_of(k) not in owners.get(k, ()):
+                owners.setdefault(k, []).append(owner_of(k))
     for name, value in values.items():
         if name in READ_ONLY:
             raise KeyError(f"set_hyper: {name!r} is derived by the optimizer and cannot be set.")
@@ -109,28 +111,20 @@ def set_hyper(state, **values):
                 check_value("set_hyper", name, value, rng,
                             suffix=f" (the range of {owner})" if owner else "")
 
-    def rebuild(node):
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            kids = {}
-            for f in node._fields:
-                child = getattr(node, f)
-                if f in HYPER_FIELDS and isinstance(child, dict):
-                    child = {k: (jnp.asarray(values[k], dtype=jnp.asarray(v).dtype).reshape(jnp.shape(v))
-                                 if k in values else v) for k, v in child.items()}
-                elif f == RESIDUAL_FIELD and isinstance(child, dict):
-                    child = {k: (hyper_residual(values[k]) if k in values else v) for k, v in child.items()}
-                else:
-                    child = rebuild(child)
-                kids[f] = child
-            return type(node)(**kids)
-        if isinstance(node, (tuple, list)) and not hasattr(node, "shape"):
-            kids = [rebuild(c) for c in node]
-            return type(node)(kids) if len(node) else node
-        if isinstance(node, dict):
-            return type(node)({k: rebuild(c) for k, c in node.items()})
-        return node
+    def new_value(k, v):
+        return jnp.asarray(values[k], dtype=jnp.asarray(v).dtype).reshape(jnp.shape(v)) if k in values else v
 
-    return rebuild(state)
+    def write(_, node):
+        kids = {}
+        for f in node._fields:
+            child = getattr(node, f)
+            if f in HYPER_FIELDS and isinstance(child, dict):
+                kids[f] = {k: new_value(k, v) for k, v in child.items()}
+            elif f == RESIDUAL_FIELD and isinstance(child, dict):
+                kids[f] = {k: (hyper_residual(values[k]) if k in values else v) for k, v in child.items()}
+        return node._replace(**kids) if kids else node
+
+    return map_states(write, state)
 
 
 def tag_owner(state, owner: str):
@@ -138,32 +132,19 @@ def tag_owner(state, owner: str):
     ``owner`` (`gradxform._ranges.HyperName`), so that `set_hyper` checks them
     against ``owner``'s declared ranges. Keys that already have an owner (an
     optimizer wrapped by another) keep it. Called by `gradxform._optimizer.finalize`."""
-    def rebuild(node):
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            kids = {}
-            for f in node._fields:
-                child = getattr(node, f)
-                if f in HYPER_FIELDS and isinstance(child, dict):
-                    child = {(k if owner_of(k) or not isinstance(k, str) else HyperName(k, owner)): v
-                             for k, v in child.items()}
-                else:
-                    child = rebuild(child)
-                kids[f] = child
-            return type(node)(**kids)
-        if isinstance(node, (tuple, list)) and not hasattr(node, "shape"):
-            kids = [rebuild(c) for c in node]
-            return type(node)(kids) if len(node) else node
-        if isinstance(node, dict):
-            return type(node)({k: rebuild(c) for k, c in node.items()})
-        return node
+    def tag(k):
+        return k if owner_of(k) or not isinstance(k, str) else HyperName(k, owner)
 
-    return rebuild(state)
+    def write(_, node):
+        kids = {f: {tag(k): v for k, v in getattr(node, f).items()} for f in node._fields
+                if f in HYPER_FIELDS and isinstance(getattr(node, f), dict)}
+        return node._replace(**kids) if kids else node
+
+    return map_states(write, state)
 
 
 def _scheduled(state) -> bool:
-    flags = []
-    _walk(state, lambda d, _: flags.append(bool(d["scheduled"])) if "scheduled" in d else None)
-    return any(flags)
+    return any(bool(d["scheduled"]) for d in _hyper_dicts(state) if "scheduled" in d)
 
 
 def get_learning_rate(state) -> float:

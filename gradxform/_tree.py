@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._state_paths import map_param_trees
+
 __all__ = ["key_name", "param_names", "multipliers", "select_tree"]
 
 
@@ -84,21 +86,11 @@ def select_tree(mask, new, old):
     mask_def = jax.tree.structure(mask)
     mask_leaves = mask_def.flatten_up_to(mask)
 
-    def walk(n, o):
-        if jax.tree.structure(n) == mask_def and mask_def.num_leaves > 0:
-            nl, ol = mask_def.flatten_up_to(n), mask_def.flatten_up_to(o)
-            return mask_def.unflatten(
-                [jnp.where(m, a, b) for m, a, b in zip(mask_leaves, nl, ol)])
-        if isinstance(n, (tuple, list)) and not hasattr(n, "shape"):
-            children = [walk(a, b) for a, b in zip(n, o)]
-            if hasattr(n, "_fields"):
-                return type(n)(*children)
-            return type(n)(children) if len(n) else n
-        if isinstance(n, dict):
-            return type(n)({k: walk(n[k], o[k]) for k in n})
-        return n
+    def pick(n, o):
+        nl, ol = mask_def.flatten_up_to(n), mask_def.flatten_up_to(o)
+        return mask_def.unflatten([jnp.where(m, a, b) for m, a, b in zip(mask_leaves, nl, ol)])
 
-    return walk(new, old)
+    return map_param_trees(pick, mask_def, new, old)
 
 
 def map_unzip(fn, n: int, tree, *rest):
@@ -128,37 +120,3 @@ def distinct_buffers(tree):
         return x
 
     return jax.tree.map(own, tree)
-
-
-def find_states(state, kind) -> list:
-    """Every node of type ``kind`` (a class or tuple of classes) in an optimizer
-    state (NamedTuples, tuples, lists, dicts), depth first, outermost first."""
-    found = []
-
-    def go(node):
-        if isinstance(node, kind):
-            found.append(node)
-        if isinstance(node, (tuple, list)):
-            for c in node:
-                go(c)
-        elif isinstance(node, dict):
-            for c in node.values():
-                go(c)
-    go(state)
-    return found
-
-
-def replace_states(state, kind, fn):
-    """``state`` with every node of type ``kind`` replaced by ``fn(node)``
-    (the node's own children are not visited)."""
-    def go(node):
-        if isinstance(node, kind):
-            return fn(node)
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            return type(node)(*(go(c) for c in node))
-        if isinstance(node, (tuple, list)):
-            return type(node)(go(c) for c in node) if len(node) else node
-        if isinstance(node, dict):
-            return type(node)({k: go(v) for k, v in node.items()})
-        return node
-    return go(state)

@@ -25,8 +25,12 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from .._state_paths import find_states
 from .._tree import param_names
-from .._tree import find_states
+from ..mxnet._adaptive import AdaDeltaState, FTMLState, MXNetFtrlState, NadamState
+from ..mxnet._momentum import DCASGDState, LBSGDState, NAGState
+from ..pieces._moments import CenteredRmsState, MomentsState, TraceState
+from ..pieces._precision import MasterWeightsState
 from ..pieces._step import StepState
 from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
 from ._state import Slot, at_boundary, checked_count, fill_state, has_slot, resolve_order, warn_hyper_mismatch
@@ -42,48 +46,48 @@ class _Rule(NamedTuple):
     master_last: bool = False                # mp layout (state, w32) instead of (w32, state)
 
 
-_MOM = Slot("TraceState", "trace", "momentum")
-_MASTER = Slot("MasterWeightsState", "master")
-_COUNT, _NUM_UPDATE = Slot("StepState", "count"), Slot("StepState", "num_update")
+_MOM = Slot(TraceState, "trace", "momentum")
+_MASTER = Slot(MasterWeightsState, "master")
+_COUNT, _NUM_UPDATE = Slot(StepState, "count"), Slot(StepState, "num_update")
 
 
 def _rule(name: str, opt: PickledObject | None) -> _Rule:
     if name in ("sgd", "ccsgd"):
         return _Rule("mom", {"mom": (_MOM, 1.0)}, master_last=True)
     if name == "nag":
-        return _Rule("mom", {"mom": (Slot("NAGState", "mom"), 1.0)}, master_last=True)
+        return _Rule("mom", {"mom": (Slot(NAGState, "mom"), 1.0)}, master_last=True)
     if name == "signum":  # MXNet keeps -EMA(g): mom = m*mom - (1-m)*g
         return _Rule("mom", {"mom": (_MOM, -1.0)})
     if name == "lbsgd":
         return _Rule("mom", {"mom": (_MOM, 1.0)})
     if name in ("adam", "adamax"):
-        return _Rule(("mean", "var"), {"mean": (Slot("MomentsState", "mu"), 1.0),
-                                       "var": (Slot("MomentsState", "nu"), 1.0)})
+        return _Rule(("mean", "var"), {"mean": (Slot(MomentsState, "mu"), 1.0),
+                                       "var": (Slot(MomentsState, "nu"), 1.0)})
     if name == "nadam":
-        return _Rule(("mean", "var"), {"mean": (Slot("NadamState", "mu"), 1.0),
-                                       "var": (Slot("NadamState", "nu"), 1.0)})
+        return _Rule(("mean", "var"), {"mean": (Slot(NadamState, "mu"), 1.0),
+                                       "var": (Slot(NadamState, "nu"), 1.0)})
     if name == "adagrad":
-        return _Rule("history", {"history": (Slot("TraceState", "trace", "eps"), 1.0)})
+        return _Rule("history", {"history": (Slot(TraceState, "trace", "eps"), 1.0)})
     if name == "rmsprop":
         centered = bool(opt.attrs.get("centered", False)) if opt is not None else None
         if centered is None:
             raise MigrateError(f"{WHO}: an RMSProp file without the optimizer object; cannot tell "
                                "centered from not.")
         if centered:
-            return _Rule(("n", "g", "delta"), {"n": (Slot("CenteredRmsState", "n"), 1.0),
-                                               "g": (Slot("CenteredRmsState", "g"), 1.0),
-                                               "delta": (Slot("TraceState", "trace", "gamma2"), 1.0)})
-        return _Rule(("n",), {"n": (Slot("TraceState", "trace", "gamma1"), 1.0)})
+            return _Rule(("n", "g", "delta"), {"n": (Slot(CenteredRmsState, "n"), 1.0),
+                                               "g": (Slot(CenteredRmsState, "g"), 1.0),
+                                               "delta": (Slot(TraceState, "trace", "gamma2"), 1.0)})
+        return _Rule(("n",), {"n": (Slot(TraceState, "trace", "gamma1"), 1.0)})
     if name == "adadelta":
-        return _Rule(("acc_g", "acc_delta"), {"acc_g": (Slot("AdaDeltaState", "acc_g"), 1.0),
-                                              "acc_delta": (Slot("AdaDeltaState", "acc_delta"), 1.0)})
+        return _Rule(("acc_g", "acc_delta"), {"acc_g": (Slot(AdaDeltaState, "acc_g"), 1.0),
+                                              "acc_delta": (Slot(AdaDeltaState, "acc_delta"), 1.0)})
     if name == "ftml":
-        return _Rule(("d", "v", "z"), {c: (Slot("FTMLState", c), 1.0) for c in ("d", "v", "z")})
+        return _Rule(("d", "v", "z"), {c: (Slot(FTMLState, c), 1.0) for c in ("d", "v", "z")})
     if name == "ftrl":
-        return _Rule(("z", "n"), {c: (Slot("FtrlState", c), 1.0) for c in ("z", "n")})
+        return _Rule(("z", "n"), {c: (Slot(MXNetFtrlState, c), 1.0) for c in ("z", "n")})
     if name == "dcasgd":
         return _Rule(("mom", "previous_weight"),
-                     {"mom": (_MOM, 1.0), "previous_weight": (Slot("DCASGDState", "previous_weight"), 1.0)})
+                     {"mom": (_MOM, 1.0), "previous_weight": (Slot(DCASGDState, "previous_weight"), 1.0)})
     if name == "sgld":
         return _Rule(None, {})
     raise MigrateError(f"{WHO}: MXNet optimizer {name!r} is not supported (supported: sgd, ccsgd, nag, "
@@ -287,7 +291,7 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
         whole[_NUM_UPDATE] = np.asarray(checked_count(_attr(opt, "num_update", begin), f"{WHO}: num_update"),
                                         np.int32)
         if name == "nadam":
-            whole[Slot("NadamState", "m_schedule")] = np.asarray(_attr(opt, "m_schedule", 1.0), np.float32)
+            whole[Slot(NadamState, "m_schedule")] = np.asarray(_attr(opt, "m_schedule", 1.0), np.float32)
         if name == "lbsgd":
             _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole)
     else:
@@ -325,13 +329,13 @@ def _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole):
             counts = {}
         counts[pos[k]] = checked_count(entry.get("num_cums", 0), f"{WHO}: LBSGD num_cums of index {k}")
     if any(g is not None for g in grads):
-        per_leaf[Slot("LBSGDState", "cum_grad")] = grads
+        per_leaf[Slot(LBSGDState, "cum_grad")] = grads
     if counts:
         init = checked_count(_attr(opt, "init_updates", 0) or 0, f"{WHO}: LBSGD init_updates")
         vec = np.full((len(leaves),), init, np.int32)
         for j, c in counts.items():
             vec[j] = c
-        whole[Slot("LBSGDState", "num_cums")] = vec
+        whole[Slot(LBSGDState, "num_cums")] = vec
 
 
 def _check_hypers(opt: PickledObject, state) -> None:

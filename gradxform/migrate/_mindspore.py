@@ -26,6 +26,11 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..mindspore._adam import AmsgradState, LambState
+from ..mindspore._adaptive import AccumState, MindSporeFtrlState, RMSPropState
+from ..mindspore._momentum import SGDMomentumState
+from ..pieces._moments import MomentsState, TraceState
+from ..pieces._step import StepState
 from ._pickle import MigrateError, read_bytes
 from ._state import Slot, at_boundary, checked_count, fill_state, tree_hyper, warn_hyper_mismatch
 
@@ -153,23 +158,23 @@ class _Kind:
 
 # Tried in order: the first kind whose required prefixes all occur in the file.
 _KINDS = (
-    _Kind("Adam (amsgrad)", {"moment1": Slot("AmsgradState", "mu"), "moment2": Slot("AmsgradState", "nu"),
-                             "vhat": Slot("AmsgradState", "vhat")}, scalars=("beta1_power", "beta2_power")),
-    _Kind("Adam / LazyAdam / AdamOffload", {"moment1": Slot("MomentsState", "mu"),
-                                            "moment2": Slot("MomentsState", "nu")},
+    _Kind("Adam (amsgrad)", {"moment1": Slot(AmsgradState, "mu"), "moment2": Slot(AmsgradState, "nu"),
+                             "vhat": Slot(AmsgradState, "vhat")}, scalars=("beta1_power", "beta2_power")),
+    _Kind("Adam / LazyAdam / AdamOffload", {"moment1": Slot(MomentsState, "mu"),
+                                            "moment2": Slot(MomentsState, "nu")},
           scalars=("beta1_power", "beta2_power")),
-    _Kind("AdamWeightDecay", {"adam_m": Slot("MomentsState", "mu"), "adam_v": Slot("MomentsState", "nu")}),
-    _Kind("Lamb", {"lamb_m": Slot("LambState", "mu"), "lamb_v": Slot("LambState", "nu")}),
-    _Kind("FTRL", {"moments": Slot("FtrlState", "accum"), "linear": Slot("FtrlState", "linear")}),
-    _Kind("Momentum", {"moments": Slot("TraceState", "trace", "momentum")}, scalars=("momentum",)),
-    _Kind("SGD", {"accum": Slot("SGDMomentumState", "accum"), "stat": Slot("SGDMomentumState", "stat")},
+    _Kind("AdamWeightDecay", {"adam_m": Slot(MomentsState, "mu"), "adam_v": Slot(MomentsState, "nu")}),
+    _Kind("Lamb", {"lamb_m": Slot(LambState, "mu"), "lamb_v": Slot(LambState, "nu")}),
+    _Kind("FTRL", {"moments": Slot(MindSporeFtrlState, "accum"), "linear": Slot(MindSporeFtrlState, "linear")}),
+    _Kind("Momentum", {"moments": Slot(TraceState, "trace", "momentum")}, scalars=("momentum",)),
+    _Kind("SGD", {"accum": Slot(SGDMomentumState, "accum"), "stat": Slot(SGDMomentumState, "stat")},
           scalars=("momentum",)),
-    _Kind("Adagrad / ProximalAdagrad", {"accum": Slot("AccumState", "accum")}),
-    _Kind("RMSProp (centered)", {"mean_square": Slot("RMSPropState", "mean_square"),
-                                 "mean_grad": Slot("RMSPropState", "mean_grad"),
-                                 "moment": Slot("RMSPropState", "moment")}),
-    _Kind("RMSProp", {"mean_square": Slot("RMSPropState", "mean_square"),
-                      "moment": Slot("RMSPropState", "moment")}),
+    _Kind("Adagrad / ProximalAdagrad", {"accum": Slot(AccumState, "accum")}),
+    _Kind("RMSProp (centered)", {"mean_square": Slot(RMSPropState, "mean_square"),
+                                 "mean_grad": Slot(RMSPropState, "mean_grad"),
+                                 "moment": Slot(RMSPropState, "moment")}),
+    _Kind("RMSProp", {"mean_square": Slot(RMSPropState, "mean_square"),
+                      "moment": Slot(RMSPropState, "moment")}),
 )
 _ALL_PREFIXES = sorted({p for k in _KINDS for p in k.prefixes} | {"exp_avg", "afactor_step"})
 
@@ -265,8 +270,8 @@ def _fill(ckpt, params, tx, names):
     if "global_step" not in ckpt:
         raise MigrateError(f"{WHO}: the checkpoint has no 'global_step'; is it an optimizer checkpoint?")
     step = checked_count(np.asarray(ckpt["global_step"]), f"{WHO}: global_step")
-    whole = {Slot("StepState", "count"): np.full((len(gnames),), step, np.int32),
-             Slot("StepState", "num_update"): np.asarray(step, np.int32)}
+    whole = {Slot(StepState, "count"): np.full((len(gnames),), step, np.int32),
+             Slot(StepState, "num_update"): np.asarray(step, np.int32)}
     hint = f"the checkpoint holds {kind.name} state; was tx made with gradxform.create('mindspore.<that>', ...)?"
     state0 = tx.init(params)
     new_state = fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)

@@ -25,7 +25,12 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
+from .._state_paths import find_states
 from .._tree import param_names
+from ..paddle._asgd import ASGDState
+from ..pieces._precision import MasterWeightsState
+from ..pieces._step import StepState
+from ..schedules._paddle import PlateauState
 from ._pickle import NUMPY_GLOBALS, MigrateError, safe_loads
 from ._state import Slot, at_boundary, checked_count, fill_state
 
@@ -175,17 +180,18 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
     if extra:
         raise MigrateError(f"{WHO}: the state has {extra[0]!r}, which belongs to no parameter in params "
                            f"({len(extra)} such entries); was it saved for another model?")
-    leaf_y = jax.tree.leaves(_find_field(state0, "ASGDState", "y"))
+    asgd = find_states(state0, ASGDState)
+    leaf_y = jax.tree.leaves(asgd[0].y if asgd else None)
     for g, y, t in zip(gnames, y_vals, leaf_y):
         if t is not None and y.shape[0] != np.shape(t)[0]:
             raise MigrateError(f"{WHO}: parameter {g!r} keeps {y.shape[0]} gradients (batch_num={y.shape[0]}) "
                                f"in the file but tx was made with batch_num={np.shape(t)[0]}.")
-    per_leaf = {Slot("ASGDState", "d"): d_vals, Slot("ASGDState", "y"): y_vals}
+    per_leaf = {Slot(ASGDState, "d"): d_vals, Slot(ASGDState, "y"): y_vals}
     if any(m is not None for m in masters):
-        per_leaf[Slot("MasterWeightsState", "master")] = masters
+        per_leaf[Slot(MasterWeightsState, "master")] = masters
     count = np.asarray(counts, np.int32)
     position = int(count.max()) if len(count) else 0
-    whole = {Slot("StepState", "count"): count}
+    whole = {Slot(StepState, "count"): count}
     sched = sd.get("LR_Scheduler")
     if sched is not None:
         if not isinstance(sched, dict) or "last_epoch" not in sched:
@@ -199,25 +205,11 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
         position = last_epoch
         if "best" in sched:  # ReduceOnPlateau
             best = sched.get("best")
-            whole.update({Slot("PlateauState", "last_lr"): np.float32(sched["last_lr"]),
-                          Slot("PlateauState", "best"): np.float32(0.0 if best is None else best),
-                          Slot("PlateauState", "has_best"): np.asarray(best is not None),
-                          Slot("PlateauState", "num_bad_epochs"): np.int32(sched.get("num_bad_epochs", 0)),
-                          Slot("PlateauState", "cooldown_counter"): np.int32(sched.get("cooldown_counter", 0))})
-    whole[Slot("StepState", "num_update")] = np.asarray(position, np.int32)
+            whole.update({Slot(PlateauState, "last_lr"): np.float32(sched["last_lr"]),
+                          Slot(PlateauState, "best"): np.float32(0.0 if best is None else best),
+                          Slot(PlateauState, "has_best"): np.asarray(best is not None),
+                          Slot(PlateauState, "num_bad_epochs"): np.int32(sched.get("num_bad_epochs", 0)),
+                          Slot(PlateauState, "cooldown_counter"): np.int32(sched.get("cooldown_counter", 0))})
+    whole[Slot(StepState, "num_update")] = np.asarray(position, np.int32)
     hint = "was tx made with gradxform.create('paddle.asgd', ...) (and the run's LRScheduler)?"
     return fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
-
-
-def _find_field(state, cls: str, field: str):
-    """The first ``cls.field`` in ``state`` (None when there is none)."""
-    stack = [state]
-    while stack:
-        node = stack.pop(0)
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            if type(node).__name__ == cls and field in node._fields:
-                return getattr(node, field)
-            stack.extend(getattr(node, f) for f in node._fields)
-        elif isinstance(node, (tuple, list)):
-            stack.extend(node)
-    return None

@@ -1,7 +1,7 @@
 """Writing values read from a framework file into the state ``tx.init(params)`` made.
 
-Readers describe *where* each value goes with a `Slot`: the class name of a
-piece's state NamedTuple, one of its fields, and optionally a hyperparameter
+Readers describe *where* each value goes with a `Slot`: a piece's state
+NamedTuple class (the class itself), one of its fields, and optionally a hyperparameter
 name that piece must hold (to tell apart e.g. a momentum trace from an RMS
 accumulator, both ``TraceState``). A field is either per-parameter (a pytree
 with the params' structure: one array per leaf, in leaf order) or a whole
@@ -20,38 +20,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._state_paths import get_path, replace_fields, state_paths
 from .._tree import param_names
-from ..pieces._step import normalize_step_states
 from ._pickle import MigrateError
 
 __all__ = ["Slot", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_hyper_mismatch"]
 
 
 class Slot(NamedTuple):
-    cls: str                 # the state NamedTuple's class name
+    cls: type                # the state NamedTuple's class
     field: str               # its field
     key: str | None = None   # a hyperparameter the node must hold (disambiguation)
 
 
-def _is_nt(x) -> bool:
-    return isinstance(x, tuple) and hasattr(x, "_fields")
-
-
-def _walk(node, visit, path=()):
-    if _is_nt(node):
-        visit(node, path)
-        for f in node._fields:
-            _walk(getattr(node, f), visit, path + (f,))
-    elif isinstance(node, (tuple, list)):
-        for i, c in enumerate(node):
-            _walk(c, visit, path + (i,))
-    elif isinstance(node, dict):
-        for k, c in node.items():
-            _walk(c, visit, path + (k,))
-
-
 def _matches(node, slot: Slot, treedef, per_leaf: bool) -> bool:
-    if type(node).__name__ != slot.cls or slot.field not in node._fields:
+    if type(node) is not slot.cls or slot.field not in node._fields:
         return False
     if slot.key is not None:
         hyper = getattr(node, "hyper", None)
@@ -63,9 +46,7 @@ def _matches(node, slot: Slot, treedef, per_leaf: bool) -> bool:
 
 
 def _find(state, slot: Slot, treedef, per_leaf: bool) -> list[tuple]:
-    found = []
-    _walk(state, lambda n, p: found.append(p) if _matches(n, slot, treedef, per_leaf) else None)
-    return found
+    return [p for p, node in state_paths(state, slot.cls) if _matches(node, slot, treedef, per_leaf)]
 
 
 def has_slot(state, params, slot: Slot, per_leaf: bool = True) -> bool:
@@ -73,7 +54,7 @@ def has_slot(state, params, slot: Slot, per_leaf: bool = True) -> bool:
 
 
 def _describe(slot: Slot) -> str:
-    return f"{slot.cls}.{slot.field}" + (f" (holding {slot.key!r})" if slot.key else "")
+    return f"{slot.cls.__name__}.{slot.field}" + (f" (holding {slot.key!r})" if slot.key else "")
 
 
 def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[Slot, Any], *,
@@ -126,7 +107,7 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
     # Convert everything first (all errors surface before anything is built).
     converted: dict[tuple, dict[str, Any]] = {}
     for path, fields in edits.items():
-        node = _get(state, path)
+        node = get_path(state, path)
         out = {}
         for field, (value, is_leaf, slot) in fields.items():
             old = getattr(node, field)
@@ -149,19 +130,8 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
                 out[field] = convert(old, value, _describe(slot))
         converted[path] = out
 
-    def rebuild(node, path=()):
-        if _is_nt(node):
-            kids = {f: rebuild(getattr(node, f), path + (f,)) for f in node._fields}
-            kids.update(converted.get(path, {}))
-            return type(node)(**kids)
-        if isinstance(node, (tuple, list)) and not hasattr(node, "shape"):
-            kids = [rebuild(c, path + (i,)) for i, c in enumerate(node)]
-            return type(node)(kids) if len(node) else node
-        if isinstance(node, dict):
-            return type(node)({k: rebuild(c, path + (k,)) for k, c in node.items()})
-        return node
-
-    return normalize_step_states(rebuild(state))  # counts written: refresh what derives from them
+    # derived fields (StepState's largest count) follow the counts written: `with_fields`
+    return replace_fields(state, converted)
 
 
 MAX_COUNT = 2**31 - 2  # the next update must still fit gradxform's int32 counters
@@ -198,12 +168,6 @@ def at_boundary(who: str):
     return wrap
 
 
-def _get(node, path):
-    for p in path:
-        node = getattr(node, p) if isinstance(p, str) and _is_nt(node) else node[p]
-    return node
-
-
 def resolve_order(params, order, n_entries: int | None, who: str) -> list[int]:
     """Leaf position of each framework index: ``order[i]`` names the leaf the
     framework calls index ``i`` (default: leaf order)."""
@@ -228,8 +192,7 @@ def resolve_order(params, order, n_entries: int | None, who: str) -> list[int]:
 def tree_hyper(state) -> dict[str, float]:
     """Every hyperparameter in ``state`` (the first one of each name)."""
     out: dict[str, float] = {}
-
-    def visit(node, _):
+    for _, node in state_paths(state):
         h = getattr(node, "hyper", None)
         if isinstance(h, dict):
             for k, v in h.items():
@@ -238,7 +201,6 @@ def tree_hyper(state) -> dict[str, float]:
                         out[k] = float(np.asarray(v))
                     except (TypeError, ValueError):
                         pass
-    _walk(state, visit)
     return out
 
 

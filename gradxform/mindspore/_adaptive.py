@@ -19,7 +19,7 @@ from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ._common import check_bool, check_float, parse
 
-__all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "FtrlState", "RMSPropState"]
+__all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "MindSporeFtrlState", "RMSPropState"]
 
 
 class AccumState(NamedTuple):
@@ -123,7 +123,7 @@ def proximal_adagrad(accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking
     return o.build(o.head(), _proximal_adagrad_step(accum, l1, l2))
 
 
-class FtrlState(NamedTuple):
+class MindSporeFtrlState(NamedTuple):
     hyper: dict
     accum: object
     linear: object
@@ -138,7 +138,7 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
     """
 
     def init(params):
-        return FtrlState({"lr_power": hyper_scalar(lr_power), "l1": hyper_scalar(l1), "l2": hyper_scalar(l2)},
+        return MindSporeFtrlState({"lr_power": hyper_scalar(lr_power), "l1": hyper_scalar(l1), "l2": hyper_scalar(l2)},
                          _full(params, initial_accum), jax.tree.map(jnp.zeros_like, params))
 
     @fusable
@@ -163,7 +163,7 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
         res = [one(*a) for a in zip(leaves, treedef.flatten_up_to(state.accum), treedef.flatten_up_to(state.linear),
                                     treedef.flatten_up_to(params), treedef.flatten_up_to(lr_tree))]
         col = lambda i: treedef.unflatten([r[i] for r in res])  # noqa: E731
-        return col(0), FtrlState(h, col(1), col(2))
+        return col(0), MindSporeFtrlState(h, col(1), col(2))
 
     return transformation(init, update)
 

@@ -37,6 +37,7 @@ import numpy as np
 from .._base import CONTEXT_KEY, GradientTransformation, context_value, transformation
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
+from .._state_paths import find_states
 from .._tree import param_names
 from ..schedules._common import as_schedule, check_number
 
@@ -268,7 +269,7 @@ def unselected_frozen(owner: str, specs, order, inner: GradientTransformation) -
     buffers without names, and the per-leaf slot is then one per group."""
     if specs is None:
         return inner
-    from .._tree import find_states, select_tree  # noqa: PLC0415
+    from .._tree import select_tree  # noqa: PLC0415
 
     @fusable  # reads the selection from group_slot
     def update(updates, state, params=None, **extra_args):

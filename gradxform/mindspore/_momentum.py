@@ -20,7 +20,7 @@ from .._ranges import check_hyper
 from ..pieces import scale_by_lr, trace
 from ..pieces._segments import leaf_flags, leaf_sq_norm
 from ..pieces._step import StepState
-from .._tree import find_states
+from .._state_paths import find_states
 from ..schedules._common import as_schedule
 from ..schedules._mindspore import DynamicLR
 from ._common import check_bool, check_float, parse

@@ -341,7 +341,7 @@ def ftml(learning_rate=None, beta1=0.6, beta2=0.999, epsilon=1e-8, **kwargs) -> 
     return o.build(o.rescale(), o.add_wd(), o.clip(), _ftml_step(beta1, beta2, epsilon))
 
 
-class FtrlState(NamedTuple):
+class MXNetFtrlState(NamedTuple):
     hyper: dict
     z: object
     n: object
@@ -352,7 +352,7 @@ def _ftrl_step(lamda1, beta):
     with the learning rate and decay of the step context."""
 
     def init(params):
-        return FtrlState({"lamda1": hyper_scalar(lamda1), "beta": hyper_scalar(beta)},
+        return MXNetFtrlState({"lamda1": hyper_scalar(lamda1), "beta": hyper_scalar(beta)},
                          _zeros(params), _zeros(params))
 
     @fusable
@@ -370,7 +370,7 @@ def _ftrl_step(lamda1, beta):
             return w_new - w, z, n
 
         out, s1, s2 = map_unzip(one, 3, updates, params, state.z, state.n, lr, wd)
-        return out, FtrlState(h, s1, s2)
+        return out, MXNetFtrlState(h, s1, s2)
 
     return transformation(init, update)
 

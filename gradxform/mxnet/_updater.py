@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import GradientTransformation, apply_updates
-from .._tree import find_states, replace_states
+from .._state_paths import find_states, map_states
 from ..pieces._step import StepState
 
 __all__ = ["Updater", "get_updater"]
@@ -60,8 +60,8 @@ class Updater:
                 state = jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves])
             self.states[index] = state
         shared = self.num_update
-        state = replace_states(self.states[index], StepState,
-                                 lambda s: s._replace(num_update=jnp.maximum(s.num_update, shared)))
+        state = map_states(lambda _, s: s._replace(num_update=jnp.maximum(s.num_update, shared)),
+                           self.states[index], StepState)
         new_w, state = self._step(jnp.asarray(grad, w.dtype), state, w)
         self.states[index] = state
         self.num_update = max([self.num_update] + _num_updates(state))

@@ -37,7 +37,7 @@ import numpy as np
 
 from .._base import GradientTransformation, transformation
 from .._elementwise import fusable
-from .._tree import find_states
+from .._state_paths import find_states
 from .._hyper import check_range, hyper_scalar, register_check
 
 __all__ = [

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation
 from .._elementwise import fusable
+from .._state_paths import map_param_trees
 from .._tree import select_tree
 from ._segments import buffer_segments, row_sums
 
@@ -66,21 +67,12 @@ def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
         out = jax.tree.map(lambda u, r: jnp.where(expand(r, u), u, jnp.zeros_like(u)), out, rows)
         pdef = jax.tree.structure(updates)
 
-        def walk(n, o):
-            if jax.tree.structure(n) == pdef and pdef.num_leaves:
-                nl, ol, rl = pdef.flatten_up_to(n), pdef.flatten_up_to(o), pdef.flatten_up_to(rows)
-                return pdef.unflatten([
-                    jnp.where(expand(r, a), a, b) if jnp.shape(a) == jnp.shape(b) and jnp.ndim(a)
-                    and jnp.shape(a)[:r.ndim] == r.shape else a for a, b, r in zip(nl, ol, rl)])
-            if isinstance(n, (tuple, list)) and not hasattr(n, "shape"):
-                kids = [walk(a, b) for a, b in zip(n, o)]
-                if not len(n):
-                    return n
-                return type(n)(*kids) if hasattr(n, "_fields") else type(n)(kids)
-            if isinstance(n, dict):
-                return type(n)({k: walk(n[k], o[k]) for k in n})
-            return n
+        def pick(n, o):
+            nl, ol, rl = pdef.flatten_up_to(n), pdef.flatten_up_to(o), pdef.flatten_up_to(rows)
+            return pdef.unflatten([
+                jnp.where(expand(r, a), a, b) if jnp.shape(a) == jnp.shape(b) and jnp.ndim(a)
+                and jnp.shape(a)[:r.ndim] == r.shape else a for a, b, r in zip(nl, ol, rl)])
 
-        return out, walk(new_state, state)
+        return out, map_param_trees(pick, pdef, new_state, state)
 
     return transformation(inner.init, update)

@@ -10,7 +10,8 @@ import numpy as np
 from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, transformation
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
-from .._tree import multipliers, param_names, replace_states
+from .._state_paths import map_states
+from .._tree import multipliers, param_names
 
 __all__ = ["StepState", "normalize_step_states", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier"]
 
@@ -39,10 +40,12 @@ class StepState(NamedTuple):
     ``learning_rate``, the schedule's ``current_lr`` and whether one is set.
 
     ``max_count`` and ``first_max`` (the largest count and the first leaf that
-    holds it) are derived from ``count``; keeping them lets a step without an
-    update mask skip every reduction over the leaves, which XLA compiles
-    slowly for thousands of scalars. Code that writes ``count`` directly
-    (migration, the fused layout) calls `normalize_step_states` afterwards."""
+    holds it) are derived from ``count`` (``derived_fields``, recomputed by
+    `derive`); keeping them lets a step without an update mask skip every
+    reduction over the leaves, which XLA compiles slowly for thousands of
+    scalars. `track_step` keeps them up to date itself; every other writer
+    (migration, the fused layout) writes fields through
+    `gradxform._state_paths.with_fields`, which calls `derive`."""
     hyper: dict
     lr_mult: object
     count: object
@@ -50,6 +53,12 @@ class StepState(NamedTuple):
     max_count: jax.Array
     first_max: jax.Array
     per_leaf_fields = ("lr_mult", "count")  # trees of per-leaf scalars (gradxform.fused: one per buffer)
+    derived_fields = ("max_count", "first_max")  # from count, by derive()
+
+    def derive(self) -> StepState:
+        """This state with ``max_count``/``first_max`` recomputed from ``count``."""
+        mx, first = _derived(jax.tree.leaves(self.count))
+        return self._replace(max_count=mx, first_max=first)
 
 
 def _derived(counts):
@@ -62,11 +71,9 @@ def _derived(counts):
 
 def normalize_step_states(state):
     """Recomputes ``max_count``/``first_max`` of every `StepState` in ``state``
-    from its ``count`` (after code wrote counts directly)."""
-    def refresh(node):
-        mx, first = _derived(jax.tree.leaves(node.count))
-        return node._replace(max_count=mx, first_max=first)
-    return replace_states(state, StepState, refresh)
+    (`StepState.derive`). Writers that go through `gradxform._state_paths`
+    need not call it; kept for code that rebuilds states by hand."""
+    return map_states(lambda _, node: node.derive(), state, StepState)
 
 
 def _fused_track_step(cells, facts):

@@ -1,0 +1,148 @@
+"""Optimizer state by path: the one walker over optimizer states.
+
+An optimizer state is a pytree whose *state nodes* are NamedTuples (every
+piece's state class, optax's too), held in tuples, lists, dicts or any other
+registered pytree container. Everything here finds state nodes by their class
+(the class object, never its name) and addresses them by their
+`jax.tree_util` key path, so callers never recurse over a state themselves:
+
+* `state_paths` / `find_states`: the state nodes, with their paths;
+* `get_path`: the node at a path;
+* `map_states`: a state with every state node (of a class) replaced;
+* `replace_fields`: a state with fields written at given paths;
+* `with_fields`: one node with fields written, its declared derived fields
+  recomputed (see below);
+* `map_param_trees`: a function applied to every subtree shaped like the
+  parameters (for per-leaf selection).
+
+State classes declare what their fields hold as class attributes:
+``per_leaf_fields`` (trees of per-leaf scalars, read by `gradxform.fused`)
+and ``derived_fields`` with a ``derive()`` method (fields computed from the
+others, e.g. `gradxform.pieces.StepState`'s largest count): `with_fields`,
+and so every writer that goes through this module, recomputes them whenever
+it writes another field, so no caller has to remember to.
+
+Order: depth first, a node before the states it holds, containers in
+`jax.tree_util`'s flatten order (so dict keys sorted).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+from jax.tree_util import DictKey, GetAttrKey, SequenceKey
+
+__all__ = ["find_states", "get_path", "is_state", "map_param_trees", "map_states", "replace_fields",
+           "state_paths", "with_fields"]
+
+KeyPath = tuple  # of jax.tree_util key entries (GetAttrKey, DictKey, SequenceKey, ...)
+
+
+def is_state(x) -> bool:
+    """A state node: a NamedTuple instance."""
+    return isinstance(x, tuple) and hasattr(x, "_fields")
+
+
+def _top_states(tree) -> list[tuple[KeyPath, Any]]:
+    """(path, node) of the outermost state nodes of ``tree`` (``tree`` itself if it is one)."""
+    if not any(map(is_state, jax.tree_util.tree_leaves(tree, is_leaf=is_state))):
+        return []  # the common case (a tree of arrays): no paths to build
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree, is_leaf=is_state)
+    return [(p, x) for p, x in flat if is_state(x)]
+
+
+def state_paths(state, kind: type | tuple[type, ...] | None = None) -> list[tuple[KeyPath, Any]]:
+    """``(path, node)`` of every state node in ``state`` (only instances of
+    ``kind``, a class or tuple of classes, when given), outermost first."""
+    out: list[tuple[KeyPath, Any]] = []
+
+    def go(tree, prefix):
+        for path, node in _top_states(tree):
+            path = prefix + path
+            if kind is None or isinstance(node, kind):
+                out.append((path, node))
+            for f in node._fields:
+                go(getattr(node, f), path + (GetAttrKey(f),))
+    go(state, ())
+    return out
+
+
+def find_states(state, kind: type | tuple[type, ...]) -> list:
+    """Every node of class ``kind`` (a class or tuple of classes) in ``state``, outermost first."""
+    return [node for _, node in state_paths(state, kind)]
+
+
+def get_path(tree, path: KeyPath):
+    """The subtree of ``tree`` at ``path`` (key entries as `jax.tree_util` gives them)."""
+    for key in path:
+        if isinstance(key, GetAttrKey):
+            tree = getattr(tree, key.name)
+        elif isinstance(key, DictKey):
+            tree = tree[key.key]
+        elif isinstance(key, SequenceKey):
+            tree = tree[key.idx]
+        else:  # FlattenedIndexKey: the custom node's children in flatten order
+            tree = jax.tree_util.tree_flatten(tree, is_leaf=lambda x, t=tree: x is not t)[0][key.key]
+    return tree
+
+
+def with_fields(node, **fields):
+    """``node._replace(**fields)``, with the fields its class declares as
+    derived (``derived_fields``) recomputed by its ``derive()`` when any other
+    field was given a new value."""
+    new = node._replace(**fields)
+    derived = getattr(type(node), "derived_fields", ())
+    if derived and any(v is not getattr(node, f) for f, v in fields.items() if f not in derived):
+        new = new.derive()
+    return new
+
+
+def map_states(fn: Callable[[KeyPath, Any], Any], state, kind: type | tuple[type, ...] | None = None):
+    """``state`` with every state node of class ``kind`` (every state node when
+    None) replaced by ``fn(path, node)``. Innermost first: ``fn`` gets a node
+    whose own fields were mapped already."""
+    def go(tree, prefix):
+        if not any(map(is_state, jax.tree_util.tree_leaves(tree, is_leaf=is_state))):
+            return tree  # a tree of arrays: nothing to map
+        changed = False
+
+        def one(path, node):
+            nonlocal changed
+            if not is_state(node):
+                return node
+            path = prefix + path
+            kids = {f: go(getattr(node, f), path + (GetAttrKey(f),)) for f in node._fields}
+            new = node
+            if any(kids[f] is not getattr(node, f) for f in node._fields):
+                new = node._replace(**kids)
+            if kind is None or isinstance(new, kind):
+                new = fn(path, new)
+            changed = changed or new is not node
+            return new
+
+        out = jax.tree_util.tree_map_with_path(one, tree, is_leaf=is_state)
+        return out if changed else tree  # untouched containers stay as they were (dict order too)
+    return go(state, ())
+
+
+def replace_fields(state, edits: Mapping[KeyPath, Mapping[str, Any]]):
+    """``state`` with ``edits[path]`` (field -> new value) written into the state
+    node at each ``path`` (through `with_fields`: derived fields follow)."""
+    edits = dict(edits)
+
+    def fn(path, node):
+        return with_fields(node, **edits[path]) if path in edits else node
+    return map_states(fn, state)
+
+
+def _shaped_like(treedef):
+    return lambda x: treedef.num_leaves > 0 and jax.tree.structure(x) == treedef
+
+
+def map_param_trees(fn: Callable, treedef, tree, *rest):
+    """``tree`` with every subtree that has the parameters' structure
+    ``treedef`` replaced by ``fn(subtree, *matching subtrees of rest)``;
+    everything else (counters, scalars) is kept from ``tree``."""
+    like = _shaped_like(treedef)
+    return jax.tree.map(lambda x, *r: fn(x, *r) if like(x) else x, tree, *rest, is_leaf=like)
