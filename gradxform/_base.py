@@ -381,9 +381,13 @@ def _check_order(uses: list, declared: tuple) -> ContextUse:
     """The chain's order check (see the module docstring); returns the
     chain's own declaration."""
     available: set = set()
+    taken: dict = {}  # declared needs -> the piece that reads them (for the parent's messages)
     for i, use in enumerate(uses):
         for key, who in use.needs.items():
-            if key in available or key in declared:
+            if key in available:
+                continue
+            if key in declared:
+                taken.setdefault(key, who)
                 continue
             later = next((j for j in range(i + 1, len(uses)) if key in uses[j].provides), None)
             provider = _provider(key)
@@ -397,7 +401,7 @@ def _check_order(uses: list, declared: tuple) -> ContextUse:
                 f"gradxform.chain that provides it declares so: chain(..., needs=({_label(key)},)).)")
         available |= use.provides
     # local values end with the chain; shared fields are seen by later pieces of the parent
-    return ContextUse({k: "gradxform.chain" for k in declared},
+    return ContextUse({k: taken.get(k, "gradxform.chain(needs=...)") for k in declared},
                       frozenset(k for k in available if not isinstance(k, LocalKey)))
 
 
