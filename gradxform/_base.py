@@ -193,7 +193,7 @@ class StepContext:
     undeclared extension kept in the same dict: `chain` cannot check it.
     """
 
-    __slots__ = ("_shared", "_local")
+    __slots__ = ("_local", "_shared")
 
     lr = _Field("Each leaf's learning rate for this update: a tree of float32 scalars (track_step).")
     count = _Field("Each leaf's update count, this update included: a tree of int32 scalars (track_step).")
@@ -207,7 +207,7 @@ class StepContext:
         self._local = collections.ChainMap() if local is None else local
 
     @classmethod
-    def of(cls, extra_args: Mapping) -> "StepContext | None":
+    def of(cls, extra_args: Mapping) -> StepContext | None:
         """The context in ``extra_args`` (a caller's dict becomes a view of
         that dict), or None when there is none."""
         ctx = extra_args.get(CONTEXT_KEY)
@@ -217,7 +217,7 @@ class StepContext:
             return cls(ctx)
         raise TypeError(f"{CONTEXT_KEY} must be a gradxform StepContext or a dict; got {type(ctx).__name__}.")
 
-    def child(self) -> "StepContext":
+    def child(self) -> StepContext:
         """The context a nested chain runs in: the same shared fields, and a
         fresh layer for its local values over this one's."""
         return StepContext(self._shared, self._local.new_child())
