@@ -1,7 +1,8 @@
 """gradxform: functional gradient transformations for JAX, with MXNet, MindSpore
 and Paddle optimizers that give their frameworks' numbers step for step."""
 from . import checkpoint, lr_scheduler, migrate, mindspore, mxnet, paddle, pieces, schedules, trainer
-from ._base import GradientTransformation, apply_updates, chain, identity
+from ._base import (GradientTransformation, LocalKey, StepContext, apply_updates, chain, context_value, identity,
+                    uses_context)
 from ._errors import validated
 from ._fused import fused
 from ._hyper import get_hyper, get_learning_rate, hyper_names, set_hyper, set_learning_rate
@@ -16,6 +17,8 @@ __version__ = "0.1.0"
 __all__ = [
     # protocol
     "GradientTransformation", "apply_updates", "chain", "identity",
+    # the step context pieces share in a chain
+    "StepContext", "LocalKey", "uses_context", "context_value",
     # optimizers by name
     "create", "register", "registered_names",
     # hyperparameters as state

@@ -1,4 +1,4 @@
-"""The optax-compatible protocol, `chain` with a step context, and `apply_updates`.
+"""The optax-compatible protocol, `chain` with a typed step context, and `apply_updates`.
 
 A gradxform transformation *is* an optax `GradientTransformationExtraArgs`: a
 NamedTuple of two pure functions, ``init(params) -> state`` and
@@ -6,19 +6,65 @@ NamedTuple of two pure functions, ``init(params) -> state`` and
 gradxform pieces therefore go into `optax.chain` and optax pieces go into
 `gradxform.chain` unchanged.
 
-What `gradxform.chain` adds is a *step context*: a dict created once per
-`update` call and handed to every piece as the extra argument ``gx_context``.
-A piece that owns a shared quantity (the step counter and per-parameter
-learning rate, the per-parameter weight decay) writes it there, and later
-pieces in the same chain read it. This is how one chain keeps exactly one step
-counter while several of its pieces need the count (MXNet's Adam needs it for
-bias correction, its LBSGD for warmup), and how a framework rule that uses the
-learning rate inside its formula (FTRL, FTML) gets the same learning rate the
-rest of the chain uses.
+What `gradxform.chain` adds is a *step context*, a `StepContext` created once
+per `update` call and handed to every piece as the extra argument
+``gx_context``. Its fields are fixed and each has one kind of provider:
+
+=========  ==================================================  ===========================
+field      value (trees shaped like the parameters)            provided by
+=========  ==================================================  ===========================
+lr         each leaf's learning rate for this update (f32)     `track_step` (overridden by
+                                                               MindSpore group lrs, Paddle
+                                                               ReduceOnPlateau)
+count      each leaf's update count, this update included      `track_step`
+mask       whether each leaf is updated this step (bool)       `track_step`
+wd         each leaf's weight decay (f32)                      `add_decayed_weights`,
+                                                               `provide_weight_decay`,
+                                                               MindSpore's group decay
+segments   the leaves of each flat buffer (None per leaf)      `gradxform.fused`
+=========  ==================================================  ===========================
+
+This is how one chain keeps exactly one step counter while several of its
+pieces need the count (MXNet's Adam for bias correction, its LBSGD for
+warmup), and how a rule that uses the learning rate inside its formula (FTRL,
+FTML) gets the same learning rate as the rest of the chain.
+
+Pieces declare what they read and write (`uses_context`, on their update
+function, like `gradxform.fused.fusable`)::
+
+    @uses_context("scale_by_lr", needs=("lr",))
+    def update(updates, state, params=None, **extra_args):
+        lr = context_value(extra_args, "lr", "scale_by_lr")
+
+and `chain` checks the order when it is built: a piece whose need no earlier
+piece of the chain provides is a ValueError naming the piece and the
+provider. A chain meant to run *inside* another gradxform.chain that
+provides the value says so, ``chain(..., needs=("lr",))``, and the
+enclosing chain checks it in turn. Wrappers (`gated`, `lazy_rows`, master
+weights, the guards, `fused`) need not declare anything: the check looks
+through the transformations their update closes over, as `fused` does.
+
+Values private to one optimizer (MXNet LBSGD's warmup multiplier and
+"apply now" flags) use a `LocalKey`: they live in a layer of the context that
+belongs to the chain they were written in (and the chains nested in it), and
+are gone when that chain's update returns; they never reach the shared record
+or a caller's context.
+
+What crosses `optax.chain`, and what does not: a whole gradxform optimizer
+(one `gradxform.chain`, as every optimizer here is) is one transformation and
+works anywhere in `optax.chain`; its context is created and used up inside
+it. The context does *not* cross from one element of an `optax.chain` to the
+next: `optax.chain(track_step(...), scale_by_lr())` has no shared context
+(``scale_by_lr`` fails at its first update, as a standalone piece cannot be
+checked when built) unless the caller hands the same ``gx_context={}`` to
+the optax chain's update. A caller that passes ``gx_context=`` a dict gets the
+shared fields written into it (that is how tests look at ``lr``).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import collections
+import dataclasses
+from typing import Any, Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -35,6 +81,12 @@ __all__ = [
     "apply_updates",
     "context_value",
     "CONTEXT_KEY",
+    "StepContext",
+    "LocalKey",
+    "ContextUse",
+    "uses_context",
+    "context_use",
+    "checkable",
 ]
 
 GradientTransformation = optax.GradientTransformationExtraArgs
@@ -74,15 +126,301 @@ def identity() -> GradientTransformation:
     return transformation(init, update)
 
 
-def chain(*pieces: optax.GradientTransformation) -> GradientTransformation:
+# -- the step context -----------------------------------------------------------
+
+#: The shared fields of a `StepContext` and who provides each (for messages).
+FIELDS: dict[str, str] = {
+    "lr": "track_step",
+    "count": "track_step",
+    "mask": "track_step",
+    "wd": "add_decayed_weights or provide_weight_decay",
+    "segments": "gradxform.fused",
+}
+
+
+class LocalKey:
+    """The key of a value private to one optimizer's chain (see the module
+    docstring). ``provider`` names the piece that writes it, for messages.
+    Two keys are the same key only if they are the same object."""
+
+    __slots__ = ("name", "provider")
+
+    def __init__(self, name: str, provider: str):
+        self.name, self.provider = name, provider
+
+    def __repr__(self):
+        return f"LocalKey({self.name!r}, provider={self.provider!r})"
+
+
+def _provider(key) -> str:
+    if isinstance(key, LocalKey):
+        return key.provider
+    return FIELDS.get(key, "a piece")
+
+
+def _label(key) -> str:
+    return repr(key.name) if isinstance(key, LocalKey) else repr(key)
+
+
+class _Field:
+    """A typed field of `StepContext` (a property over its shared record)."""
+
+    def __init__(self, doc: str):
+        self.__doc__ = doc
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, ctx, owner=None):
+        if ctx is None:
+            return self
+        return ctx._shared.get(self.name)
+
+    def __set__(self, ctx, value):
+        ctx._shared[self.name] = value
+
+
+class StepContext:
+    """The step context of one `update` call: the shared fields (`FIELDS`:
+    ``lr``, ``count``, ``mask``, ``wd``, ``segments``; None until provided)
+    and the chain-local values of `LocalKey` keys.
+
+    The shared fields are kept in a plain dict, the caller's own when the
+    caller passes ``gx_context=`` a dict, so the caller sees what the chain
+    published (a caller-made dict is also how `gradxform.fused` hands in
+    ``segments`` without knowing this class). A string key that is not a field
+    (``ctx["my_flag"] = ...``, read by ``gated(inner, "my_flag")``) is an
+    undeclared extension kept in the same dict: `chain` cannot check it.
+    """
+
+    __slots__ = ("_local", "_shared")
+
+    lr = _Field("Each leaf's learning rate for this update: a tree of float32 scalars (track_step).")
+    count = _Field("Each leaf's update count, this update included: a tree of int32 scalars (track_step).")
+    mask = _Field("Whether each leaf is updated this step: a tree of bool scalars (track_step).")
+    wd = _Field("Each leaf's weight decay: a tree of float32 scalars (add_decayed_weights, "
+                "provide_weight_decay).")
+    segments = _Field("Under gradxform.fused, one `Segments` per flat buffer; None per leaf.")
+
+    def __init__(self, shared: dict | None = None, local: collections.ChainMap | None = None):
+        self._shared = {} if shared is None else shared
+        self._local = collections.ChainMap() if local is None else local
+
+    @classmethod
+    def of(cls, extra_args: Mapping) -> StepContext | None:
+        """The context in ``extra_args`` (a caller's dict becomes a view of
+        that dict), or None when there is none."""
+        ctx = extra_args.get(CONTEXT_KEY)
+        if ctx is None or isinstance(ctx, StepContext):
+            return ctx
+        if isinstance(ctx, dict):
+            return cls(ctx)
+        raise TypeError(f"{CONTEXT_KEY} must be a gradxform StepContext or a dict; got {type(ctx).__name__}.")
+
+    def child(self) -> StepContext:
+        """The context a nested chain runs in: the same shared fields, and a
+        fresh layer for its local values over this one's."""
+        return StepContext(self._shared, self._local.new_child())
+
+    def publish(self, **fields) -> None:
+        """Writes shared fields (a TypeError for a name that is not one)."""
+        for name, value in fields.items():
+            if name not in FIELDS:
+                raise TypeError(f"StepContext.publish: {name!r} is not a step-context field "
+                                f"({', '.join(FIELDS)}); a value private to one optimizer uses a LocalKey.")
+            self._shared[name] = value
+
+    def publish_local(self, values: Mapping) -> None:
+        """Writes `LocalKey` values into the innermost chain's layer."""
+        for key, value in values.items():
+            if not isinstance(key, LocalKey):
+                raise TypeError(f"StepContext.publish_local: keys must be LocalKey; got {key!r}.")
+            self._local[key] = value
+
+    def require(self, key, who: str) -> Any:
+        """The value of ``key`` (a field, a LocalKey or an extension name), or
+        a ValueError that says which piece has to come earlier."""
+        if key in self:
+            return self[key]
+        raise _missing(key, who)
+
+    # mapping access: fields and extensions by name, LocalKey values by key
+    def __contains__(self, key) -> bool:
+        if isinstance(key, LocalKey):
+            return key in self._local
+        return self._shared.get(key) is not None if key in FIELDS else key in self._shared
+
+    def __getitem__(self, key):
+        if isinstance(key, LocalKey):
+            return self._local[key]
+        return self._shared[key]
+
+    def __setitem__(self, key, value):
+        if isinstance(key, LocalKey):
+            self._local[key] = value
+        else:
+            self._shared[key] = value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+    def __repr__(self):
+        return (f"StepContext(fields={sorted(k for k in self._shared if k in FIELDS)}, "
+                f"extensions={sorted(k for k in self._shared if k not in FIELDS)}, "
+                f"local={[k.name for k in self._local]})")
+
+
+def _missing(key, who: str) -> ValueError:
+    provider = _provider(key)
+    return ValueError(
+        f"{who} needs {_label(key)} from {provider} earlier in the same gradxform.chain; "
+        f"put {provider} before it (optax.chain does not carry the step context).")
+
+
+def context_value(extra_args: Mapping, key, who: str) -> Any:
+    """Reads ``key`` from the step context, with an error that says which piece
+    has to come earlier in the chain."""
+    ctx = StepContext.of(extra_args)
+    if ctx is None:
+        raise _missing(key, who)
+    return ctx.require(key, who)
+
+
+# -- what a piece declares about the context -------------------------------------
+
+_USE_ATTR = "gx_context_use"
+
+
+@dataclasses.dataclass(frozen=True)
+class ContextUse:
+    """What a piece's update reads from the step context (``needs``: key ->
+    the piece that reads it, for messages) and writes (``provides``)."""
+    needs: Mapping = dataclasses.field(default_factory=dict)
+    provides: frozenset = frozenset()
+
+
+def _check_key(key, where: str):
+    if not (isinstance(key, LocalKey) or key in FIELDS):
+        raise TypeError(f"{where}: {key!r} is not a step-context field ({', '.join(FIELDS)}) or a LocalKey.")
+
+
+def checkable(*keys) -> tuple:
+    """The keys among ``keys`` that `chain` can check: fields and LocalKeys
+    (None and undeclared extension names are left out)."""
+    return tuple(k for k in keys if isinstance(k, LocalKey) or (isinstance(k, str) and k in FIELDS))
+
+
+def uses_context(who: str, *, needs: Iterable = (), provides: Iterable = (),
+                 inner: Iterable = ()) -> Callable:
+    """Declares, on a piece's update function, what it reads (``needs``) and
+    writes (``provides``) in the step context; ``who`` names the piece in
+    messages. ``inner``: transformations the piece runs, whose declarations
+    it adds to its own (a wrapper that declares itself). Returns a decorator::
+
+        @uses_context("scale_by_lr", needs=("lr",))
+        def update(updates, state, params=None, **extra_args): ...
+    """
+    needs, provides = tuple(needs), frozenset(provides)
+    for key in (*needs, *provides):
+        _check_key(key, f"uses_context({who!r})")
+    use = ContextUse({k: who for k in needs}, provides)
+    for tx in inner:
+        use = _merge(use, context_use(tx))
+
+    def mark(fn):
+        setattr(getattr(fn, "__func__", fn), _USE_ATTR, use)
+        return fn
+
+    return mark
+
+
+def _merge(a: ContextUse, b: ContextUse) -> ContextUse:
+    needs = dict(a.needs)
+    for k, w in b.needs.items():
+        needs.setdefault(k, w)
+    return ContextUse(needs, a.provides | b.provides)
+
+
+def _is_tx(x) -> bool:
+    return isinstance(x, tuple) and hasattr(x, "init") and callable(getattr(x, "update", None))
+
+
+def _closure_transformations(fn) -> list:
+    code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+    out = []
+    for name, cell in zip(code.co_freevars if code else (), closure or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        for item in (value if isinstance(value, (tuple, list)) and not _is_tx(value) else (value,)):
+            if _is_tx(item):
+                out.append(item)
+    return out
+
+
+def context_use(tx, _seen: set | None = None) -> ContextUse:
+    """What ``tx`` declares (`uses_context`); for an undeclared wrapper, what
+    the transformations its update closes over declare (their needs that
+    none of them provides). An undeclared piece needs and provides nothing."""
+    fn = tx.update
+    use = getattr(getattr(fn, "__func__", fn), _USE_ATTR, None)
+    if isinstance(use, ContextUse):
+        return use
+    seen = set() if _seen is None else _seen
+    if id(fn) in seen:
+        return ContextUse()
+    seen.add(id(fn))
+    use = ContextUse()
+    for inner in _closure_transformations(fn):
+        use = _merge(use, context_use(inner, seen))
+    return ContextUse({k: w for k, w in use.needs.items() if k not in use.provides}, use.provides)
+
+
+def _check_order(uses: list, declared: tuple) -> ContextUse:
+    """The chain's order check (see the module docstring); returns the
+    chain's own declaration."""
+    available: set = set()
+    taken: dict = {}  # declared needs -> the piece that reads them (for the parent's messages)
+    for i, use in enumerate(uses):
+        for key, who in use.needs.items():
+            if key in available:
+                continue
+            if key in declared:
+                taken.setdefault(key, who)
+                continue
+            later = next((j for j in range(i + 1, len(uses)) if key in uses[j].provides), None)
+            provider = _provider(key)
+            if later is not None:
+                raise ValueError(
+                    f"gradxform.chain: {who} (piece {i}) needs {_label(key)} from {provider}, which comes "
+                    f"after it (piece {later}); put {provider} before {who}.")
+            raise ValueError(
+                f"gradxform.chain: {who} (piece {i}) needs {_label(key)} from {provider} earlier in the "
+                f"same gradxform.chain; put {provider} before it. (A chain meant to run inside another "
+                f"gradxform.chain that provides it declares so: chain(..., needs=({_label(key)},)).)")
+        available |= use.provides
+    # local values end with the chain; shared fields are seen by later pieces of the parent
+    return ContextUse({k: taken.get(k, "gradxform.chain(needs=...)") for k in declared},
+                      frozenset(k for k in available if not isinstance(k, LocalKey)))
+
+
+def chain(*pieces: optax.GradientTransformation, needs: Iterable = ()) -> GradientTransformation:
     """Applies pieces in order; the state is the tuple of their states.
 
     Unlike `optax.chain`, the pieces share one step context (see the module
-    docstring): a chain nested in a chain shares its parent's context.
+    docstring), checked when the chain is built: a piece that needs a context
+    field no earlier piece provides is a ValueError. ``needs``: the fields
+    (or `LocalKey` values) this chain takes from the chain it is nested in,
+    which checks them in turn; a nested chain shares its parent's fields.
     Extra keyword arguments given to `update` reach every piece that accepts
     extra arguments, as in optax.
     """
     pieces = tuple(optax.with_extra_args_support(p) for p in pieces)
+    needs = tuple(needs)
+    for key in needs:
+        _check_key(key, "gradxform.chain(needs=...)")
+    use = _check_order([context_use(p) for p in pieces], needs)
 
     def init(params):
         # pieces may hand out one cached array twice (a zero, a hyperparameter):
@@ -97,28 +435,17 @@ def chain(*pieces: optax.GradientTransformation) -> GradientTransformation:
                 f"chain's init), got {type(state).__name__} of length "
                 f"{len(state) if isinstance(state, tuple) else '?'}; was the state "
                 "made by another optimizer?")
-        if CONTEXT_KEY not in extra_args:
-            extra_args = {**extra_args, CONTEXT_KEY: {}}
+        parent = StepContext.of(extra_args)
+        ctx = StepContext() if parent is None else parent.child()
+        extra_args = {**extra_args, CONTEXT_KEY: ctx}
         new_state = []
         for piece, s in zip(pieces, state):
             updates, s = piece.update(updates, s, params, **extra_args)
             new_state.append(s)
         return updates, tuple(new_state)
 
+    setattr(update, _USE_ATTR, use)
     return transformation(init, update)
-
-
-def context_value(extra_args: dict, key: str, who: str) -> Any:
-    """Reads ``key`` from the step context, with an error that says which piece
-    has to come earlier in the chain."""
-    ctx = extra_args.get(CONTEXT_KEY)
-    if ctx is None or key not in ctx:
-        provider = {"lr": "track_step", "count": "track_step", "num_update": "track_step",
-                    "wd": "add_decayed_weights or provide_weight_decay"}.get(key, "a piece")
-        raise ValueError(
-            f"{who} needs '{key}' from {provider} earlier in the same gradxform.chain; "
-            "put that piece before it (optax.chain does not carry the step context).")
-    return ctx[key]
 
 
 def apply_updates(params, updates):

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, context_value, transformation
+from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import not_fusable
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
@@ -62,6 +62,7 @@ def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_
             jax.tree.map(row, params), jax.tree.map(col, params), jax.tree.map(sq, params))
 
     @not_fusable(_NOT_FUSABLE)
+    @uses_context("mindspore.adafactor", needs=("lr", "count"))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.adafactor: needs params; call update(grads, state, params).")

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, chain, context_value, transformation
+from .._base import GradientTransformation, chain, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ..pieces import bias_correction, lazy_rows, scale_by_adam_moments, scale_by_lr
@@ -174,7 +174,7 @@ def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False
         moments = scale_by_adam_moments(beta1, beta2, eps)
     if use_offload:
         moments = offloaded_moments(moments)
-    body = chain(o.head(), moments, bias_correction(beta1, beta2), scale_by_lr())
+    body = chain(o.head(), moments, bias_correction(beta1, beta2), scale_by_lr(), needs=("lr", "count"))
     return o.build(lazy_rows(body) if use_lazy else body)
 
 
@@ -237,6 +237,7 @@ def _lamb_direction(beta1, beta2, eps) -> GradientTransformation:
                           "epsilon": hyper_scalar(eps)}, z, z)
 
     @fusable(bit_exact=False)  # fused: per-leaf norms as segment sums (another order)
+    @uses_context("mindspore.lamb", needs=("count", "wd"))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.lamb: needs params; call update(grads, state, params).")

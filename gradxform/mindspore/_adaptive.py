@@ -14,7 +14,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, context_value, transformation
+from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ._common import check_bool, check_float, parse
@@ -38,6 +38,7 @@ def _adagrad_step(accum: float, update_slots: bool) -> GradientTransformation:
         return AccumState({}, _full(params, accum))
 
     @fusable
+    @uses_context("mindspore.adagrad", needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "mindspore.adagrad")
@@ -81,6 +82,7 @@ def _proximal_adagrad_step(accum: float, l1: float, l2: float) -> GradientTransf
         return AccumState({"l1": hyper_scalar(l1), "l2": hyper_scalar(l2)}, _full(params, accum))
 
     @fusable
+    @uses_context("mindspore.proximal_adagrad", needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.proximal_adagrad: needs params; call update(grads, state, params).")
@@ -142,6 +144,7 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
                          _full(params, initial_accum), jax.tree.map(jnp.zeros_like, params))
 
     @fusable
+    @uses_context("mindspore.ftrl", needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.ftrl: needs params; call update(grads, state, params).")
@@ -221,6 +224,7 @@ def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool)
                             jax.tree.map(jnp.zeros_like, params))
 
     @fusable
+    @uses_context("mindspore.rmsprop", needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "mindspore.rmsprop")

@@ -20,7 +20,7 @@ from ._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay
 from .._optimizer import finalize
 from ..pieces import centralize_gradients, track_step, unscale
 from .._ranges import check_hyper
-from ..schedules._common import as_schedule, check_number, on_completed_steps
+from ..schedules._common import as_schedule, check_number
 from ..schedules._mindspore import DynamicLR
 
 __all__ = ["MSOptions", "parse", "check_float", "check_bool"]
@@ -84,8 +84,7 @@ class MSOptions:
 
     def step(self) -> GradientTransformation:
         """`track_step` (the default lr) then the per-group lr override."""
-        sched = on_completed_steps(self.schedule) if self.schedule is not None else None
-        return chain(track_step(self.learning_rate, schedule=sched),
+        return chain(track_step(self.learning_rate, schedule=self.schedule),
                      group_learning_rate(self.owner, self.specs, self.order) if self.grouped else identity())
 
     def decay(self, *, loss_scaled: bool = True, add: bool = True,

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import CONTEXT_KEY, GradientTransformation, context_value, transformation
+from .._base import GradientTransformation, StepContext, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._state_paths import find_states
@@ -170,8 +170,8 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
     """Overrides the step context's ``lr`` for leaves of groups with their own
     'lr': hyperparameter ``learning_rate_group_<i>`` (a fixed value, or the
     base of the group's list/schedule, evaluated at the leaf's completed
-    updates ``count - 1``). Must follow `track_step`; other leaves keep the
-    lr `track_step` published."""
+    updates, `Schedule.lr_for_update`). Must follow `track_step`; other leaves
+    keep the lr `track_step` published."""
     own = [(k, s) for k, s in enumerate(specs or []) if s.lr_base is not None]
 
     def init(params):
@@ -180,11 +180,11 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
                             params, slot, np.ones(slot.shape, bool))
 
     @fusable
+    @uses_context(owner, needs=("lr", "count") if own else (), provides=("lr",) if own else ())
     def update(updates, state, params=None, **extra_args):
         del params
         if not own:
             return updates, state
-        ctx = extra_args[CONTEXT_KEY]
         lr_tree = context_value(extra_args, "lr", owner)
         count = context_value(extra_args, "count", owner)
         leaves, treedef = jax.tree.flatten(lr_tree)
@@ -194,9 +194,10 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
         slot = _vector(state.group_slot, treedef.flatten_up_to)
         for k, s in own:
             base = state.hyper[f"learning_rate_group_{s.index}"]
-            val = s.lr_schedule(t - 1, base) if s.lr_schedule is not None else jnp.broadcast_to(base, t.shape)
+            val = s.lr_schedule.lr_for_update(t, base) if s.lr_schedule is not None else \
+                jnp.broadcast_to(base, t.shape)
             lr = jnp.where(slot == k, val, lr)
-        ctx["lr"] = treedef.unflatten([lr[i] for i in range(len(leaves))])
+        StepContext.of(extra_args).publish(lr=treedef.unflatten([lr[i] for i in range(len(leaves))]))
         return updates, state
 
     return transformation(init, update)
@@ -232,6 +233,7 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
         return _group_state(hyper, params, slot, flags)
 
     @fusable
+    @uses_context(owner, provides=("wd",))
     def update(updates, state, params=None, **extra_args):
         leaves, treedef = jax.tree.flatten(updates)
         h = state.hyper
@@ -242,9 +244,9 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
             for k, s in own:
                 d = jnp.where(slot == k, h[f"weight_decay_group_{s.index}"], d)
             wd.append(jnp.where(flag, d, 0.0))
-        ctx = extra_args.get(CONTEXT_KEY)
+        ctx = StepContext.of(extra_args)
         if ctx is not None:
-            ctx["wd"] = treedef.unflatten(wd)
+            ctx.publish(wd=treedef.unflatten(wd))
         if not add:
             return updates, state
         if params is None:

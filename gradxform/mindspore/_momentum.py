@@ -21,7 +21,7 @@ from ..pieces import scale_by_lr, trace
 from ..pieces._segments import leaf_flags, leaf_sq_norm
 from ..pieces._step import StepState
 from .._state_paths import find_states
-from ..schedules._common import as_schedule
+from ..schedules._common import Constant, as_schedule
 from ..schedules._mindspore import DynamicLR
 from ._common import check_bool, check_float, parse
 
@@ -174,8 +174,7 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     if learning_rate is not None:
         _, sched = as_schedule(owner, learning_rate, DynamicLR)
         if sched is None:
-            fixed = float(learning_rate)
-            sched = lambda t, base=None: jnp.full(jnp.shape(t), fixed, jnp.float32)  # noqa: E731
+            sched = Constant(float(learning_rate))
 
     def init(params):
         inner = optimizer.init(params)
@@ -209,7 +208,8 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
                 step_state = next(iter(find_states(state.inner, StepState)), None)
                 if step_state is None:
                     raise ValueError(f"{owner}(use_clip=True): no step counter in the wrapped optimizer's state.")
-                lr = sched(step_state.num_update)
+                # the state before this update: num_update updates completed, this is the next
+                lr = sched.lr_for_update(step_state.num_update + 1)
         # Which leaves get LARS, and which of those decay, is decided by name:
         # static per leaf (a Python bool), and under gradxform.fused per buffer
         # (a bool where its leaves agree, else one per element), with the

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import GradientTransformation, chain, context_value, identity, transformation
+from .._base import GradientTransformation, chain, context_value, identity, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_residual, hyper_scalar
 from .._ranges import check_hyper
@@ -53,7 +53,7 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, lazy_update=
     check_unit("mxnet.adam", beta1=beta1, beta2=beta2)
     _check_eps("mxnet.adam", epsilon=epsilon)
     body = chain(o.rescale(), o.add_wd(), o.clip(), scale_by_adam_moments(beta1, beta2, epsilon),
-                 bias_correction(beta1, beta2), scale_by_lr())
+                 bias_correction(beta1, beta2), scale_by_lr(), needs=("lr", "count"))
     return o.build(lazy_rows(body) if lazy_update else body)
 
 
@@ -121,6 +121,7 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
     # fused: the shared schedule is one scalar per leaf, multiplied leaf by leaf in index
     # order as per leaf, then spread over the buffers (per-leaf values per element)
     @fusable(bit_exact=False)
+    @uses_context("mxnet.nadam", needs=("count", "mask"))
     def update(updates, state, params=None, **extra_args):
         del params
         h, lo = state.hyper, state.hyper_lo
@@ -306,6 +307,7 @@ def _ftml_step(beta1, beta2, epsilon):
                           "epsilon": hyper_scalar(epsilon)}, _zeros(params), _zeros(params), _zeros(params))
 
     @fusable
+    @uses_context("mxnet.ftml", needs=("lr", "count"))
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "mxnet.ftml")
         count = context_value(extra_args, "count", "mxnet.ftml")
@@ -356,6 +358,7 @@ def _ftrl_step(lamda1, beta):
                          _zeros(params), _zeros(params))
 
     @fusable
+    @uses_context("mxnet.ftrl", needs=("lr", "wd"))
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "mxnet.ftrl")
         wd = context_value(extra_args, "wd", "mxnet.ftrl")

@@ -11,7 +11,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, identity, transformation
+from .._base import (GradientTransformation, LocalKey, StepContext, chain, context_value, identity, transformation,
+                     uses_context)
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._ranges import check_hyper
@@ -43,7 +44,7 @@ def sgd(learning_rate=None, momentum=0.0, lazy_update=False, **kwargs) -> Gradie
     o = parse_options("mxnet.sgd", learning_rate, kwargs)
     check_unit("mxnet.sgd", momentum=momentum)
     body = chain(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(),
-                 trace(momentum) if momentum > 0 else identity())
+                 trace(momentum) if momentum > 0 else identity(), needs=("lr",))
     return o.build(lazy_rows(body) if lazy_update else body)
 
 
@@ -67,6 +68,7 @@ def _nesterov_step(momentum):
         return NAGState({"momentum": hyper_scalar(momentum)}, jax.tree.map(jnp.zeros_like, params))
 
     @fusable
+    @uses_context("mxnet.nag", needs=("lr", "wd"))
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "mxnet.nag")
         wd = context_value(extra_args, "wd", "mxnet.nag")
@@ -146,10 +148,16 @@ def _fused_lars_warmup(cells, facts):
     return None
 
 
+# LBSGD's own values: local to the LBSGD chain (gradxform.LocalKey), never on the shared context
+LBMULT = LocalKey("lbmult", "mxnet.lbsgd's accumulator")
+LBSGD_APPLY = LocalKey("lbsgd_apply", "mxnet.lbsgd's accumulator")
+
+
 def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_epoch, begin_epoch):
     """LBSGD's own piece: accumulate gradients over ``batch_scale`` calls,
     emit their mean on every ``batch_scale``-th call, and publish the warmup
-    multiplier ``lbmult`` and the per-leaf flag ``lbsgd_apply``."""
+    multiplier `LBMULT` and the per-leaf flag `LBSGD_APPLY` for the rest of
+    LBSGD's chain."""
     nwup = warmup_epochs * updates_per_epoch
     init_updates = begin_epoch * updates_per_epoch
 
@@ -173,6 +181,8 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
                           jax.tree.map(lambda _: jnp.asarray(init_updates, jnp.int32), params))
 
     @fusable(check=_fused_lars_warmup)
+    @uses_context("mxnet.lbsgd", needs=("wd",) if warmup_strategy == "lars" else (),
+                  provides=(LBMULT, LBSGD_APPLY))
     def update(updates, state, params=None, **extra_args):
         num_cums = jax.tree.map(lambda c: c + 1, state.num_cums)
         cum = jax.tree.map(lambda c, g: c + g, state.cum_grad, updates)
@@ -186,8 +196,7 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
                                 w2, g2, wd)
         else:
             mult = jax.tree.map(lbmult, num_cums)
-        ctx = extra_args[CONTEXT_KEY]
-        ctx["lbmult"], ctx["lbsgd_apply"] = mult, apply_tree
+        StepContext.of(extra_args).publish_local({LBMULT: mult, LBSGD_APPLY: apply_tree})
         cum = jax.tree.map(lambda c, a: jnp.where(a, jnp.zeros_like(c), c), cum, apply_tree)
         return mean, LBSGDState(state.hyper, cum, num_cums)
 
@@ -221,12 +230,12 @@ def lbsgd(learning_rate=None, momentum=0.0, warmup_strategy="linear", warmup_epo
         check_range("mxnet.lbsgd", name, v, low=0)
     check_range("mxnet.lbsgd", "batch_scale", batch_scale, low=1)
     check_range("mxnet.lbsgd", "begin_epoch", begin_epoch, low=0)
-    sgd_step = chain(o.rescale(), o.clip(), o.add_wd_from_context(), scale_by_lr(factor_key="lbmult"),
-                     trace(momentum) if momentum > 0 else identity())
+    sgd_step = chain(o.rescale(), o.clip(), o.add_wd_from_context(), scale_by_lr(factor_key=LBMULT),
+                     trace(momentum) if momentum > 0 else identity(), needs=("lr", "wd", LBMULT))
     return o.build(o.provide_wd(),
                    _lbsgd_accumulate(int(batch_scale), warmup_strategy, warmup_epochs, updates_per_epoch,
                                      begin_epoch),
-                   gated(sgd_step, "lbsgd_apply"), read_lr="before")
+                   gated(sgd_step, LBSGD_APPLY), read_lr="before")
 
 
 class DCASGDState(NamedTuple):
@@ -282,6 +291,7 @@ def _langevin_noise(seed):
         del params
         return NoiseState(jax.random.key_data(jax.random.key(seed)))
 
+    @uses_context("mxnet.sgld", needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "mxnet.sgld")

@@ -11,14 +11,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, chain, context_value, identity, transformation
+from .._base import GradientTransformation, chain, context_value, identity, transformation, uses_context
 from .._elementwise import fusable, not_fusable
 from .._hyper import hyper_scalar
 from .._optimizer import finalize
 from ..pieces import clip_by_value, scale_by_lr, track_step
 from ..pieces._scaling import HyperState
 from .._ranges import check_hyper
-from ..schedules._common import as_schedule, check_number, on_completed_steps
+from ..schedules._common import as_schedule, check_number
 from ..schedules._mindspore import DynamicLR
 from ..schedules._paddle import ReduceOnPlateau
 
@@ -153,6 +153,7 @@ def _asgd_average(batch_num: int) -> GradientTransformation:
                          jax.tree.map(lambda p: jnp.zeros((batch_num,) + jnp.shape(p), jnp.result_type(p)), params))
 
     @not_fusable(_ring_not_fusable)
+    @uses_context("paddle.asgd", needs=("count",))
     def update(updates, state, params=None, **extra_args):
         del params
         count = context_value(extra_args, "count", "paddle.asgd")
@@ -223,7 +224,7 @@ def asgd(learning_rate=0.001, batch_num=1, weight_decay=None, grad_clip=None, mu
                         f"got {grad_clip!r}.")
     if not isinstance(multi_precision, bool):
         raise TypeError(f"{owner}(multi_precision=...): must be a bool; got {multi_precision!r}.")
-    step = track_step(base, schedule=on_completed_steps(sched) if sched is not None else None)
+    step = track_step(base, schedule=sched)
     tx = chain(step, plateau.piece() if plateau is not None else identity(),
                grad_clip if grad_clip is not None else identity(), reg, _asgd_average(batch_num), scale_by_lr())
     return finalize(tx, multi_precision=multi_precision, skip_nonfinite=skip_nonfinite, owner=owner)

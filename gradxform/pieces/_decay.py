@@ -6,7 +6,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import CONTEXT_KEY, GradientTransformation, context_value, transformation
+from .._base import GradientTransformation, StepContext, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._tree import param_names
@@ -35,15 +35,16 @@ def _decay(wd, wd_mult, name, add, who):
                           jax.tree.structure(params).unflatten([jnp.asarray(m, jnp.float32) for m in mults]))
 
     @fusable
+    @uses_context(who, needs=("wd",) if wd is None else (), provides=("wd",) if wd is not None else ())
     def update(updates, state, params=None, **extra_args):
         if wd is None:
             per_leaf = context_value(extra_args, "wd", who)
         else:
             d = state.hyper[name]
             per_leaf = jax.tree.map(lambda m: d * m, state.wd_mult)
-            ctx = extra_args.get(CONTEXT_KEY)
+            ctx = StepContext.of(extra_args)
             if ctx is not None:
-                ctx["wd"] = per_leaf
+                ctx.publish(wd=per_leaf)
         if add:
             if params is None:
                 raise ValueError(f"{who}: needs params; call update(grads, state, params).")
@@ -90,6 +91,7 @@ def add_decoupled_weight_decay(wd: float | None = 0.0, *, name: str = "wd_lh") -
         return DecayState({name: hyper_scalar(wd)}, ())
 
     @fusable
+    @uses_context("add_decoupled_weight_decay", needs=("lr", "wd") if wd is None else ("lr",))
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "add_decoupled_weight_decay")
         if wd is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, context_value, transformation
+from .._base import GradientTransformation, checkable, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._state_paths import map_param_trees
 from .._tree import select_tree
@@ -13,13 +13,15 @@ from ._segments import buffer_segments, row_sums
 __all__ = ["gated", "lazy_rows"]
 
 
-def gated(inner: GradientTransformation, key: str) -> GradientTransformation:
+def gated(inner: GradientTransformation, key) -> GradientTransformation:
     """Runs ``inner``; for every leaf whose per-leaf boolean ``key`` in the step
     context is False, the update is zero and ``inner``'s per-parameter state
     is kept as it was (MXNet LBSGD's non-update steps while gradients
-    accumulate)."""
+    accumulate). ``key``: a `gradxform.LocalKey` or a context field, which
+    `gradxform.chain` checks, or the name of an undeclared extension."""
 
     @fusable  # its mask is per leaf, hence per group
+    @uses_context("gated", needs=checkable(key), inner=(inner,))
     def update(updates, state, params=None, **extra_args):
         mask = context_value(extra_args, key, "gated")
         out, new_state = inner.update(updates, state, params, **extra_args)

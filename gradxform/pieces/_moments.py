@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, context_value, transformation
+from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
 
@@ -241,6 +241,7 @@ def bias_correction(beta1: float = 0.9, beta2: float | None = 0.999) -> Gradient
                                    {k: hyper_residual(v) for k, v in betas.items()})
 
     @fusable
+    @uses_context("bias_correction", needs=("count",))
     def update(updates, state, params=None, **extra_args):
         del params
         count = context_value(extra_args, "count", "bias_correction")

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import CONTEXT_KEY
+from .._base import StepContext
 from .._tree import param_names
 
 __all__ = ["SEGMENTS_KEY", "Segments", "layout_segments", "buffer_segments", "leaf_sum", "leaf_sq_norm",
@@ -215,8 +215,8 @@ def _layout_segments(layout) -> tuple:
 
 def buffer_segments(extra_args: dict) -> tuple | None:
     """The fused layout of the buffers being updated, or None on the per-leaf path."""
-    ctx = extra_args.get(CONTEXT_KEY)
-    return None if ctx is None else ctx.get(SEGMENTS_KEY)
+    ctx = StepContext.of(extra_args)
+    return None if ctx is None else ctx.segments
 
 
 def _buffers(tree, segs) -> list:

@@ -7,11 +7,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import CONTEXT_KEY, GradientTransformation, chain, context_value, transformation
+from .._base import (GradientTransformation, StepContext, chain, checkable, context_value, transformation,
+                     uses_context)
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._state_paths import map_states
 from .._tree import multipliers, param_names
+from ..schedules._common import NUM_UPDATE, as_update_schedule
 
 __all__ = ["StepState", "normalize_step_states", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier"]
 
@@ -93,22 +95,25 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
     MXNet's indices)::
 
         count[i] += 1;  num_update = max(num_update, count[i])
-        lr[i] = schedule(num_update, learning_rate) * lr_mult[i]   (or learning_rate * lr_mult[i])
+        lr[i] = schedule.lr_for_update(num_update, learning_rate) * lr_mult[i]
+                                                  (or learning_rate * lr_mult[i])
 
     ``read_lr='after'`` reads the schedule after leaf i bumped the counter (as
     MXNet's SGD, Adam and most rules do); ``'before'`` reads it first (MXNet's
     LBSGD and AdaDelta), so in one step leaf 0 still sees the previous count
     and later leaves see the count leaf 0 bumped, exactly as MXNet's sequential
-    per-index loop does. Later pieces read ``lr``, ``count`` (per-leaf t),
-    ``num_update`` and ``mask`` from the step context.
+    per-index loop does. It provides the step context's ``lr``, ``count``
+    (per-leaf t) and ``mask`` (`gradxform.StepContext`).
 
     An extra argument ``update_mask`` (a per-leaf bool tree, as the Trainer
     passes for stale gradients) limits the bump to the leaves being updated.
 
     Args:
       learning_rate: base learning rate, >= 0; with a schedule, its base value.
-      schedule: a pure function ``(num_update, base_lr) -> lr``, vectorised
-        over ``num_update`` (every gradxform schedule is).
+      schedule: a `gradxform.schedules.Schedule` of any family, asked
+        ``lr_for_update(num_update, learning_rate)`` (it maps the count to its
+        own index and says what ``learning_rate`` means); or a pure function
+        ``(num_update, base_lr) -> lr``, vectorised over ``num_update``.
       lr_mult: per-parameter multipliers by name or glob pattern.
       begin_num_update: the count every leaf starts from, >= 0.
       read_lr: 'after' or 'before' (static).
@@ -117,12 +122,13 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
     check_range("track_step", "begin_num_update", begin_num_update, low=0)
     if read_lr not in ("after", "before"):
         raise ValueError(f"track_step(read_lr=...): must be 'after' or 'before'; got {read_lr!r}.")
+    schedule = as_update_schedule(schedule, NUM_UPDATE)
 
     def init(params):
         names = param_names(params)
         treedef = jax.tree.structure(params)
         base = hyper_scalar(learning_rate)
-        current = schedule(jnp.asarray(begin_num_update, jnp.int32), base) if schedule else base
+        current = schedule.lr_for_update(jnp.asarray(begin_num_update, jnp.int32), base) if schedule else base
         mults = resolve_multiplier(lr_mult, names, "lr_mult")
         return StepState(
             hyper={"learning_rate": base, "current_lr": hyper_scalar(current),
@@ -133,6 +139,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             max_count=jnp.asarray(begin_num_update, jnp.int32), first_max=jnp.zeros((), jnp.int32))
 
     @fusable(check=_fused_track_step)
+    @uses_context("track_step", provides=("lr", "count", "mask"))
     def update(updates, state, params=None, **extra_args):
         del params
         treedef = jax.tree.structure(updates)
@@ -153,8 +160,8 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             # `old` or `old + 1`: at old + 1 once some leaf up to i (after) or
             # before i (before) has bumped its count past `old`, as MXNet's
             # sequential loop over indices does.
-            at_old = jnp.asarray(schedule(old, base), jnp.float32)
-            at_new = jnp.asarray(schedule(old + 1, base), jnp.float32)
+            at_old = jnp.asarray(schedule.lr_for_update(old, base), jnp.float32)
+            at_new = jnp.asarray(schedule.lr_for_update(old + 1, base), jnp.float32)
         if mask is None:
             # Every leaf bumps: the largest count and where it first occurs carry
             # over, so no reduction over the leaves is needed.
@@ -180,34 +187,33 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
                     if read_lr == "before":
                         reached = jnp.logical_or(reached, passed)
         if schedule is not None:
-            current = jnp.asarray(schedule(num_update, base), jnp.float32)
+            current = jnp.asarray(schedule.lr_for_update(num_update, base), jnp.float32)
         else:
             lrs = [base * m for m in mults]
             current = base
-        ctx = extra_args.get(CONTEXT_KEY)
+        ctx = StepContext.of(extra_args)
         count_tree = treedef.unflatten(new_counts)
         if ctx is not None:
-            ctx["lr"] = treedef.unflatten(lrs)
-            ctx["count"] = count_tree
-            ctx["mask"] = treedef.unflatten([jnp.asarray(b) for b in bumps])
-            ctx["num_update"] = num_update
+            ctx.publish(lr=treedef.unflatten(lrs), count=count_tree,
+                        mask=treedef.unflatten([jnp.asarray(b) for b in bumps]))
         hyper = dict(state.hyper, current_lr=current)
         return updates, StepState(hyper, state.lr_mult, count_tree, num_update, max_count, first_max)
 
     return transformation(init, update)
 
 
-def scale_by_lr(sign: float = -1.0, factor_key: str | None = None) -> GradientTransformation:
+def scale_by_lr(sign: float = -1.0, factor_key=None) -> GradientTransformation:
     """``u -> sign * lr[i] * u`` with each parameter's learning rate from the
     step context (so it must follow `track_step` in a gradxform chain).
     ``factor_key`` names a further per-leaf factor in the context (LBSGD's
-    warmup multiplier)."""
+    warmup multiplier, a `gradxform.LocalKey`)."""
 
     def init(params):
         del params
         return ()
 
     @fusable
+    @uses_context("scale_by_lr", needs=("lr", *checkable(factor_key)))
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "scale_by_lr")

@@ -1,16 +1,23 @@
-"""Learning-rate schedules of the MindSpore and Paddle families as pure,
-vectorised functions ``sched(step, base_lr=None) -> lr`` of the framework's
-step index (updates completed), plus Paddle's ReduceOnPlateau as a piece.
-See `gradxform.schedules._common` for the protocol."""
-from ._common import Constant, Schedule, as_schedule, on_completed_steps
+"""Learning-rate schedules of the MXNet, MindSpore and Paddle families as
+pure, vectorised functions of each framework's own step index, under one
+protocol (`gradxform.schedules._common`: each schedule says how it is
+indexed and what a new base learning rate means), plus Paddle's
+ReduceOnPlateau as a piece. The MXNet classes are also importable as
+`gradxform.lr_scheduler`."""
+from ._common import (COMPLETED, NUM_UPDATE, REPLACE, SCALE, Constant, FunctionSchedule, Schedule, as_schedule,
+                      as_update_schedule, on_completed_steps)
 from ._mindspore import (CosineDecayLR, DynamicLR, ExponentialDecayLR, InverseDecayLR, NaturalExpDecayLR,
                          PolynomialDecayLR, WarmUpLR)
+from ._mxnet import CosineScheduler, FactorScheduler, LRScheduler, MultiFactorScheduler, PolyScheduler
 from ._paddle import (CosineAnnealingDecay, CyclicLR, ExponentialDecay, InverseTimeDecay, LambdaDecay,
                       LinearLR, LinearWarmup, MultiStepDecay, NaturalExpDecay, NoamDecay, OneCycleLR,
                       PiecewiseDecay, PolynomialDecay, ReduceOnPlateau, StepDecay)
 
 __all__ = [
-    "Schedule", "Constant", "as_schedule", "on_completed_steps",
+    "Schedule", "FunctionSchedule", "Constant", "as_schedule", "as_update_schedule", "on_completed_steps",
+    "NUM_UPDATE", "COMPLETED", "REPLACE", "SCALE",
+    # MXNet (mxnet.lr_scheduler; also gradxform.lr_scheduler)
+    "LRScheduler", "FactorScheduler", "MultiFactorScheduler", "PolyScheduler", "CosineScheduler",
     # MindSpore (mindspore.nn.learning_rate_schedule) and its list learning rate
     "ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR", "CosineDecayLR", "PolynomialDecayLR",
     "WarmUpLR", "DynamicLR",

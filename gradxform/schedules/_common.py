@@ -1,21 +1,38 @@
-"""The schedule protocol shared by the MindSpore and Paddle families.
+"""The one schedule protocol of gradxform (MXNet, MindSpore and Paddle families).
 
-A schedule is a pure, vectorised function of the framework's own step index
-(MindSpore's ``global_step``, Paddle's ``last_epoch``: the number of updates
-*completed* before the one being computed) and of a base learning rate::
+A schedule is an object with a ``base_lr`` and a pure function of the
+framework's own step index, vectorised over it::
 
     sched(step_array, base_lr=None) -> lr   (float32, same shape as step_array)
 
-``base_lr=None`` gives the schedule's own values. A given ``base_lr`` rescales
-the whole schedule by ``base_lr / sched.base_lr`` (``sched.base_lr`` is the
-schedule's reference value: its ``learning_rate``, ``max_lr``, first value,
-...), so an optimizer that keeps ``learning_rate`` as a hyperparameter in its
-state and passes it here can be re-based with `gradxform.set_hyper` without a
-recompile; with the reference value itself the factor is exactly 1.
+Each schedule carries its framework's conventions as two class attributes,
+so nothing outside it has to know which family it comes from:
 
-`gradxform.pieces.track_step` hands its schedule the update count *after*
-its bump (1 on the first update). `on_completed_steps` adapts a schedule to
-that convention, which is what every MindSpore and Paddle optimizer here does.
+``indexed_by`` (which step index ``step`` is)
+    `NUM_UPDATE`: MXNet's ``num_update``, the update count *after* the bump
+    (1 on the first update). `COMPLETED`: updates completed before the
+    current one (0 on the first update): MindSpore's ``global_step`` (read
+    before it is incremented) and Paddle's ``last_epoch`` (``scheduler.step()``
+    runs after ``optimizer.step()``).
+
+``rebase`` (what a given ``base_lr`` means: `set_hyper(learning_rate=...)`
+on an optimizer with a schedule)
+    `REPLACE` (MXNet): ``base_lr`` takes the place of the scheduler's own,
+    as MXNet's optimizer overwrites ``scheduler.base_lr``; each MXNet class
+    says which of its terms read it (PolyScheduler and CosineScheduler keep
+    their constructor's value, as in MXNet). `SCALE` (MindSpore, Paddle):
+    the whole schedule is multiplied by ``base_lr / sched.base_lr`` (its
+    reference value: ``learning_rate``, ``max_lr``, first value, ...), exactly
+    1 with the reference value itself. ``base_lr=None`` gives the schedule's
+    own values in both.
+
+`Schedule.lr_for_update` is the one question an optimizer asks:
+``sched.lr_for_update(count, base_lr)`` is the learning rate of the update
+whose count, that update included, is ``count`` (1 on the first update; what
+`gradxform.pieces.track_step` counts); the schedule maps ``count`` to its own
+index. An adapter for another convention is one small class: set
+``indexed_by``, ``rebase`` and ``base_lr`` and define ``__call__`` (see
+`FunctionSchedule`).
 """
 from __future__ import annotations
 
@@ -25,7 +42,13 @@ import jax.numpy as jnp
 
 from .._ranges import Range, check_value
 
-__all__ = ["Schedule", "on_completed_steps", "as_schedule", "Constant", "check_number"]
+__all__ = ["Schedule", "FunctionSchedule", "NUM_UPDATE", "COMPLETED", "REPLACE", "SCALE", "as_update_schedule",
+           "on_completed_steps", "as_schedule", "Constant", "check_number"]
+
+NUM_UPDATE = "num_update"  # MXNet: the count after the bump (1 on the first update)
+COMPLETED = "completed"    # MindSpore, Paddle: updates completed before this one (0 on the first)
+REPLACE = "replace"        # a given base_lr replaces the schedule's own (MXNet)
+SCALE = "scale"            # a given base_lr scales the schedule by base_lr / self.base_lr (MindSpore, Paddle)
 
 
 def check_number(owner: str, name: str, value, *, low=None, low_open=False, high=None, high_open=False,
@@ -41,13 +64,36 @@ def check_number(owner: str, name: str, value, *, low=None, low_open=False, high
 
 
 class Schedule:
-    """Base class: subclasses set ``base_lr`` and implement ``value(step)``
-    (``step`` a float32 array of completed updates)."""
+    """Base class of every schedule (see the module docstring).
+
+    The defaults are the MindSpore/Paddle conventions (`COMPLETED`, `SCALE`):
+    a subclass sets ``base_lr`` and implements ``value(step)`` (``step`` a
+    float32 array of completed updates), and ``__call__`` rescales. A family
+    with other conventions sets the class attributes and overrides
+    ``__call__`` (`gradxform.schedules._mxnet.LRScheduler`)."""
 
     base_lr: float = 1.0
+    indexed_by: str = COMPLETED
+    rebase: str = SCALE
 
     def value(self, step):  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def step_index(self, count):
+        """This schedule's own step index for the update whose count (that
+        update included) is ``count``."""
+        count = jnp.asarray(count)
+        if self.indexed_by == NUM_UPDATE:
+            return count
+        if self.indexed_by == COMPLETED:
+            return count - 1
+        raise ValueError(f"{type(self).__name__}.indexed_by: must be {NUM_UPDATE!r} or {COMPLETED!r}; "
+                         f"got {self.indexed_by!r}.")
+
+    def lr_for_update(self, count, base_lr=None):
+        """The learning rate of the update whose count is ``count`` (1 on the
+        first update), with ``base_lr`` meaning what ``rebase`` says."""
+        return self(self.step_index(count), base_lr)
 
     def __call__(self, step, base_lr=None):
         t = jnp.asarray(step)
@@ -72,12 +118,40 @@ class Constant(Schedule):
         return jnp.full_like(step, self.base_lr)
 
 
+class FunctionSchedule(Schedule):
+    """A plain function ``fn(step, base_lr) -> lr`` as a schedule with the
+    given conventions: the adapter for a callable that is not a `Schedule`
+    (an MXNet ``lr_scheduler`` given as a function is `NUM_UPDATE`-indexed,
+    a MindSpore/Paddle one `COMPLETED`-indexed); what ``base_lr`` does is up
+    to ``fn`` (``rebase`` records it)."""
+
+    def __init__(self, fn: Callable, *, indexed_by: str, rebase: str = REPLACE, base_lr=None):
+        self.fn, self.indexed_by, self.rebase = fn, indexed_by, rebase
+        self.base_lr = getattr(fn, "base_lr", None) if base_lr is None else base_lr
+
+    def __call__(self, step, base_lr=None):
+        return self.fn(step, base_lr)
+
+
+def as_update_schedule(sched, indexed_by: str = NUM_UPDATE, rebase: str | None = None):
+    """``sched`` if it is a `Schedule` (anything with ``lr_for_update``), else
+    the callable as a `FunctionSchedule` indexed by ``indexed_by``; None stays None."""
+    if sched is None or callable(getattr(sched, "lr_for_update", None)):
+        return sched
+    if not callable(sched):
+        raise TypeError(f"a schedule must be a gradxform Schedule or a callable (step, base_lr) -> lr; "
+                        f"got {sched!r}.")
+    if rebase is None:
+        rebase = REPLACE if indexed_by == NUM_UPDATE else SCALE
+    return FunctionSchedule(sched, indexed_by=indexed_by, rebase=rebase)
+
+
 def on_completed_steps(sched: Callable) -> Callable:
-    """``(count, base) -> sched(count - 1, base)``: feeds a framework-indexed
-    schedule from `track_step`'s count, which includes the update in progress.
-    MindSpore's ``get_lr()`` reads ``global_step`` before incrementing it and
-    Paddle's ``LRScheduler.step()`` runs after ``optimizer.step()``, so both
-    use the value at "updates completed so far" for the current update."""
+    """Kept for compatibility (optimizers no longer use it: every `Schedule`
+    maps the update count to its own index, `Schedule.lr_for_update`).
+
+    ``(count, base) -> sched(count - 1, base)``: a `COMPLETED`-indexed
+    schedule as a plain function of `track_step`'s count."""
 
     def shifted(count, base_lr=None):
         return sched(jnp.asarray(count) - 1, base_lr)
@@ -118,6 +192,7 @@ def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Callable | 
         if base is None:
             raise TypeError(f"{owner}(learning_rate=...): a schedule must have a base_lr (use a "
                             f"gradxform.schedules class); got {learning_rate!r}.")
-        return float(base), learning_rate
+        # a callable that is not a Schedule follows this family's conventions
+        return float(base), as_update_schedule(learning_rate, COMPLETED)
     raise TypeError(f"{owner}(learning_rate=...): must be a number, a list or 1-D array, or a "
                     f"schedule; got {type(learning_rate).__name__}.")

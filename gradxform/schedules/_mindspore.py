@@ -5,7 +5,7 @@ Each class computes in float32 exactly as MindSpore's ``construct`` does
 (including CosineDecayLR's ``sin(pi*(p + 0.5))`` form), so values agree
 with MindSpore to float32 rounding. ``step`` is ``global_step``, the number
 of updates completed before the current one; MindSpore optimizers here pass
-it that way (see `on_completed_steps`). Arguments are checked at
+it that way (`Schedule.lr_for_update`). Arguments are checked at
 construction, with MindSpore's rules.
 """
 from __future__ import annotations

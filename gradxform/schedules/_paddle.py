@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import CONTEXT_KEY, GradientTransformation, transformation
+from .._base import GradientTransformation, StepContext, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ._common import Schedule, check_number
@@ -398,14 +398,15 @@ class ReduceOnPlateau:
             return self.init_state()
 
         @fusable  # one lr for all leaves
+        @uses_context("ReduceOnPlateau", needs=("lr",), provides=("lr",))
         def update(updates, state, params=None, **extra_args):
             del params
             if "loss" not in extra_args or extra_args["loss"] is None:
                 raise ValueError("ReduceOnPlateau needs the loss: call update(grads, state, params, "
                                  "loss=loss_value).")
-            ctx = extra_args.get(CONTEXT_KEY)
-            if ctx is not None and "lr" in ctx:
-                ctx["lr"] = jax.tree.map(lambda l: jnp.broadcast_to(state.last_lr, jnp.shape(l)), ctx["lr"])
+            ctx = StepContext.of(extra_args)
+            if ctx is not None and ctx.lr is not None:
+                ctx.publish(lr=jax.tree.map(lambda l: jnp.broadcast_to(state.last_lr, jnp.shape(l)), ctx.lr))
             return updates, self.update_metric(state, extra_args["loss"])
 
         return transformation(init, update)

@@ -1,0 +1,158 @@
+"""MXNet 1.x learning-rate schedulers (``mxnet.lr_scheduler``) as pure functions.
+
+MXNet's schedulers are stateful objects called with increasing
+``num_update``; each class here gives the same value as a closed form of
+``num_update``, so it runs under jit and needs no state. In the protocol of
+`gradxform.schedules._common` they are indexed by `NUM_UPDATE` (MXNet's
+count after its bump: 1 on the first update) and re-based by `REPLACE`:
+when an optimizer owns the scheduler, MXNet overwrites the scheduler's
+``base_lr`` with the optimizer's ``learning_rate``; here the optimizer passes
+its (settable) ``learning_rate`` hyperparameter as ``base_lr``, which takes
+the place of the scheduler's own. As in MXNet, the warmup's target and
+PolyScheduler/CosineScheduler's starting value are the scheduler's *own*
+constructor ``base_lr`` (``warmup_final_lr`` and ``base_lr_orig`` are
+captured before the optimizer overwrites ``base_lr``), so re-basing moves
+FactorScheduler's and MultiFactorScheduler's values after the warmup only.
+
+`gradxform.lr_scheduler` re-exports these classes (users import it as
+``mxnet.lr_scheduler``).
+"""
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+
+from ._common import NUM_UPDATE, REPLACE, Schedule
+
+__all__ = ["LRScheduler", "FactorScheduler", "MultiFactorScheduler", "PolyScheduler", "CosineScheduler"]
+
+
+class LRScheduler(Schedule):
+    """Base: linear or constant warmup from ``warmup_begin_lr`` to ``base_lr``
+    over ``warmup_steps`` updates (MXNet ``LRScheduler.get_warmup_lr``).
+    Indexed by MXNet's ``num_update``; a given ``base_lr`` replaces the
+    scheduler's own (see the module docstring)."""
+
+    indexed_by = NUM_UPDATE
+    rebase = REPLACE
+
+    def __init__(self, base_lr=0.01, warmup_steps=0, warmup_begin_lr=0, warmup_mode="linear"):
+        if not isinstance(warmup_steps, int):
+            raise TypeError(f"{type(self).__name__}(warmup_steps=...): must be an int; got {warmup_steps!r}.")
+        if warmup_begin_lr > base_lr:
+            raise ValueError(f"{type(self).__name__}: base_lr has to be higher than warmup_begin_lr; "
+                             f"got base_lr={base_lr}, warmup_begin_lr={warmup_begin_lr}.")
+        if warmup_steps < 0:
+            raise ValueError(f"{type(self).__name__}(warmup_steps=...): must be >= 0; got {warmup_steps}.")
+        if warmup_mode not in ("linear", "constant"):
+            raise ValueError(f"{type(self).__name__}(warmup_mode=...): must be 'linear' or 'constant'; "
+                             f"got {warmup_mode!r}.")
+        self.base_lr = base_lr
+        self.warmup_steps = warmup_steps
+        self.warmup_final_lr = base_lr
+        self.warmup_begin_lr = warmup_begin_lr
+        self.warmup_mode = warmup_mode
+
+    def _warmup(self, num_update, after):
+        if self.warmup_steps == 0:
+            return after
+        if self.warmup_mode == "linear":
+            lr = self.warmup_begin_lr + (self.warmup_final_lr - self.warmup_begin_lr) * (
+                num_update / float(self.warmup_steps))
+        else:
+            lr = jnp.full_like(num_update, self.warmup_begin_lr)
+        return jnp.where(num_update < self.warmup_steps, lr, after)
+
+    def _after_warmup(self, num_update, base_lr):
+        raise NotImplementedError
+
+    def __call__(self, num_update, base_lr=None):
+        """The learning rate at ``num_update`` (an int or an int array);
+        ``base_lr`` defaults to the scheduler's own."""
+        t = jnp.asarray(num_update, jnp.float32)
+        base = jnp.asarray(self.base_lr if base_lr is None else base_lr, jnp.float32)
+        return self._warmup(t, self._after_warmup(t, base)).astype(jnp.float32)
+
+
+class FactorScheduler(LRScheduler):
+    """``lr = base_lr * factor^k`` with ``k = ceil(num_update/step) - 1`` (>= 0),
+    held at ``stop_factor_lr`` once it falls below it."""
+
+    def __init__(self, step, factor=1, stop_factor_lr=1e-8, base_lr=0.01, warmup_steps=0,
+                 warmup_begin_lr=0, warmup_mode="linear"):
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        if step < 1:
+            raise ValueError(f"FactorScheduler(step=...): must be >= 1; got {step}.")
+        if factor > 1.0:
+            raise ValueError(f"FactorScheduler(factor=...): must be no more than 1 to make lr reduce; got {factor}.")
+        self.step, self.factor, self.stop_factor_lr = step, factor, stop_factor_lr
+
+    def _after_warmup(self, t, base):
+        # integer arithmetic: XLA turns t / step into t * (1/step), which can
+        # round 21/7 up to 3.0000002 and decay one step early
+        n = t.astype(jnp.int32)
+        k = jnp.maximum((n - 1) // int(self.step), 0).astype(jnp.float32)
+        decayed = jnp.maximum(base * jnp.float32(self.factor) ** k, jnp.float32(self.stop_factor_lr))
+        return jnp.where(k > 0, decayed, base)
+
+
+class MultiFactorScheduler(LRScheduler):
+    """``lr = base_lr * factor^k``, ``k`` the number of milestones in ``step``
+    that ``num_update`` has passed."""
+
+    def __init__(self, step, factor=1, base_lr=0.01, warmup_steps=0, warmup_begin_lr=0,
+                 warmup_mode="linear"):
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        if not isinstance(step, (list, tuple)) or len(step) < 1:
+            raise ValueError(f"MultiFactorScheduler(step=...): must be a non-empty list; got {step!r}.")
+        for i, s in enumerate(step):
+            if i and step[i] <= step[i - 1]:
+                raise ValueError("MultiFactorScheduler(step=...): must be an increasing integer list.")
+            if s < 1:
+                raise ValueError("MultiFactorScheduler(step=...): every step must be >= 1.")
+        if factor > 1.0:
+            raise ValueError(f"MultiFactorScheduler(factor=...): must be no more than 1; got {factor}.")
+        self.step, self.factor = list(step), factor
+
+    def _after_warmup(self, t, base):
+        k = sum((t > s).astype(jnp.float32) for s in self.step)
+        return base * jnp.float32(self.factor) ** k
+
+
+class PolyScheduler(LRScheduler):
+    """``lr = final_lr + (base_lr0 - final_lr) * (1 - (t - warmup)/(max_update - warmup))^pwr``
+    up to ``max_update``, then ``final_lr``; ``base_lr0`` is the constructor's ``base_lr``."""
+
+    def __init__(self, max_update, base_lr=0.01, pwr=2, final_lr=0, warmup_steps=0,
+                 warmup_begin_lr=0, warmup_mode="linear"):
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        if not isinstance(max_update, int) or max_update < 1:
+            raise ValueError(f"PolyScheduler(max_update=...): must be an int >= 1; got {max_update!r}.")
+        self.power, self.base_lr_orig, self.max_update, self.final_lr = pwr, base_lr, max_update, final_lr
+        self.max_steps = max_update - warmup_steps
+
+    def _after_warmup(self, t, base):
+        del base
+        # (max_update - t) is exact for integer counts, so one rounding, in the division
+        frac = jnp.clip((self.max_update - t) / jnp.float32(self.max_steps), 0.0, None)
+        return self.final_lr + (self.base_lr_orig - self.final_lr) * frac ** self.power
+
+
+class CosineScheduler(LRScheduler):
+    """``lr = final_lr + (base_lr0 - final_lr) * (1 + cos(pi (t - warmup)/(max_update - warmup))) / 2``
+    up to ``max_update``, then ``final_lr``; ``base_lr0`` is the constructor's ``base_lr``."""
+
+    def __init__(self, max_update, base_lr=0.01, final_lr=0, warmup_steps=0, warmup_begin_lr=0,
+                 warmup_mode="linear"):
+        super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
+        if not isinstance(max_update, int) or max_update < 1:
+            raise ValueError(f"CosineScheduler(max_update=...): must be an int >= 1; got {max_update!r}.")
+        self.base_lr_orig, self.max_update, self.final_lr = base_lr, max_update, final_lr
+        self.max_steps = max_update - warmup_steps
+
+    def _after_warmup(self, t, base):
+        del base
+        t = jnp.minimum(t, self.max_update)
+        return self.final_lr + (self.base_lr_orig - self.final_lr) * (
+            1 + jnp.cos(math.pi * (t - self.warmup_steps) / self.max_steps)) / 2
