@@ -30,7 +30,7 @@ from .._tree import param_names
 from ..paddle._asgd import ASGDState
 from ..pieces._precision import MasterWeightsState
 from ..pieces._step import StepState
-from ..schedules._paddle import PlateauState
+from ..paddle._plateau import PlateauState
 from ._pickle import NUMPY_GLOBALS, MigrateError, safe_loads
 from ._state import Slot, at_boundary, checked_count, fill_state
 

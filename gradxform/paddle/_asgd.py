@@ -18,9 +18,8 @@ from .._optimizer import finalize
 from ..pieces import clip_by_value, scale_by_lr, track_step
 from ..pieces._scaling import HyperState
 from .._ranges import check_hyper
-from ..schedules._common import as_schedule, check_number
-from ..schedules._mindspore import DynamicLR
-from ..schedules._paddle import ReduceOnPlateau
+from ..schedules._common import DynamicLR, as_schedule, check_number
+from ._plateau import ReduceOnPlateau
 
 __all__ = ["asgd", "clip_grad_by_global_norm", "clip_grad_by_norm", "clip_grad_by_value", "l1_decay",
            "l2_decay", "ASGDState"]

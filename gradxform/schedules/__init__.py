@@ -11,7 +11,8 @@ from ._mindspore import (CosineDecayLR, DynamicLR, ExponentialDecayLR, InverseDe
 from ._mxnet import CosineScheduler, FactorScheduler, LRScheduler, MultiFactorScheduler, PolyScheduler
 from ._paddle import (CosineAnnealingDecay, CyclicLR, ExponentialDecay, InverseTimeDecay, LambdaDecay,
                       LinearLR, LinearWarmup, MultiStepDecay, NaturalExpDecay, NoamDecay, OneCycleLR,
-                      PiecewiseDecay, PolynomialDecay, ReduceOnPlateau, StepDecay)
+                      PiecewiseDecay, PolynomialDecay, StepDecay)
+from ..paddle._plateau import ReduceOnPlateau
 
 __all__ = [
     "Schedule", "FunctionSchedule", "Constant", "as_schedule", "as_update_schedule", "on_completed_steps",

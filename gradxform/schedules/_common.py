@@ -39,6 +39,7 @@ from __future__ import annotations
 from typing import Callable
 
 import jax.numpy as jnp
+import numpy as np
 
 from .._ranges import Range, check_value
 
@@ -196,3 +197,22 @@ def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Callable | 
         return float(base), as_update_schedule(learning_rate, COMPLETED)
     raise TypeError(f"{owner}(learning_rate=...): must be a number, a list or 1-D array, or a "
                     f"schedule; got {type(learning_rate).__name__}.")
+
+
+class DynamicLR(Schedule):
+    """A learning rate given as a list or 1-D array (MindSpore's ``learning_rate=[...]``,
+    also used for Paddle's): update ``i`` (``step = i``)
+    uses ``values[i]``; after the end, the last value. (MindSpore gathers
+    ``values[global_step]`` and leaves the index past the end undefined.)
+    ``base_lr`` is ``values[0]``."""
+
+    def __init__(self, values):
+        arr = np.asarray(values, np.float32).reshape(-1)
+        if arr.size == 0:
+            raise ValueError("DynamicLR(values=...): must not be empty.")
+        self.values = arr
+        self.base_lr = float(arr[0])
+
+    def value(self, step):
+        idx = jnp.clip(step.astype(jnp.int32), 0, self.values.size - 1)
+        return jnp.asarray(self.values)[idx]

@@ -13,9 +13,8 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
-import numpy as np
 
-from ._common import Schedule, check_number
+from ._common import DynamicLR, Schedule, check_number  # DynamicLR: shared with Paddle's list learning rates
 
 __all__ = ["ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR", "CosineDecayLR",
            "PolynomialDecayLR", "WarmUpLR", "DynamicLR"]
@@ -148,21 +147,3 @@ class WarmUpLR(Schedule):
     def value(self, step):
         return jnp.float32(self.learning_rate) * (
             jnp.minimum(step, jnp.float32(self.warmup_steps)) / jnp.float32(self.warmup_steps))
-
-
-class DynamicLR(Schedule):
-    """A learning rate given as a list or 1-D array: update ``i`` (``step = i``)
-    uses ``values[i]``; after the end, the last value. (MindSpore gathers
-    ``values[global_step]`` and leaves the index past the end undefined.)
-    ``base_lr`` is ``values[0]``."""
-
-    def __init__(self, values):
-        arr = np.asarray(values, np.float32).reshape(-1)
-        if arr.size == 0:
-            raise ValueError("DynamicLR(values=...): must not be empty.")
-        self.values = arr
-        self.base_lr = float(arr[0])
-
-    def value(self, step):
-        idx = jnp.clip(step.astype(jnp.int32), 0, self.values.size - 1)
-        return jnp.asarray(self.values)[idx]

@@ -1,6 +1,6 @@
 """Paddle's ``paddle.optimizer.lr`` schedulers (3.x) as pure vectorised
 functions of ``last_epoch`` (``step``: how many times ``scheduler.step()``
-ran, i.e. updates completed), plus ReduceOnPlateau as a stateful piece.
+ran, i.e. updates completed), (ReduceOnPlateau, a stateful piece, lives in `gradxform.paddle._plateau`).
 
 Paddle computes in Python float64 and hands the optimizer a float32; here
 the closed forms are evaluated in float32 (agreement ~1e-6 relative).
@@ -11,19 +11,15 @@ and ``CyclicLR``'s user functions must accept a jax array.
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from typing import Callable
 
-import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, StepContext, transformation, uses_context
-from .._elementwise import fusable
-from .._hyper import hyper_scalar
 from ._common import Schedule, check_number
 
 __all__ = ["StepDecay", "MultiStepDecay", "ExponentialDecay", "NaturalExpDecay", "InverseTimeDecay",
            "PolynomialDecay", "PiecewiseDecay", "CosineAnnealingDecay", "LinearWarmup", "NoamDecay",
-           "LambdaDecay", "OneCycleLR", "CyclicLR", "LinearLR", "ReduceOnPlateau", "PlateauState"]
+           "LambdaDecay", "OneCycleLR", "CyclicLR", "LinearLR"]
 
 F32 = jnp.float32
 
@@ -311,102 +307,3 @@ class LinearLR(Schedule):
         t = jnp.minimum(step, F32(self.total_steps))
         return F32(self.base_lr) * (F32(self.start_factor) + F32(self.end_factor - self.start_factor)
                                     * t / F32(self.total_steps))
-
-
-class PlateauState(NamedTuple):
-    """``last_lr``: the learning rate now; ``best``/``has_best``: the best metric
-    seen; ``num_bad_epochs``/``cooldown_counter`` as Paddle's."""
-    hyper: dict
-    last_lr: jax.Array
-    best: jax.Array
-    has_best: jax.Array
-    num_bad_epochs: jax.Array
-    cooldown_counter: jax.Array
-
-
-class ReduceOnPlateau:
-    """Paddle ReduceOnPlateau. It needs the loss, so it is not a function of the
-    step count: `piece` returns a chainable transformation that takes the loss
-    as the extra argument ``loss=`` of ``update`` and overrides the step
-    context's ``lr`` with its current value (place it right after
-    `track_step`). As in Paddle, the loss given with update ``t`` (the loss at
-    the parameters before that update, fed to ``scheduler.step(loss)`` after
-    ``optimizer.step()``) changes the learning rate from update ``t + 1`` on;
-    Paddle's rule, cooldown included (a cooldown step does not look at the
-    metric)::
-
-        if cooldown_counter > 0: cooldown_counter -= 1
-        else:
-            if better(loss, best): best, num_bad = loss, 0  else: num_bad += 1
-            if num_bad > patience:
-                cooldown_counter, num_bad = cooldown, 0
-                new = max(lr * factor, min_lr); if lr - new > epsilon: lr = new
-
-    ``update_metric(state, loss)`` is the same rule on a state alone.
-    """
-
-    def __init__(self, learning_rate, mode="min", factor=0.1, patience=10, threshold=1e-4,
-                 threshold_mode="rel", cooldown=0, min_lr=0.0, epsilon=1e-8):
-        owner = "ReduceOnPlateau"
-        mode = str(mode).lower()
-        if mode not in ("min", "max"):
-            raise ValueError(f"{owner}(mode=...): must be 'min' or 'max'; got {mode!r}.")
-        check_number(owner, "factor", factor, high=1.0, high_open=True)
-        threshold_mode = str(threshold_mode).lower()
-        if threshold_mode not in ("rel", "abs"):
-            raise ValueError(f"{owner}(threshold_mode=...): must be 'rel' or 'abs'; got {threshold_mode!r}.")
-        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)):
-            raise TypeError(f"{owner}(learning_rate=...): must be a number; got {learning_rate!r}.")
-        check_number(owner, "patience", patience, low=0, integer=True)
-        check_number(owner, "cooldown", cooldown, low=0, integer=True)
-        self.mode, self.threshold_mode = mode, threshold_mode
-        self.factor, self.patience, self.threshold = float(factor), patience, float(threshold)
-        self.cooldown, self.min_lr, self.epsilon = cooldown, float(min_lr), float(epsilon)
-        self.base_lr = float(learning_rate)
-
-    def init_state(self) -> PlateauState:
-        return PlateauState({}, hyper_scalar(self.base_lr), jnp.zeros((), F32), jnp.asarray(False),
-                            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
-
-    def _better(self, cur, best):
-        thr = F32(self.threshold)
-        if self.mode == "min":
-            return cur < (best - best * thr if self.threshold_mode == "rel" else best - thr)
-        return cur > (best + best * thr if self.threshold_mode == "rel" else best + thr)
-
-    def update_metric(self, s: PlateauState, loss) -> PlateauState:
-        loss = jnp.asarray(loss, F32).reshape(())
-        cooling = s.cooldown_counter > 0
-        better = jnp.logical_or(~s.has_best, self._better(loss, s.best))
-        best = jnp.where(better, loss, s.best)
-        bad = jnp.where(better, 0, s.num_bad_epochs + 1)
-        trigger = bad > self.patience
-        new_lr = jnp.maximum(s.last_lr * F32(self.factor), F32(self.min_lr))
-        lr = jnp.where(trigger & (s.last_lr - new_lr > F32(self.epsilon)), new_lr, s.last_lr)
-        bad = jnp.where(trigger, 0, bad)
-        cool = jnp.where(trigger, self.cooldown, 0)
-        return PlateauState(s.hyper,
-                            jnp.where(cooling, s.last_lr, lr), jnp.where(cooling, s.best, best),
-                            jnp.where(cooling, s.has_best, True), jnp.where(cooling, s.num_bad_epochs, bad),
-                            jnp.where(cooling, s.cooldown_counter - 1, cool).astype(jnp.int32))
-
-    def piece(self) -> GradientTransformation:
-        """The stateful piece (see the class docstring)."""
-
-        def init(params):
-            del params
-            return self.init_state()
-
-        @fusable  # one lr for all leaves
-        @uses_context("ReduceOnPlateau", needs=("lr",), provides=("lr",))
-        def update(updates, state, params=None, **extra_args):
-            del params
-            if "loss" not in extra_args or extra_args["loss"] is None:
-                raise ValueError("ReduceOnPlateau needs the loss: call update(grads, state, params, "
-                                 "loss=loss_value).")
-            ctx = StepContext.of(extra_args)
-            if ctx is not None and ctx.lr is not None:
-                ctx.publish(lr=jax.tree.map(lambda l: jnp.broadcast_to(state.last_lr, jnp.shape(l)), ctx.lr))
-            return updates, self.update_metric(state, extra_args["loss"])
-
-        return transformation(init, update)
