@@ -1,0 +1,113 @@
+"""First call (trace + compile + run) and peak memory of an optimizer over
+many leaves, one path per subprocess.
+
+    python benchmarks/bench_scale.py --leaves 20000
+    python benchmarks/bench_scale.py --leaves 2000 --paths plain,optax
+    python benchmarks/bench_scale.py --leaves 20000 --opt mindspore.adafactor --paths plain
+
+Paths: ``plain`` (``jax.jit`` of ``create(opt).init`` and of ``.update``, fed
+an ordinary tree), ``fused`` (the same through ``gradxform.fused``),
+``trainer`` (``gradxform.Trainer(params, opt)`` construction and one
+``step``), ``optax`` (``optax.adam``; only with ``--opt adam``). Each path
+runs in a fresh Python process; "first call" is the wall time from building
+the optimizer to the first result ready, "peak" the process's peak RSS
+(``ru_maxrss``), both printed per path. Leaves are float32 vectors of 16
+elements (``--size``), so trace and compile dominate. A path that passes
+``--timeout`` seconds is killed and reported as such. Not a test: nothing
+here asserts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def child(path: str, leaves: int, size: int, opt: str) -> dict:
+    sys.path.insert(0, ROOT)
+    import resource  # noqa: PLC0415
+
+    import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
+
+    import gradxform  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    params = {f"p{i:05d}": jnp.asarray(rng.standard_normal(size, np.float32)) for i in range(leaves)}
+    grads = {k: jnp.asarray(rng.standard_normal(size, np.float32) * 1e-3) for k in params}
+    jax.block_until_ready((params, grads))
+    out: dict = {}
+    t0 = time.perf_counter()
+    if path == "trainer":
+        tr = gradxform.Trainer(params, opt, {"learning_rate": 1e-3})
+        out["construct_s"] = time.perf_counter() - t0
+        tr.step(jax.tree.map(lambda g: g[None], grads), 1)
+        jax.block_until_ready(tr._params)
+    else:
+        if path == "optax":
+            import optax  # noqa: PLC0415
+            tx = optax.adam(1e-3)
+        else:
+            tx = gradxform.create(opt, learning_rate=1e-3)
+            if path == "fused":
+                tx = gradxform.fused(tx)
+        state = jax.jit(tx.init)(params)
+        jax.block_until_ready(state)
+        out["init_s"] = time.perf_counter() - t0
+
+        def step(p, g, s):
+            u, s = tx.update(g, s, p)
+            return jax.tree.map(lambda a, b: a + b, p, u), s
+
+        p, s = jax.jit(step, donate_argnums=(0, 2))(params, grads, state)
+        jax.block_until_ready((p, s))
+    out["first_call_s"] = time.perf_counter() - t0
+    out["peak_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--leaves", type=int, default=20000)
+    ap.add_argument("--size", type=int, default=16, help="elements per leaf")
+    ap.add_argument("--opt", default="adam", help="a gradxform.create name")
+    ap.add_argument("--paths", default="plain,fused,trainer,optax")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print("RESULT " + json.dumps(child(args.child, args.leaves, args.size, args.opt)), flush=True)
+        return
+    print(f"{args.leaves} leaves of {args.size} float32, optimizer {args.opt}, "
+          f"{os.cpu_count()} CPU cores, load {os.getloadavg()[0]:.1f}", flush=True)
+    for path in [p.strip() for p in args.paths.split(",") if p.strip()]:
+        if path == "optax" and args.opt != "adam":
+            continue
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--leaves", str(args.leaves),
+               "--size", str(args.size), "--opt", args.opt]
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"  {path:8s} killed after {args.timeout:.0f} s", flush=True)
+            continue
+        wall = time.perf_counter() - t0
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+        if proc.returncode or not lines:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+            print(f"  {path:8s} failed (rc {proc.returncode}, {wall:.0f} s): {' | '.join(tail)}", flush=True)
+            continue
+        r = json.loads(lines[-1][7:])
+        extra = "  ".join(f"{k} {v:.1f}" for k, v in r.items() if k not in ("first_call_s", "peak_gb"))
+        print(f"  {path:8s} first call {r['first_call_s']:7.1f} s   peak {r['peak_gb']:5.2f} GB   "
+              f"{extra}   (process {wall:.0f} s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
