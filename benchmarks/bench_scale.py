@@ -7,6 +7,7 @@ many leaves, one path per subprocess.
 
 Paths: ``plain`` (``jax.jit`` of ``create(opt).init`` and of ``.update``, fed
 an ordinary tree), ``fused`` (the same through ``gradxform.fused``),
+``packed`` (through ``gradxform.fused.packed``),
 ``trainer`` (``gradxform.Trainer(params, opt)`` construction and one
 ``step``), ``optax`` (``optax.adam``; only with ``--opt adam``). Each path
 runs in a fresh Python process; "first call" is the wall time from building
@@ -57,6 +58,8 @@ def child(path: str, leaves: int, size: int, opt: str) -> dict:
             tx = gradxform.create(opt, learning_rate=1e-3)
             if path == "fused":
                 tx = gradxform.fused(tx)
+            elif path == "packed":
+                tx = gradxform.fused.packed(tx)
         state = jax.jit(tx.init)(params)
         jax.block_until_ready(state)
         out["init_s"] = time.perf_counter() - t0

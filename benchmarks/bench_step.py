@@ -229,7 +229,8 @@ def run_set(name, steps, use_torch, quick=False, slow=False):
     # what Flax/Equinox users hold: a transformation fed ordinary trees, here
     # with small leaves packed inside the step (gradxform.fused.packed)
     ctx = gradxform.fused.packed(gradxform.create("adam", learning_rate=LR, beta1=B1, beta2=B2,
-                                                  epsilon=EPS, wd=WD))
+                                                  epsilon=EPS, wd=WD),
+                                 max_leaf_size=int(os.environ.get("PACK_MAX", 1 << 16)))
     t0 = time.perf_counter()
     cstate = jax.jit(ctx.init)(params)
     jax.block_until_ready(cstate)

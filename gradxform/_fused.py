@@ -562,6 +562,29 @@ def _diverged(pred) -> None:
             "the step inside `with gradxform.fused.packing(False):`, or pass update_mask.")
 
 
+@dataclasses.dataclass(frozen=True)
+class _ShapedLayout(Layout):
+    """`Layout` whose one-leaf buffers keep the leaf's own shape (no reshape
+    in or out: a donated N-d leaf reshaped to 1-d and back made XLA:CPU copy
+    it at the output). Used inside `packed` steps only."""
+
+    def ravel_leaves(self, leaves) -> tuple:
+        return tuple(leaves[g[0]] if len(g) == 1 else jnp.concatenate([jnp.reshape(leaves[i], (-1,)) for i in g])
+                     for g in self.groups)
+
+    def _slice_leaves(self, buffers, shapes=None) -> list:
+        shapes = self.shapes if shapes is None else shapes
+        out = Layout._slice_leaves(self, buffers, shapes)
+        for buf, g in zip(buffers, self.groups):
+            if len(g) == 1:
+                out[g[0]] = buf if tuple(np.shape(buf)) == tuple(shapes[g[0]]) else jnp.reshape(buf, shapes[g[0]])
+        return out
+
+
+def _shaped(layout: Layout) -> _ShapedLayout:
+    return _ShapedLayout(layout.treedef, layout.shapes, layout.dtypes, layout.groups)
+
+
 def packed(tx: GradientTransformation, *, max_leaf_size: int = 1 << 16) -> GradientTransformation:
     """``tx`` with its per-leaf state, whose ``update`` on ordinary trees packs
     the small leaves (at most ``max_leaf_size`` elements) into flat buffers
@@ -596,7 +619,7 @@ def packed(tx: GradientTransformation, *, max_leaf_size: int = 1 << 16) -> Gradi
             probe = jax.tree.map(lambda x: np.zeros((1,), jnp.result_type(x)), ref)
             with warnings.catch_warnings(), jax.ensure_compile_time_eval():
                 warnings.simplefilter("ignore")
-                probes[key] = _layout_for(ref, tx.init(probe), facts)
+                probes[key] = _shaped(_layout_for(ref, tx.init(probe), facts))
         return probes[key]
 
     @fusable  # under `fused` (flat buffers in): the inner chain as it is
@@ -610,7 +633,7 @@ def packed(tx: GradientTransformation, *, max_leaf_size: int = 1 << 16) -> Gradi
             return tx.update(updates, state, params, **extra_args)
         values = _per_leaf_values(state, treedef)
         traced = any(isinstance(v, jax.core.Tracer) for vs in values for v in vs)
-        layout = probe_layout(ref, treedef) if traced else _layout_for(ref, state, facts)
+        layout = probe_layout(ref, treedef) if traced else _shaped(_layout_for(ref, state, facts))
         if all(len(g) == 1 for g in layout.groups):
             return tx.update(updates, state, params, **extra_args)
         if traced:
@@ -626,7 +649,7 @@ def packed(tx: GradientTransformation, *, max_leaf_size: int = 1 << 16) -> Gradi
             extra_args = {**extra_args, CONTEXT_KEY: {}}
         extra_args[CONTEXT_KEY][SEGMENTS_KEY] = layout_segments(layout)
         out, inner = tx.update(u, flat_state, p, **extra_args)
-        return layout.unravel(out), _unflatten_state(inner, state, layout)
+        return treedef.unflatten(layout._slice_leaves(out)), _unflatten_state(inner, state, layout)
 
     return transformation(init, update)
 
