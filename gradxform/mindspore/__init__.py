@@ -30,3 +30,7 @@ for _f in (momentum, sgd, lars, adam, adam_weight_decay, lazy_adam, adam_offload
            proximal_adagrad, ftrl, rmsprop, adafactor):
     register(family="mindspore")(_f)
 del _f
+
+# -- THOR (issue 15; gradxform/mindspore/_thor.py, statistics: gradxform.mindspore.thor_capture) --
+from ._thor import thor  # noqa: E402
+register(family="mindspore")(thor := with_guard_option(thor)); __all__.append("thor")  # noqa: E702
