@@ -47,6 +47,9 @@ class Case:
     donatable: bool = True
     fuses: bool | None = None
     bit_exact: bool = True
+    # extra keyword arguments of ``update`` that the optimizer needs, from the
+    # params (THOR's ``layer_stats``); `create` supplies them where a caller gives none
+    update_args: Any = None
 
 
 DEFAULT = Case()
@@ -99,6 +102,10 @@ TABLE.update({
     "mindspore.sgd": Case(dict(learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3), _MS_WD, True,
                           fuses=True),
     "paddle.asgd": Case(dict(learning_rate=0.05, batch_num=2, weight_decay=1e-3), _MS_WD, True, fuses=False),
+    # -- thor (issue 15): precomputed factors of every 2-D 'kernel', derived from the params --
+    "mindspore.thor": Case(dict(learning_rate=0.1, damping=[0.05, 0.04, 0.03], momentum=0.9, weight_decay=1e-3,
+                                frequency=2, layers={"*/kernel": "dense"}), _MS_WD, True, fuses=False,
+                           update_args=lambda params: {"layer_stats": _thor_factors(params)}),
 })
 
 
@@ -112,6 +119,29 @@ def names() -> list[str]:
     return gradxform.registered_names()
 
 
+def _thor_factors(params) -> dict:
+    """THOR's factors for each 2-D ``.../kernel`` of ``params``: A = I + w w^T / 4,
+    G = I + w^T w / 4 (symmetric positive definite, change with the params, vmap-safe)."""
+    import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+    out = {}
+    for path, w in jax.tree_util.tree_flatten_with_path(params)[0]:
+        name = "/".join(gradxform._tree.key_name(k) for k in path)
+        if name.endswith("/kernel") and w.ndim == 2:
+            w = w.astype(jnp.float32)
+            out[name] = {"A": jnp.eye(w.shape[0]) + w @ w.T / 4, "G": jnp.eye(w.shape[1]) + w.T @ w / 4}
+    return out
+
+
 def create(name: str, **overrides: Any):
-    """``gradxform.create(name, **row.kwargs, **overrides)``."""
-    return gradxform.create(name, **{**case(name).kwargs, **overrides})
+    """``gradxform.create(name, **row.kwargs, **overrides)``; a row with
+    ``update_args`` gets them added to every ``update`` call that passes none."""
+    tx = gradxform.create(name, **{**case(name).kwargs, **overrides})
+    extra = case(name).update_args
+    if extra is None:
+        return tx
+
+    def update(updates, state, params=None, **extra_args):
+        return tx.update(updates, state, params, **{**extra(params), **extra_args})
+
+    return tx._replace(update=update)

@@ -241,14 +241,15 @@ def _thor_precondition(layers, layout, frequency, batch_size, loss_scale, dampin
                 dims = _dims(kind, g.shape, layout)
                 a_mat, g_mat = _factors(n, kind, stats[n], dims, batch_size, ls, dt)
 
-                def fresh(a_mat=a_mat, g_mat=g_mat, kind=kind, shift=shift):
-                    a_i = (1.0 / (a_mat + shift) if kind == "embedding" else
-                           _block_inverse(a_mat + shift * jnp.eye(a_mat.shape[0], dtype=dt), block_size))
-                    g_i = _block_inverse(g_mat + shift * jnp.eye(g_mat.shape[0], dtype=dt), block_size)
-                    return a_i, g_i
+                def fresh(ops, kind=kind):
+                    a_m, g_m, sh, _, _ = ops
+                    a_i = (1.0 / (a_m + sh) if kind == "embedding" else
+                           _block_inverse(a_m + sh * jnp.eye(a_m.shape[0], dtype=a_m.dtype), block_size))
+                    return a_i, _block_inverse(g_m + sh * jnp.eye(g_m.shape[0], dtype=g_m.dtype), block_size)
 
-                old = (state.a_inv[n].astype(dt), state.g_inv[n].astype(dt))
-                a_i, g_i = jax.lax.cond(step % frequency == 0, fresh, lambda old=old: old)
+                # operands, not closures: the same jaxpr on every call (op-by-op runs hit the cache)
+                ops = (a_mat, g_mat, shift, state.a_inv[n].astype(dt), state.g_inv[n].astype(dt))
+                a_i, g_i = jax.lax.cond(step % frequency == 0, fresh, lambda o: (o[3], o[4]), ops)
                 a_new[n], g_new[n] = a_i.astype(state.a_inv[n].dtype), g_i.astype(state.g_inv[n].dtype)
                 u = _precondition(kind, u, a_i, g_i, layout)
             elif kind == "layernorm":
