@@ -154,7 +154,7 @@ HYPER = dict(learning_rate=[0.25, 0.125, 0.125, 0.0625], damping=[0.5, 0.25, 0.1
 @pytest.mark.parametrize("model,nesterov", [(MLP, False), (MLP, True), (CNN, False)], ids=["mlp", "mlp-nesterov", "cnn"])
 def test_matches_float64_transcription_of_the_seed(model, nesterov):
     kw = dict(HYPER, use_nesterov=nesterov, batch_size=model["x"][0])
-    p0, grads, stats, traj, _ = run_gx(model, 11, **kw)
+    p0, grads, stats, traj, _ = run_gx(model, 10, **kw)
     ref = np_thor(p0, grads, stats, model["layers"], lr=kw["learning_rate"], damping=kw["damping"],
                   momentum=kw["momentum"], wd=kw["weight_decay"], ls=kw["loss_scale"], bs=kw["batch_size"],
                   freq=kw["frequency"], nesterov=nesterov)
@@ -186,31 +186,33 @@ def test_inverses_change_only_at_cycle_starts():
     assert not np.allclose(inv[0], np.eye(8))  # step 0 starts a cycle too
 
 
-def _one_step_updates(damping, lr, steps=4):
+def _updates(damping, lr, steps=4):
     tx = gx.create("mindspore.thor", learning_rate=lr, damping=damping, momentum=0.0, frequency=2,
                    layers=MLP["layers"], batch_size=16)
     params = MLP["init"](jax.random.PRNGKey(0))
     state, out = tx.init(params), []
+    step = jax.jit(lambda s, g, st: tx.update(g, s, params, layer_stats=st))
     for t in range(steps):
         _, g, st = cap(MLP["loss"], params, *batch(MLP, t), 1.0)
-        u, state = tx.update(g, state, params, layer_stats=st)
+        u, state = step(state, g, st)
         out.append(flat(u))
     return out
 
 
 def test_lr_and_damping_are_read_at_the_step_index():
-    base = _one_step_updates([0.5, 0.5, 0.25, 0.25], [0.25, 0.125, 0.0625, 0.0625])
-    # damping at steps 1 and 3 (inside a cycle) is never read; at step 2 (a cycle start) it is
-    same = _one_step_updates([0.5, 9.0, 0.25, 9.0], [0.25, 0.125, 0.0625, 0.0625])
-    other = _one_step_updates([0.5, 0.5, 0.125, 0.25], [0.25, 0.125, 0.0625, 0.0625])
-    for a, b in zip(base, same):
-        jax.tree.map(np.testing.assert_array_equal, a, b)
+    """Update t reads lr[t] and damping[t] (MindSpore's global_step before its
+    increment); damping only at cycle starts (frequency 2: steps 0 and 2)."""
+    base = _updates([0.5, 0.5, 0.25, 0.25], [0.25, 0.125, 0.0625, 0.0625])
+    # damping at steps 1 and 3 is never read; lr[1] x4 scales update 1 only (momentum 0, no decay)
+    changed = _updates([0.5, 9.0, 0.25, 9.0], [0.25, 0.5, 0.0625, 0.0625])
+    for t in (0, 2, 3):
+        jax.tree.map(np.testing.assert_array_equal, changed[t], base[t])
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, 4 * b, rtol=1e-12), changed[1], base[1])
+    # damping at step 2 (a cycle start) is read, there and on step 3 (same cycle)
+    other = _updates([0.5, 0.5, 0.125, 0.25], [0.25, 0.125, 0.0625, 0.0625])
     assert np.array_equal(base[1]["l1/kernel"], other[1]["l1/kernel"])
     assert not np.allclose(base[2]["l1/kernel"], other[2]["l1/kernel"])
-    # lr[t] at update t: scaling one entry scales that update only (momentum 0, no decay)
-    lr2 = _one_step_updates([0.5, 0.5, 0.25, 0.25], [0.25, 0.5, 0.0625, 0.0625])
-    np.testing.assert_allclose(lr2[1]["l1/bias"], 4 * base[1]["l1/bias"], rtol=1e-12)
-    np.testing.assert_array_equal(lr2[2]["l1/kernel"], base[2]["l1/kernel"])
+    assert not np.allclose(base[3]["l1/kernel"], other[3]["l1/kernel"])
 
 
 def test_factored_preconditioner_equals_explicit_kronecker_solve():
@@ -309,7 +311,7 @@ def test_capture_linen_and_equinox():
     # THOR takes them as they come
     tx = gx.create("mindspore.thor", learning_rate=0.1, damping=0.1, momentum=0.9, batch_size=5,
                    layers={"*/kernel": "dense", "Conv_0/kernel": "conv", "Embed_0/embedding": "embedding"})
-    u, _ = tx.update(g, tx.init(params), params, layer_stats=st)
+    u, _ = jax.jit(lambda g, s, st: tx.update(g, s, params, layer_stats=st))(g, tx.init(params), st)
     assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(u))
 
     eqx = pytest.importorskip("equinox")
@@ -329,7 +331,7 @@ def test_capture_linen_and_equinox():
         np.testing.assert_allclose(st[name]["D"].T @ st[name]["a"], w, rtol=1e-12, atol=1e-15)
     tx = gx.create("mindspore.thor", learning_rate=0.1, damping=0.1, momentum=0.9, batch_size=6,
                    layers={"*/weight": "dense"}, layout="out_in")
-    u, _ = tx.update(g, tx.init(m), m, layer_stats=st)
+    u, _ = jax.jit(lambda g, s, st: tx.update(g, s, m, layer_stats=st))(g, tx.init(m), st)
     assert np.all(np.isfinite(u.l1.weight))
 
 
@@ -377,3 +379,28 @@ def test_layer_names_are_checked_at_init():
     with pytest.raises(ValueError, match=r"'conv', which needs a 4-D parameter; 'l1/kernel' has shape \(8, 6\)"):
         gx.create("mindspore.thor", learning_rate=0.1, damping=0.1, momentum=0.9,
                   layers={"l1/kernel": "conv"}).init(params)
+
+
+# -- the digits example: THOR reaches Momentum's accuracy in no more epochs --------------------
+
+def test_digits_example_fast_thor_reaches_momentum_accuracy_in_no_more_epochs(tmp_path):
+    import importlib.util  # noqa: PLC0415
+    import os  # noqa: PLC0415
+    import re  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    if importlib.util.find_spec("sklearn") is None:
+        pytest.skip("sklearn is not installed (pip install -e '.[test]')")
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, str(root / "examples" / "thor_digits.py"), "--fast"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    m = re.search(r"epochs to target: momentum (\d+|None), thor (\d+|None)", out)
+    assert m and m.group(1) != "None" and m.group(2) != "None", out[-2000:]
+    assert int(m.group(2)) <= int(m.group(1)), out[-2000:]
