@@ -287,9 +287,11 @@ def thor(learning_rate, damping, momentum, weight_decay=0.0, loss_scale=1.0, bat
          use_nesterov=False, decay_filter: Callable[[str], bool] = _every_parameter, split_indices=None,
          enable_clip_grad=False, frequency=100, *, layers: Mapping[str, str], layout: str = "in_out",
          factor_damping: str = "seed", block_size: int | None = None) -> GradientTransformation:
-    r"""THOR, the Trace-based Hardware-driven layer-ORiented Natural Gradient
-    Descent Computation (``mindspore.nn.thor``; TinyMS ``optimizers.thor``;
-    Chen et al., AAAI 2021). The rule of the TinyMS seed (``003_*.txt``)::
+    r"""MindSpore THOR (``nn.thor`` -> ``ThorGpu``), second-order with Kronecker factors.
+
+    Trace-based Hardware-driven layer-ORiented Natural Gradient Descent
+    Computation (TinyMS ``optimizers.thor``; Chen et al., AAAI 2021). The rule
+    of the TinyMS seed (``003_*.txt``)::
 
         A_i = E[a_{i-1} a_{i-1}^T]        (inputs of layer i)
         G_i = E[D_i D_i^T]                (gradient of the loss at layer i's outputs)
