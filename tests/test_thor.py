@@ -261,10 +261,10 @@ def test_capture_outer_product_identity_dense_and_conv():
     for model in (MLP, CNN):
         params = model["init"](jax.random.PRNGKey(1))
         x, y = batch(model, 0)
-        loss, g, st = capture(model["loss"], params, x, y, 3.0)
-        ref_loss, ref_g = jax.value_and_grad(lambda p: model["loss"](p, x, y, 3.0, tap=Tap()))(params)
-        assert float(loss) == float(ref_loss)
-        jax.tree.map(np.testing.assert_array_equal, g, ref_g)
+        loss, g, st = cap(model["loss"], params, x, y, 4.0)   # the shapes of the runs above: no compile
+        ref_loss, ref_g = jax.jit(jax.value_and_grad(lambda p: model["loss"](p, x, y, 4.0, tap=Tap())))(params)
+        np.testing.assert_allclose(loss, ref_loss, rtol=1e-14)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15), g, ref_g)
         for name in model["layers"]:
             a, d = st[name]["a"], st[name]["D"]
             w = flat(g)[name]
@@ -308,11 +308,6 @@ def test_capture_linen_and_equinox():
     emb = jnp.zeros((7, 3)).at[st["Embed_0/embedding"]["a"].reshape(-1)].add(
         st["Embed_0/embedding"]["D"].reshape(-1, 3))
     np.testing.assert_allclose(emb, fg["Embed_0/embedding"], rtol=1e-12, atol=1e-15)
-    # THOR takes them as they come
-    tx = gx.create("mindspore.thor", learning_rate=0.1, damping=0.1, momentum=0.9, batch_size=5,
-                   layers={"*/kernel": "dense", "Conv_0/kernel": "conv", "Embed_0/embedding": "embedding"})
-    u, _ = jax.jit(lambda g, s, st: tx.update(g, s, params, layer_stats=st))(g, tx.init(params), st)
-    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(u))
 
     eqx = pytest.importorskip("equinox")
 
