@@ -362,12 +362,32 @@ def test_set_hyper_changes_learning_rate_without_retrace():
     (lambda: M.adafactor(eps=(1e-30,)), ValueError, "eps"),
     (lambda: M.adafactor(decay_rate=1.0), ValueError, "decay_rate"),
     (lambda: M.adafactor(weight_decay=1.0), ValueError, "weight_decay"),
+    # issue 15 item 6: the seed's Raises (beta1 in [0, 1), eps > 0), naming the argument
+    (lambda: M.adafactor(beta1=1.5), ValueError, r"beta1 must be in \[0, 1\); got 1.5"),
+    (lambda: M.adafactor(beta1=1.0), ValueError, "beta1"),
+    (lambda: M.adafactor(beta1=-0.1), ValueError, "beta1"),
+    (lambda: M.adafactor(beta1="0.9"), TypeError, "beta1"),
+    (lambda: M.adafactor(eps=(0.0, 1e-3)), ValueError, r"eps\[0\] must be in \(0, inf\); got 0.0"),
+    (lambda: M.adafactor(eps=(1e-30, -1e-3)), ValueError, r"eps\[1\]"),
+    (lambda: M.adafactor(eps=(1e-30, 1)), TypeError, r"eps\[1\] must be a float"),
+    (lambda: M.adafactor(eps=1e-3), TypeError, "eps"),
+    (lambda: M.adafactor(loss_scale=0.0), ValueError, "loss_scale"),
+    (lambda: M.adafactor(weight_decay=-0.1), ValueError, "weight_decay"),
     (lambda: M.lars(M.momentum(0.1, 0.9), epsilon=1), TypeError, "epsilon"),
     (lambda: M.lars("sgd"), TypeError, "optimizer"),
 ])
 def test_arguments_checked_at_construction(make, exc, match):
     with pytest.raises(exc, match=match):
         make()
+
+
+def test_adafactor_ranges_hold_for_set_hyper_too():
+    state = M.adafactor(beta1=0.0).init({"w": jnp.ones((2, 3))})
+    assert float(gx.get_hyper(gx.set_hyper(state, beta1=0.5), "beta1")) == 0.5
+    with pytest.raises(ValueError, match="beta1"):
+        gx.set_hyper(state, beta1=1.0)
+    with pytest.raises(ValueError, match="epsilon1"):
+        gx.set_hyper(state, epsilon1=0.0)
 
 
 # -- zero-size leaves and gradients checked where they come in --------------------------------

@@ -159,6 +159,10 @@ def cases():
     add("adamweightdecay", "AdamWeightDecay", dict(learning_rate=0.01, weight_decay=0.01))
     add("lazyadam", "LazyAdam", dict(learning_rate=0.01))
     add("lazyadam_wd_ls", "LazyAdam", dict(learning_rate=0.01, weight_decay=0.01, loss_scale=2.0))
+    # issue 15 item 7: Nesterov with weight decay (the P.Adam CPU kernel's rounding order)
+    add("lazyadam_nesterov_wd", "LazyAdam", dict(learning_rate=0.01, use_nesterov=True, weight_decay=0.01))
+    add("adam_nesterov_wd_ls", "Adam", dict(learning_rate=0.01, use_nesterov=True, weight_decay=0.01,
+                                            loss_scale=2.0))
     add("lamb", "Lamb", dict(learning_rate=0.01))
     add("lamb_wd", "Lamb", dict(learning_rate=0.01, weight_decay=0.01))
     # FTRL
