@@ -200,10 +200,11 @@ def test_proximal_adagrad_l1_l2():
     w0, gs = data()
     lr, l1, l2 = 0.05, 0.01, 0.02
 
-    def step(w, g, h, t, k):
+    def step(w, g, h, t, k):  # the kernels' rule: shrink with the adaptive rate lr / sqrt(h)
         h = h + g * g
-        v = w - lr * g / np.sqrt(h)
-        return np.sign(v) / (1 + lr * l2) * np.maximum(np.abs(v) - lr * l1, 0), h
+        a = lr / np.sqrt(h)
+        v = w - a * g
+        return np.sign(v) * np.maximum(np.abs(v) - a * l1, 0) / (1 + a * l2), h
 
     got, _ = run(M.proximal_adagrad(0.1, lr, l1=l1, l2=l2), w0, gs)
     close(got, reference(w0, gs, step, lambda x: np.full_like(x, 0.1)))

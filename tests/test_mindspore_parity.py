@@ -7,14 +7,15 @@ need atol 5e-6: adam_dynamic_lr_list and adam_groups (lr up to 0.1 and 0.05; Ada
 element; a NumPy float32 transcription of MindSpore's own formula is 3.4e-6
 from the golden too, so this is rounding order, not formula).
 
-Four goldens record MindSpore CPU kernels that contradict the seed (and the
-op documentation); there the seed wins (see the docstrings) and the test
-shows what the CPU kernel does instead:
+Three goldens record MindSpore CPU kernels that contradict the seed and
+MindSpore's other kernels; there the seed wins (see the docstrings) and the
+test shows what the CPU kernel does instead:
   * momentum_nesterov: CPU ApplyMomentum ignores use_nesterov.
   * adagrad_accum_noslots: CPU ApplyAdagrad ignores update_slots=False.
   * ftrl_l1_l2: CPU ApplyFtrl uses (l1 - u) for negative u (not sign(u) l1 - u).
-  * proximaladagrad_l1_l2: CPU ApplyProximalAdagrad shrinks with lr/sqrt(accum)
-    (TensorFlow's rule), the seed and MindSpore's docs with lr.
+proximaladagrad_l1_l2 is an ordinary golden: the CPU and GPU kernels both
+shrink with lr/sqrt(accum) (TensorFlow's rule) where the seed and the docs
+write lr, so the framework's code wins (issue 15 item 2).
 Groups with grad_centralization on a 1-D parameter: MindSpore skips it
 silently; gradxform raises (the seed's rule), so those goldens run with the
 flag dropped on that parameter, which is numerically what MindSpore did.
@@ -37,7 +38,7 @@ CLS = {"Momentum": M.momentum, "SGD": M.sgd, "Adam": M.adam, "AdamOffload": M.ad
        "ProximalAdagrad": M.proximal_adagrad, "Adagrad": M.adagrad, "RMSProp": M.rmsprop,
        "AdaFactor": M.adafactor}
 CASES = sorted(f[:-4] for f in os.listdir(GOLD) if f.endswith(".npz") and f != "schedules.npz")
-KERNEL_DIVERGES = {"momentum_nesterov", "adagrad_accum_noslots", "ftrl_l1_l2", "proximaladagrad_l1_l2"}
+KERNEL_DIVERGES = {"momentum_nesterov", "adagrad_accum_noslots", "ftrl_l1_l2"}
 ATOL = {"adam_dynamic_lr_list": 5e-6, "adam_groups": 5e-6}
 
 
@@ -171,15 +172,19 @@ def test_cpu_ftrl_kernel_uses_l1_minus_u():
     _assert_cpu_kernel_and_seed(z, meta, step, init)
 
 
-def test_cpu_proximal_adagrad_kernel_shrinks_with_adaptive_lr():
+def test_proximal_adagrad_shrinks_with_the_adaptive_rate_not_the_seeds_lr():
+    """The golden (CPU kernel) is followed, and the seed's rule (shrink with the
+    raw lr) is far from it: a test that fails if gradxform goes back to the seed."""
     z, meta = load("proximaladagrad_l1_l2")
     k = meta["kwargs"]
 
-    def step(w, g, h, adaptive):
+    def seed_step(w, g, h):
         h = h + g * g
-        lr = k["learning_rate"] / np.sqrt(h) if adaptive else k["learning_rate"]
         v = w - k["learning_rate"] * g / np.sqrt(h)
+        lr = k["learning_rate"]
         return (np.sign(v) / (1 + lr * k["l2"]) * np.maximum(np.abs(v) - lr * k["l1"], 0)).astype(np.float32), h
 
-    init = lambda x: np.full_like(x, k["accum"])  # noqa: E731
-    _assert_cpu_kernel_and_seed(z, meta, step, init)
+    seed = _numpy_run(z, meta, seed_step, lambda x: np.full_like(x, k["accum"]))
+    assert max(np.max(np.abs(w - z[f"w_19_{i}"])) for i, w in enumerate(seed)) > 1e-3
+    ours, _ = trajectory(build(meta), z, meta)
+    assert_trajectory(ours, z, meta, 1e-6)
