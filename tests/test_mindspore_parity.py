@@ -16,9 +16,9 @@ test shows what the CPU kernel does instead:
 proximaladagrad_l1_l2 is an ordinary golden: the CPU and GPU kernels both
 shrink with lr/sqrt(accum) (TensorFlow's rule) where the seed and the docs
 write lr, so the framework's code wins (issue 15 item 2).
-Groups with grad_centralization on a 1-D parameter: MindSpore skips it
-silently; gradxform raises (the seed's rule), so those goldens run with the
-flag dropped on that parameter, which is numerically what MindSpore did.
+Groups with grad_centralization on a 1-D parameter (momentum_groups,
+adam_groups): MindSpore skips it silently, and so does gradxform (issue 15
+item 5; the seed says it raises), so those goldens run as recorded.
 """
 import json
 import os
@@ -78,27 +78,10 @@ def assert_trajectory(traj, z, meta, atol):
                                        err_msg=f"step {t} param {meta['names'][i]}")
 
 
-def _drop_gc_on_non_conv(groups, shapes_by_name):
-    out = []
-    for g in groups:
-        g = dict(g)
-        if g.get("grad_centralization") and any(len(shapes_by_name[n]) < 3 for n in g["params"]):
-            g["grad_centralization"] = False
-        out.append(g)
-    return out
-
-
 @pytest.mark.parametrize("case", [c for c in CASES if c not in KERNEL_DIVERGES])
 def test_golden_trajectory(case):
     z, meta = load(case)
-    if meta["groups"] and any(g.get("grad_centralization") for g in meta["groups"]):
-        shapes = dict(zip(meta["names"], map(tuple, meta["shapes"])))
-        with pytest.raises(ValueError, match="convolution kernels"):
-            build(meta).init({n: jnp.zeros(s) for n, s in shapes.items()})
-        tx = build(meta, groups=_drop_gc_on_non_conv(meta["groups"], shapes))
-    else:
-        tx = build(meta)
-    traj, state = trajectory(tx, z, meta)
+    traj, state = trajectory(build(meta), z, meta)
     assert_trajectory(traj, z, meta, ATOL.get(case, 1e-6))
     if "lr_0" in z.files and not meta["groups"]:
         # MindSpore's get_lr() before step t is the learning rate of update t
