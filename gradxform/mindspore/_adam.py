@@ -14,13 +14,14 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, chain, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
-from ..pieces import bias_correction, lazy_rows, scale_by_adam_moments, scale_by_lr
+from ..pieces import lazy_rows, scale_by_adam_moments, scale_by_lr
 from ..pieces._moments import MomentsState, adam_emas
 from ..pieces._segments import leaf_sq_norm
 from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
 
-__all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState"]
+__all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState",
+           "BetaPowerState", "beta_power_correction"]
 
 
 def _c(h, x):
@@ -79,6 +80,43 @@ def _amsgrad_moments(beta1, beta2, eps) -> GradientTransformation:
         vhat = jax.tree.map(jnp.maximum, state.vhat, nu)
         out = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + _c(e, v)), mu, vhat)
         return out, AmsgradState(h, mu, nu, vhat)
+
+    return transformation(init, update)
+
+
+class BetaPowerState(NamedTuple):
+    hyper: dict
+    beta1_power: jax.Array   # float32 scalars, MindSpore's Parameters of the same names (start at 1)
+    beta2_power: jax.Array
+
+
+def beta_power_correction(beta1, beta2) -> GradientTransformation:
+    """The bias correction of MindSpore's Adam kernels (``P.Adam``,
+    ``ApplyAdamWithAmsgradV2``): ``u -> u * sqrt(1 - beta2_power) / (1 - beta1_power)``
+    with ``beta*_power`` kept in the state as MindSpore keeps them: float32
+    scalars starting at 1, multiplied by the float32 ``beta`` before each
+    update (``adam.py``: ``beta1_power = self.beta1_power * self.beta1``).
+
+    Not `gradxform.pieces.bias_correction`'s exact ``beta^t``: MindSpore's
+    betas are float32, and ``1 - float32(0.999)`` is 1.3e-5 relative from
+    0.001, so the exact factor is ~6e-6 relative from MindSpore's on every
+    step (7e-6 absolute on the weights after 20 Adam steps at lr 0.1, 1e-6
+    at lr 0.01: issue 15 item 7). Both powers are shared by all parameters,
+    as MindSpore's (bumped on every update, whatever ``update_mask`` says)."""
+
+    def init(params):
+        del params
+        one = jnp.ones((), jnp.float32)
+        return BetaPowerState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2)}, one, one)
+
+    @fusable
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        p1 = state.beta1_power * state.hyper["beta1"]
+        p2 = state.beta2_power * state.hyper["beta2"]
+        factor = jnp.sqrt(1.0 - p2) / (1.0 - p1)
+        out = jax.tree.map(lambda u: u * factor.astype(u.dtype), updates)
+        return out, BetaPowerState(state.hyper, p1, p2)
 
     return transformation(init, update)
 
@@ -174,7 +212,7 @@ def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False
         moments = scale_by_adam_moments(beta1, beta2, eps)
     if use_offload:
         moments = offloaded_moments(moments)
-    body = chain(o.head(), moments, bias_correction(beta1, beta2), scale_by_lr(), needs=("lr", "count"))
+    body = chain(o.head(), moments, beta_power_correction(beta1, beta2), scale_by_lr(), needs=("lr", "count"))
     return o.build(lazy_rows(body) if use_lazy else body)
 
 
