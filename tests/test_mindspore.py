@@ -185,6 +185,102 @@ def test_lars_over_momentum(use_clip):
     close(got, reference(w0, gs, step, Z, ls=ls))
 
 
+def _lars_momentum_reference(w0, gs, lr_of, wd_of, ls=1.0, coef=0.02, eps=1e-5, mu=0.9, use_clip=False,
+                             lars_on=lambda k: "bias" not in k):
+    """float64 MindSpore LARS over Momentum (lars.py + Ascend lars_v2_update, no
+    zero-norm guard): g = g/ls; lam = coef |w| / (|g| + wd |w| + eps);
+    use_clip: min(lam / lr, 1); g = lam (g + wd w); then v = mu v + g, w -= lr v.
+    ``lr_of(k, t)``, ``wd_of(k, t)``: the parameter's lr and weight decay
+    (0 where its decay flag is off) at update t (0-based, MindSpore's global_step)."""
+    w = {k: v.astype(np.float64) for k, v in w0.items()}
+    v = {k: np.zeros_like(x) for k, x in w.items()}
+    for t, g in enumerate(gs):
+        for k in w:
+            gg = g[k].astype(np.float64) / ls
+            if lars_on(k):
+                d, wn, gn = wd_of(k, t), np.linalg.norm(w[k]), np.linalg.norm(gg)
+                lam = coef * wn / (gn + d * wn + eps)
+                if use_clip:
+                    lam = min(lam / lr_of(k, t), 1.0)
+                gg = lam * (gg + d * w[k])
+            v[k] = mu * v[k] + gg
+            w[k] = w[k] - lr_of(k, t) * v[k]
+    return w
+
+
+def test_lars_zero_norm_weight_gets_ratio_zero():
+    """Issue 15 item 4a: a zero-initialised 'beta' passing the filter is not
+    moved (ratio 0, the seed's and lars_v2_update's rule); the old guard gave
+    ratio 1, i.e. the raw gradient at full lr."""
+    params = {"bn/beta": jnp.zeros(3), "dense/weight": jnp.ones((2, 3))}
+    g = {"bn/beta": jnp.asarray([0.5, -1.0, 2.0]), "dense/weight": jnp.full((2, 3), 0.1)}
+    tx = M.lars(M.momentum(0.1, 0.9), coefficient=0.02)
+    u, _ = tx.update(g, tx.init(params), params)
+    np.testing.assert_array_equal(np.asarray(u["bn/beta"]), 0.0)
+    assert np.all(np.asarray(u["dense/weight"]) != 0.0)
+    # a zero gradient with zero weight decay and epsilon 0: 0, not 0/0
+    tx = M.lars(M.momentum(0.1, 0.9), epsilon=0.0)
+    u, _ = tx.update(jax.tree.map(jnp.zeros_like, g), tx.init(params), params)
+    assert all(np.all(np.asarray(x) == 0.0) for x in jax.tree.leaves(u))
+
+
+@pytest.mark.parametrize("use_clip", [False, True])
+def test_lars_takes_over_the_wrapped_optimizers_weight_decay_and_loss_scale(use_clip):
+    """Issue 15 item 4c: lars(momentum(weight_decay=, loss_scale=)) decays and
+    unscales in LARS (MindSpore's LARS.__init__ switches them off in the
+    wrapped optimizer); before, both were applied again inside Momentum."""
+    w0, gs = data()
+    wd, ls = 0.01, 2.0
+    tx = M.lars(M.momentum(0.1, 0.9, weight_decay=wd, loss_scale=ls), coefficient=0.02, use_clip=use_clip)
+    got, state = run(tx, w0, gs)
+    want = _lars_momentum_reference(w0, gs, lambda k, t: 0.1, lambda k, t: 0.0 if "gamma" in k else wd, ls=ls,
+                                    use_clip=use_clip)
+    close(got, want)
+    # the wrapped optimizer's state keeps its values (switched off for its update only)
+    assert float(gx.get_hyper(state, "weight_decay")) == pytest.approx(wd)
+    assert float(gx.get_hyper(state, "loss_scale")) == pytest.approx(ls)
+    # the same run as LARS's own weight_decay/loss_scale over a plain Momentum
+    same, _ = run(M.lars(M.momentum(0.1, 0.9), coefficient=0.02, use_clip=use_clip, weight_decay=wd,
+                         loss_scale=ls), w0, gs)
+    close(got, same)
+    with pytest.raises(ValueError, match="give it once"):
+        M.lars(M.momentum(0.1, 0.9, weight_decay=wd), weight_decay=wd).init({k: jnp.asarray(v) for k, v in w0.items()})
+
+
+def test_lars_use_clip_per_group_lr_and_per_group_weight_decay():
+    """Issue 15 items 4b, 4d: use_clip divides by each parameter's own
+    learning rate (MindSpore's ``LARS._get_lr`` with group lr), and each
+    group's weight decay is used (groups: no beta/gamma filter)."""
+    w0, gs = data()
+    groups = [{"params": "dense/*", "lr": 0.05, "weight_decay": 0.05}, {"params": "bn/*", "weight_decay": 0.01}]
+    tx = M.lars(M.momentum(0.2, 0.9, groups=groups), coefficient=0.5, use_clip=True)
+    got, _ = run(tx, w0, gs)
+    want = _lars_momentum_reference(w0, gs, lambda k, t: 0.05 if k.startswith("dense") else 0.2,
+                                    lambda k, t: 0.05 if k.startswith("dense") else 0.01, coef=0.5, use_clip=True)
+    close(got, want)
+    # a list learning rate (dynamic lr) for use_clip, read at the update's step
+    lrs = [0.1 * 0.9 ** i for i in range(STEPS)]
+    got, _ = run(M.lars(M.momentum(lrs, 0.9, weight_decay=0.01), coefficient=0.5, use_clip=True), w0, gs)
+    want = _lars_momentum_reference(w0, gs, lambda k, t: lrs[t], lambda k, t: 0.0 if "gamma" in k else 0.01,
+                                    coef=0.5, use_clip=True)
+    close(got, want)
+
+
+def test_lars_dynamic_weight_decay():
+    """Issue 15 item 4d: a weight-decay schedule (MindSpore's weight-decay
+    Cell, read at global_step like a learning rate) and a list."""
+    w0, gs = data()
+    sched = S.ExponentialDecayLR(0.05, 0.5, 2)
+    got, _ = run(M.lars(M.momentum(0.1, 0.9), coefficient=0.02, weight_decay=sched), w0, gs)
+    want = _lars_momentum_reference(w0, gs, lambda k, t: 0.1,
+                                    lambda k, t: 0.0 if "gamma" in k else 0.05 * 0.5 ** (t / 2))
+    close(got, want)
+    wds = [0.01 * (i + 1) for i in range(STEPS)]
+    got, _ = run(M.lars(M.momentum(0.1, 0.9), coefficient=0.02, weight_decay=wds), w0, gs)
+    want = _lars_momentum_reference(w0, gs, lambda k, t: 0.1, lambda k, t: 0.0 if "gamma" in k else wds[t])
+    close(got, want)
+
+
 def test_adagrad_and_update_slots():
     w0, gs = data()
     for slots in (True, False):
