@@ -253,11 +253,11 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
         _, sched = as_schedule(owner, learning_rate, DynamicLR)
         if sched is None:
             sched = Constant(float(learning_rate))
-    own = {"epsilon": hyper_scalar(epsilon), "coefficient": hyper_scalar(coefficient)}
+    own = {"epsilon": epsilon, "coefficient": coefficient}
     if wd_base is not None:
-        own["weight_decay"] = hyper_scalar(wd_base)
+        own["weight_decay"] = wd_base
     if loss_scale is not None:
-        own["loss_scale"] = hyper_scalar(loss_scale)
+        own["loss_scale"] = float(loss_scale)
 
     def init(params):
         inner = optimizer.init(params)
@@ -272,7 +272,8 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
                 raise ValueError(f"{owner}({mine}=...): the wrapped optimizer has {key}={float(v):g}; LARS takes "
                                  f"it over from there (as MindSpore's) - give it once, to the wrapped optimizer.")
         # the wrapped optimizer's hyperparameters keep their own owner
-        return tag_owner(LarsState(dict(own), inner), owner)
+        # fresh arrays on every init: a donated state must not delete a cached one
+        return tag_owner(LarsState({k: hyper_scalar(v) for k, v in own.items()}, inner), owner)
 
     # fused: trust ratios from per-leaf norms, segment sums over each buffer (summed in
     # another order); the name filters are static per leaf and applied per element, so
