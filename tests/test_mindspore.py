@@ -164,6 +164,36 @@ def test_lamb():
     close(got, reference(w0, gs, step, lambda x: (Z(x), Z(x))))
 
 
+@pytest.mark.parametrize("scale", [1.0, 100.0])
+def test_lamb_clipped_trust_ratio_of_the_gpu_kernel(scale):
+    """trust_ratio='clipped' (issue 15 item 3): the 2022-23 GPU kernel's
+    ratio |w| / |m^/sqrt(v^ + eps) + wd w| clamped to [0, 10] (epsilon inside
+    the root); the update itself keeps eps outside. scale=100 makes |w|
+    large, so the clamp binds (ratio 10) and the two rules part."""
+    w0, gs = data()
+    w0 = {k: v * scale for k, v in w0.items()}
+    lr, b1, b2, eps, wd = 0.01, 0.9, 0.999, 1e-6, 0.01
+
+    def step(w, g, s, t, k):
+        m, v = s
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        mh, vh = m / (1 - b1 ** t), v / (1 - b2 ** t)
+        d = wd if "gamma" not in k else 0.0
+        u = mh / (np.sqrt(vh) + eps) + d * w
+        ratio = np.clip(np.linalg.norm(w) / np.linalg.norm(mh / np.sqrt(vh + eps) + d * w), 0.0, 10.0)
+        return w - lr * ratio * u, (m, v)
+
+    got, _ = run(M.lamb(lr, weight_decay=wd, trust_ratio="clipped"), w0, gs)
+    want = reference(w0, gs, step, lambda x: (Z(x), Z(x)))
+    for k in want:  # weights up to 100: relative tolerance as the other tests, atol scaled
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6 * scale, err_msg=k)
+    default, _ = run(M.lamb(lr, weight_decay=wd), w0, gs)
+    gap = max(np.max(np.abs(default[k] - got[k])) for k in got)
+    assert (gap > 1e-2) if scale > 1 else (gap < 1e-5), gap
+    with pytest.raises(ValueError, match="trust_ratio"):
+        M.lamb(lr, trust_ratio="gpu")
+
+
 @pytest.mark.parametrize("use_clip", [False, True])
 def test_lars_over_momentum(use_clip):
     w0, gs = data()
