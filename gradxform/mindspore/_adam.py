@@ -260,7 +260,7 @@ class LambState(NamedTuple):
     nu: object
 
 
-def _lamb_direction(beta1, beta2, eps, trust_ratio) -> GradientTransformation:
+def _lamb_direction(beta1, beta2, eps, trust_ratio="update") -> GradientTransformation:
     """LAMB's layer-wise direction (bias correction ``1 - beta^t``, ``t`` from
     the step context, ``wd`` the per-leaf decay published by the decay piece)::
 
