@@ -1,0 +1,73 @@
+"""Paddle (3.x) SGD and Momentum (``paddle/optimizer/sgd.py``, ``momentum.py``
+-> the ``sgd_`` / ``momentum_`` kernels, ``paddle/phi/kernels/impl/momentum_kernel_impl.h``).
+"""
+from __future__ import annotations
+
+from .._base import GradientTransformation
+from .._ranges import check_hyper
+from ..pieces import rescale, scale_by_lr, trace
+from ._common import check_bool, check_float, parse
+
+__all__ = ["sgd", "momentum"]
+
+
+def sgd(learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None, multi_precision=False,
+        name=None, *, skip_nonfinite=False) -> GradientTransformation:
+    """Paddle SGD (``paddle.optimizer.SGD`` -> ``sgd_``)::
+
+        g = grad_clip(g) + regularizer(w)        (per group, Paddle's order)
+        w -= lr * g
+
+    Args (Paddle's, see `gradxform.paddle._common` for the shared ones):
+      learning_rate: a number >= 0, a `gradxform.schedules` Paddle schedule
+        or `ReduceOnPlateau`. parameters: None, names, or Paddle group dicts.
+      weight_decay: None, a float (L2), `L1Decay` / `L2Decay`.
+      grad_clip: None or a `ClipGradByGlobalNorm` / `ClipGradByNorm` / `ClipGradByValue`.
+      multi_precision: float32 master weights for float16/bfloat16 parameters
+        (the regularizer is added to the low-precision gradient first, as Paddle).
+      name: accepted (Paddle names its accumulators with it; see migration).
+      skip_nonfinite: a step with a NaN/Inf gradient changes nothing.
+    """
+    del name
+    o = parse("paddle.sgd", learning_rate, parameters, weight_decay, grad_clip, multi_precision)
+    return o.build(scale_by_lr(), skip_nonfinite=skip_nonfinite)
+
+
+def momentum(learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=False, weight_decay=None,
+             grad_clip=None, multi_precision=False, rescale_grad=1.0, use_multi_tensor=False, name=None, *,
+             skip_nonfinite=False) -> GradientTransformation:
+    """Paddle Momentum (``paddle.optimizer.Momentum`` -> ``momentum_``)::
+
+        g = grad_clip(g)  [+ regularizer(w) when it is not an L2Decay]
+        g = rescale_grad * g  [+ coeff * w for an L2Decay or float weight_decay, in the kernel]
+        v = momentum * v + g
+        w -= lr * v                        (use_nesterov: w -= (g + momentum * v) * lr)
+
+    Unlike MXNet's SGD, the learning rate stays out of the velocity ``v``
+    (Paddle's ``velocity`` accumulator holds the raw sum), so a schedule
+    changes the step at once.
+
+    Paddle 3.3.1's CPU kernel ignores ``rescale_grad`` (``CPUDenseMomentumFunctor``
+    has no such argument; its GPU kernel and its documentation apply it):
+    here it is applied as on GPU. To reproduce a CPU run, pass
+    ``rescale_grad=1.0`` (``tests/goldens/paddle/opt_momentum_rescale_grad.npz``
+    shows the CPU behaviour).
+
+    Args: as `sgd`, and momentum: a number >= 0 (Paddle checks only that it
+      is set; hyperparameter ``momentum``). use_nesterov: bool (static).
+      rescale_grad: a number (hyperparameter). use_multi_tensor: accepted
+      (Paddle's merged kernel computes the same numbers; see `gradxform.fused`).
+    """
+    owner = "paddle.momentum"
+    del name
+    check_float(owner, "momentum", momentum)
+    check_hyper(owner, "momentum", momentum)
+    check_bool(owner, "use_nesterov", use_nesterov)
+    check_bool(owner, "use_multi_tensor", use_multi_tensor)
+    check_float(owner, "rescale_grad", rescale_grad)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, multi_precision)
+    # L1Decay goes through append_regularization_ops (before the kernel);
+    # L2Decay / a float is the kernel's own regularization_method='l2_decay'
+    return o.build(rescale(rescale_grad), o.regularize(kinds=("l2",)),
+                   trace(momentum, nesterov=use_nesterov), scale_by_lr(), regularize_kinds=("l1",),
+                   skip_nonfinite=skip_nonfinite)
