@@ -24,7 +24,10 @@ def sgd(learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None,
       weight_decay: None, a float (L2), `L1Decay` / `L2Decay`.
       grad_clip: None or a `ClipGradByGlobalNorm` / `ClipGradByNorm` / `ClipGradByValue`.
       multi_precision: float32 master weights for float16/bfloat16 parameters
-        (the regularizer is added to the low-precision gradient first, as Paddle).
+        (the regularizer is added to the low-precision gradient first, as
+        Paddle), as Paddle's GPU kernel keeps them. Paddle 3.3.1's CPU ``sgd``
+        kernel ignores its master weight (bfloat16 updated in bfloat16, with
+        the lr rounded to bfloat16): a CPU run is ``multi_precision=False`` here.
       name: accepted (Paddle names its accumulators with it; see migration).
       skip_nonfinite: a step with a NaN/Inf gradient changes nothing.
     """
