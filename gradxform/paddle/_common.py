@@ -272,8 +272,11 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
 
 def get_lr(state) -> float:
     """Paddle ``optimizer.get_lr()``: the learning rate the next step uses
-    (without the group ratios)."""
-    return get_learning_rate(state)
+    (without the group ratios); under `ReduceOnPlateau` its current value."""
+    from ._plateau import PlateauState  # noqa: PLC0415
+
+    plateau = find_states(state, PlateauState)
+    return float(plateau[0].last_lr) if plateau else get_learning_rate(state)
 
 
 def set_lr(state, value: float):
@@ -282,7 +285,9 @@ def set_lr(state, value: float):
     a non-number, as Paddle."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"The type of 'value' in optimizer.set_lr must be float, but received {type(value)}.")
-    if _scheduled(state):
+    from ._plateau import PlateauState  # noqa: PLC0415
+
+    if _scheduled(state) or find_states(state, PlateauState):
         raise RuntimeError("optimizer's learning rate can't be LRScheduler when invoke this API, because this "
                            "will lead to conflict.")
     return set_hyper(state, learning_rate=float(value))
