@@ -115,3 +115,36 @@ def test_momentum_applies_rescale_grad_as_paddle_gpu_does():
     w0 = z["w0_1"]
     # the first step moves by lr * rescale_grad * g
     np.testing.assert_allclose(applied[0]["dense.bias"] - w0, 0.5 * (cpu_like[0]["dense.bias"] - w0), rtol=0, atol=1e-6)
+
+
+FIX = os.path.join(os.path.dirname(__file__), "fixtures", "paddle")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_migrated_pdopt_continues_k_to_n(case):
+    """``opt.state_dict()`` that Paddle saved after K=10 steps, read by
+    `from_paddle_state_dict`, continues steps 10..19 of the golden trajectory
+    (same tolerance as the trajectory)."""
+    z, meta = _load(case)
+    names, k = meta["names"], 10
+    dtype = jnp.bfloat16 if meta["dtype"] == "bfloat16" else jnp.float32
+    tx = build(meta)
+    params = {n: jnp.asarray(z[f"w_{k - 1}_{i}"]).astype(dtype) for i, n in enumerate(names)}
+    path = os.path.join(FIX, f"opt_{case}.pdopt")
+    if case == "sgd_bf16_multi_precision":
+        # paddle.save writes the bfloat16 master weights through a builtins.tuple
+        # global, which the restricted unpickler refuses (its allow-lists stay as
+        # they are): the reader says so instead of guessing; not continued here
+        with pytest.raises(gx.migrate.UnsafePickleError, match="builtins.tuple"):
+            gx.migrate.from_paddle_state_dict(path, params, tx)
+        return
+    state = gx.migrate.from_paddle_state_dict(path, params, tx)
+    step = jax.jit(tx.update)
+    tol = TOL.get(case, dict(rtol=1e-5, atol=1e-6))
+    for t in range(k, meta["steps"]):
+        grads = {n: jnp.asarray(z[f"g_{t}_{i}"]).astype(dtype) for i, n in enumerate(names)}
+        updates, state = step(grads, state, params)
+        params = gx.apply_updates(params, updates)
+        for i, n in enumerate(names):
+            np.testing.assert_allclose(np.asarray(params[n].astype(jnp.float32)), z[f"w_{t}_{i}"], **tol,
+                                       err_msg=f"{case} step {t} {n}")

@@ -6,7 +6,8 @@ Run with the Paddle venv (never imported by tests):
     /work/venvs/paddle/bin/python tools/paddle_optimizer_goldens.py [case ...]
 
 Writes tests/goldens/paddle/opt_<case>.npz (and opt_FAILURES.json for cases Paddle
-refuses on CPU). Each case runs in its own subprocess (Paddle refuses two parameters
+refuses on CPU) and tests/fixtures/paddle/opt_<case>.pdopt (``paddle.save(opt.state_dict())``
+after K=10 steps, for the migration tests: continue K -> 20 against the trajectory). Each case runs in its own subprocess (Paddle refuses two parameters
 with one name in a process; this also keeps accumulator names at suffix ``_0``).
 
 npz layout: ``meta`` (json: the case spec, names, shapes, dtype, steps, state names),
@@ -34,6 +35,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "goldens", "paddle")
 STEPS = 20
+K = 10  # tests/fixtures/paddle/opt_<case>.pdopt: opt.state_dict() after K steps
+FIX = os.path.join(ROOT, "tests", "fixtures", "paddle")
 NAMES = ["dense.weight", "dense.bias", "bn.gamma"]
 SHAPES = [(4, 3), (3,), (2, 2, 2)]
 
@@ -189,6 +192,9 @@ def run_case(name):
         opt.clear_grad()
         if sched is not None:
             sched.step()
+        if t == K - 1:  # the migration fixture: the state after K steps, as a user saves it
+            os.makedirs(FIX, exist_ok=True)
+            paddle.save(opt.state_dict(), os.path.join(FIX, f"opt_{name}.pdopt"))
         for i, (g, p) in enumerate(zip(grads[t], params)):
             out[f"g_{t}_{i}"] = g
             out[f"w_{t}_{i}"] = p.astype("float32").numpy()
