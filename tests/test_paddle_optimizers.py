@@ -232,9 +232,15 @@ def test_get_lr_and_set_lr_follow_paddle():
     assert P.get_lr(P.set_lr(st, 0.2)) == pytest.approx(0.2)
     with pytest.raises(TypeError, match="set_lr"):
         P.set_lr(st, "0.1")
-    sched = P.momentum(S.StepDecay(0.1, step_size=2)).init(p)
+    opt = P.momentum(S.StepDecay(0.1, step_size=2, gamma=0.5))
+    sched = opt.init(p)
     with pytest.raises(RuntimeError, match="LRScheduler"):
-        P.set_lr(sched, 0.2)
+        opt.set_lr(sched, 0.2)
+    lrs = []  # Paddle: get_lr() before step t is the scheduler at last_epoch = t
+    for _ in range(5):
+        lrs.append(opt.get_lr(sched))
+        _, sched = opt.update(p, sched, p)
+    np.testing.assert_allclose(lrs, [0.1, 0.1, 0.05, 0.05, 0.025], rtol=1e-6)
     plateau = P.sgd(S.ReduceOnPlateau(0.1)).init(p)
     with pytest.raises(RuntimeError, match="LRScheduler"):
         P.set_lr(plateau, 0.2)
@@ -267,3 +273,24 @@ def test_a_group_naming_no_parameter_or_two_groups_sharing_one_is_an_error():
         P.sgd(0.1, parameters=["nope"]).init(p)
     with pytest.raises(ValueError, match="more than one"):
         P.sgd(0.1, parameters=[{"params": ["w"]}, {"params": ["w", "b"]}]).init(p)
+
+
+@pytest.mark.parametrize("name, kw, exact", [
+    ("adam", dict(parameters=[{"params": ["w"], "learning_rate": 0.5, "weight_decay": P.L1Decay(0.01)},
+                              {"params": ["b"]}], weight_decay=0.02, grad_clip=P.ClipGradByValue(0.3)), True),
+    ("momentum", dict(parameters=[{"params": ["w"], "weight_decay": P.L1Decay(0.01)}, {"params": ["b"]}],
+                      weight_decay=P.L2Decay(0.02), use_nesterov=True), True),
+    ("lamb", dict(grad_clip=P.ClipGradByGlobalNorm(0.5)), False),
+    ("adamw", dict(parameters=[{"params": ["w"], "weight_decay": 0.2}, {"params": ["b"]}],
+                   grad_clip=P.ClipGradByGlobalNorm(0.5, need_clip={"b": False})), False),
+])
+def test_groups_and_clips_fuse(name, kw, exact):
+    w0, gs = setup()
+    tx = getattr(P, name)(learning_rate=0.01, **kw)
+    ref, _ = run(tx, w0, gs[:4])
+    got, state = run(gx.fused(tx, strict=True), w0, gs[:4])
+    for k in ref:
+        if exact:  # elementwise pieces with per-group scalars: bit for bit
+            assert np.array_equal(ref[k], got[k]), k
+        else:  # a norm summed over buffers in another order
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-7)

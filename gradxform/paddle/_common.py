@@ -38,15 +38,18 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from .._base import GradientTransformation, StepContext, chain, context_value, identity, transformation, uses_context
 from .._elementwise import fusable
 from .._errors import validated
-from .._hyper import _scheduled, get_learning_rate, set_hyper
+from .._hyper import _scheduled, get_hyper, get_learning_rate, set_hyper
 from .._optimizer import _donatable, finalize
+from .._ranges import Range, register_range
 from .._state_paths import find_states
 from .._tree import param_names, select_tree
 from ..pieces import track_step
+from ..pieces._step import StepState
 from ..pieces._guards import skip_nonfinite as _skip_nonfinite
 from ..pieces._precision import with_master_weights
 from ..schedules._common import DynamicLR, as_schedule, check_number
@@ -54,8 +57,21 @@ from ._clip import Clip, group_clip
 from ._plateau import ReduceOnPlateau
 from ._regularizer import Decay, as_regularizer, group_regularization
 
-__all__ = ["ParamInfo", "PaddleOptions", "parse", "get_lr", "set_lr", "check_bool", "check_float",
+__all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "parse", "get_lr", "set_lr", "check_bool", "check_float",
            "GroupState", "PADDLE_FP16_WARNING"]
+
+def _declare_ranges():
+    """Paddle's ranges where they differ from the generic ones (`gradxform._ranges`):
+    ``epsilon >= 0`` (Adam, AdamW, Adamax, NAdam, RAdam check ``0 <= epsilon``);
+    RMSProp's ``rho``, ``momentum`` >= 0 (no upper bound, as Paddle)."""
+    for owner in ("paddle.adam", "paddle.adamw", "paddle.adamax", "paddle.nadam", "paddle.radam",
+                  "paddle.rmsprop", "paddle.adagrad", "paddle.adadelta", "paddle.lamb"):
+        register_range("epsilon", Range(low=0.0), owner=owner)
+    for name in ("rho", "momentum"):
+        register_range(name, Range(low=0.0), owner="paddle.rmsprop")
+
+
+_declare_ranges()
 
 PADDLE_FP16_WARNING = ("Accumulating with FP16/BF16 in optimizer can lead to poor accuracy or slow convergence. "
                        "Consider using multi_precision=True option of the optimizer.")
@@ -196,10 +212,12 @@ class PaddleOptions:
         if self.explicit:
             tx = _only_grouped(self.owner, tx)
         if not self.multi_precision:
-            return finalize(tx, skip_nonfinite=skip_nonfinite, owner=self.owner, fp16_warning=PADDLE_FP16_WARNING)
-        if skip_nonfinite:
-            tx = _skip_nonfinite(tx)
-        return _donatable(validated(tx, master_weights=True), self.owner)
+            tx = finalize(tx, skip_nonfinite=skip_nonfinite, owner=self.owner, fp16_warning=PADDLE_FP16_WARNING)
+        else:
+            if skip_nonfinite:
+                tx = _skip_nonfinite(tx)
+            tx = _donatable(validated(tx, master_weights=True), self.owner)
+        return PaddleOptimizer(tx, self.schedule)
 
 
 def _only_grouped(owner: str, inner: GradientTransformation) -> GradientTransformation:
@@ -270,13 +288,40 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
     return PaddleOptions(owner, base, sched, plateau, tuple(groups), explicit, wd, clip, multi_precision)
 
 
-def get_lr(state) -> float:
+class PaddleOptimizer(optax.GradientTransformationExtraArgs):
+    """A Paddle optimizer: the ``(init, update)`` pair, with Paddle's
+    ``get_lr(state)`` / ``set_lr(state, value)`` as methods (``opt.get_lr()``)."""
+
+    def __new__(cls, tx, schedule=None):
+        self = super().__new__(cls, tx.init, tx.update)
+        self.schedule = schedule
+        return self
+
+    def get_lr(self, state) -> float:
+        return get_lr(state, self)
+
+    def set_lr(self, state, value: float):
+        return set_lr(state, value)
+
+
+def get_lr(state, tx=None) -> float:
     """Paddle ``optimizer.get_lr()``: the learning rate the next step uses
-    (without the group ratios); under `ReduceOnPlateau` its current value."""
+    (without the group ratios): the number, the schedule at the number of
+    steps done (``tx``, the optimizer, carries the schedule: pass it, or call
+    ``tx.get_lr(state)``), or `ReduceOnPlateau`'s current value."""
     from ._plateau import PlateauState  # noqa: PLC0415
 
     plateau = find_states(state, PlateauState)
-    return float(plateau[0].last_lr) if plateau else get_learning_rate(state)
+    if plateau:
+        return float(plateau[0].last_lr)
+    sched = getattr(tx, "schedule", None)
+    if _scheduled(state):
+        if sched is None:
+            raise ValueError("paddle.get_lr: the learning rate is a schedule; pass the optimizer "
+                             "(get_lr(state, tx) or tx.get_lr(state)).")
+        steps = find_states(state, StepState)[0].num_update
+        return float(sched.lr_for_update(jnp.asarray(steps) + 1, get_hyper(state, "learning_rate")))
+    return get_learning_rate(state)
 
 
 def set_lr(state, value: float):
