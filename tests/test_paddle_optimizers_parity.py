@@ -77,14 +77,25 @@ def _load(case):
     return z, json.loads(str(z["meta"]))
 
 
+_BUILT = {}
+
+
+def built(case, meta):
+    """The case's optimizer and its jitted step, built once (the trajectory and
+    the migration test share one compilation)."""
+    if case not in _BUILT:
+        tx = build(meta)
+        _BUILT[case] = (tx, jax.jit(tx.update))
+    return _BUILT[case]
+
+
 def run_golden(case, tx=None):
     z, meta = _load(case)
     names = meta["names"]
     dtype = jnp.bfloat16 if meta["dtype"] == "bfloat16" else jnp.float32
-    tx = build(meta) if tx is None else tx
+    tx, step = built(case, meta) if tx is None else (tx, jax.jit(tx.update))
     params = {n: jnp.asarray(z[f"w0_{i}"]).astype(dtype) for i, n in enumerate(names)}
     state = tx.init(params)
-    step = jax.jit(tx.update)
     traj = []
     for t in range(meta["steps"]):
         grads = {n: jnp.asarray(z[f"g_{t}_{i}"]).astype(dtype) for i, n in enumerate(names)}
@@ -128,7 +139,7 @@ def test_migrated_pdopt_continues_k_to_n(case):
     z, meta = _load(case)
     names, k = meta["names"], 10
     dtype = jnp.bfloat16 if meta["dtype"] == "bfloat16" else jnp.float32
-    tx = build(meta)
+    tx, step = built(case, meta)
     params = {n: jnp.asarray(z[f"w_{k - 1}_{i}"]).astype(dtype) for i, n in enumerate(names)}
     path = os.path.join(FIX, f"opt_{case}.pdopt")
     if case == "sgd_bf16_multi_precision":
@@ -139,7 +150,6 @@ def test_migrated_pdopt_continues_k_to_n(case):
             gx.migrate.from_paddle_state_dict(path, params, tx)
         return
     state = gx.migrate.from_paddle_state_dict(path, params, tx)
-    step = jax.jit(tx.update)
     tol = TOL.get(case, dict(rtol=1e-5, atol=1e-6))
     for t in range(k, meta["steps"]):
         grads = {n: jnp.asarray(z[f"g_{t}_{i}"]).astype(dtype) for i, n in enumerate(names)}

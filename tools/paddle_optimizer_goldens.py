@@ -7,8 +7,9 @@ Run with the Paddle venv (never imported by tests):
 
 Writes tests/goldens/paddle/opt_<case>.npz (and opt_FAILURES.json for cases Paddle
 refuses on CPU) and tests/fixtures/paddle/opt_<case>.pdopt (``paddle.save(opt.state_dict())``
-after K=10 steps, for the migration tests: continue K -> 20 against the trajectory). Each case runs in its own subprocess (Paddle refuses two parameters
-with one name in a process; this also keeps accumulator names at suffix ``_0``).
+after K=10 steps, for the migration tests: continue K -> 20 against the trajectory).
+Each case runs in its own subprocess (Paddle refuses two parameters with one name in
+a process; this also keeps accumulator names at suffix ``_0``).
 
 npz layout: ``meta`` (json: the case spec, names, shapes, dtype, steps, state names),
 ``w0_<i>``, ``g_<t>_<i>`` (the raw gradient: loss = sum_i sum(p_i * g_i), so
@@ -23,7 +24,8 @@ optimizer in gradxform):
     no_clip: [names] (need_clip=False);  lr_schedule: {"type": ..., "kwargs": ...}
     groups: [{"params": [names], "learning_rate": r, "weight_decay": ...}]
     decay_names / exclude_names: the names apply_decay_param_fun / exclude_from_weight_decay_fn
-    pick;  dtype: "float32" | "bfloat16".
+    pick;
+    dtype: "float32" | "bfloat16".
 """
 import json
 import os

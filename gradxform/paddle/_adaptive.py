@@ -86,7 +86,8 @@ def adagrad(learning_rate, epsilon=1e-6, parameters=None, weight_decay=None, gra
 
     fill = lambda params, i: jax.tree.map(  # noqa: E731
         lambda p: jnp.full(jnp.shape(p), initial_accumulator_value, jnp.result_type(p)), params)
-    return o.build(_rule(owner, AdagradState, {"epsilon": epsilon}, (), one, acc_init=fill), skip_nonfinite=skip_nonfinite)
+    return o.build(_rule(owner, AdagradState, {"epsilon": epsilon}, (), one, acc_init=fill),
+                   skip_nonfinite=skip_nonfinite)
 
 
 def adadelta(learning_rate=0.001, epsilon=1e-6, rho=0.95, parameters=None, weight_decay=None, grad_clip=None,
@@ -116,7 +117,8 @@ def adadelta(learning_rate=0.001, epsilon=1e-6, rho=0.95, parameters=None, weigh
         ex = rho_ * ex + (1 - rho_) * jnp.square(d)
         return c(l) * d, eg, ex
 
-    return o.build(_rule(owner, AdadeltaState, {"epsilon": epsilon, "rho": rho}, (), one), skip_nonfinite=skip_nonfinite)
+    return o.build(_rule(owner, AdadeltaState, {"epsilon": epsilon, "rho": rho}, (), one),
+                   skip_nonfinite=skip_nonfinite)
 
 
 def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False, parameters=None,
