@@ -20,11 +20,10 @@ import numpy as np
 
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
-from .._hyper import hyper_scalar
 from .._ranges import check_hyper
-from .._tree import map_unzip, param_names
+from .._tree import map_unzip
 from ..pieces._segments import leaf_sq_norm
-from ._common import check_bool, check_float, param_infos, parse
+from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
 
 __all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]
 
@@ -51,6 +50,22 @@ def _check_betas(owner, beta1, beta2, epsilon):
         raise ValueError(f"{owner}(epsilon=...): Invalid value of epsilon, expect epsilon >= 0; got {epsilon}.")
 
 
+ADAM_KEYS = ("beta1", "beta2", "epsilon", "lazy_mode")
+
+
+def _checked_groups(owner, o, **defaults) -> dict:
+    """A group's own numeric hyperparameters (``defaults``: the optimizer's,
+    for their checks); ``lazy_mode`` (no effect on dense gradients) must be a bool."""
+    for g in o.groups:
+        for k, v in g.extra.items():
+            if k == "lazy_mode":
+                check_bool(f"{owner}(parameters[{g.index}])", k, v)
+            elif k in ("beta1", "beta2", "epsilon"):
+                _check_betas(f"{owner}(parameters[{g.index}])", *(g.extra.get(n, defaults[n])
+                                                                 for n in ("beta1", "beta2", "epsilon")))
+    return o.group_values(tuple(defaults))
+
+
 class AdamState(NamedTuple):
     """Paddle's accumulators: ``moment1``, ``moment2`` (and ``moment2_max``
     with amsgrad, else ``()``) per parameter; ``beta1_pow``, ``beta2_pow`` per
@@ -69,7 +84,15 @@ class AdamState(NamedTuple):
     per_leaf_fields = ("beta1_pow", "beta2_pow", "lr_ratio", "decay", "group")
 
 
-def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None, decay_fn=None, group_coeffs=None,
+def _group_pows(params, slots_of, groups, name, default):
+    """Each leaf's starting power: its group's beta (Paddle creates a group's
+    accumulators after ``_update_param_group``), else the optimizer's."""
+    slot = slots_of(params) if slots_of is not None else np.zeros(len(jax.tree.leaves(params)), np.int32)
+    vals = [groups.get(int(k), {}).get(name, default) for k in slot]
+    return jax.tree.structure(params).unflatten([jnp.asarray(v, jnp.float32) for v in vals]), slot
+
+
+def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None, decay_fn=None, groups=None,
                slots_of=None):
     """Paddle's ``adam_`` / ``adamw_`` CPU kernel (``coeff``: AdamW)::
 
@@ -77,22 +100,25 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
         w = w - lr * lr_ratio * coeff * w          (AdamW, parameters with decay)
         m1 = beta1 m1 + (1 - beta1) g;  m2 = beta2 m2 + (1 - beta2) g^2;  [m2max = max(m2max, m2)]
         w = w + (-lr_t) * (m1 / (sqrt(m2 or m2max) + eps));   beta_pow *= beta
+
+    ``groups``: ``{group: {name: value}}``, a group's own beta1, beta2,
+    epsilon (and AdamW's weight_decay), hyperparameters ``<name>_group_<k>``.
     """
+    groups = groups or {}
 
     def init(params):
-        hyper = {"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2), "epsilon": hyper_scalar(epsilon)}
+        base = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon}
         if coeff is not None:
-            hyper["weight_decay"] = hyper_scalar(coeff)
-            hyper.update({f"weight_decay_group_{k}": hyper_scalar(v) for k, v in (group_coeffs or {}).items()})
+            base["weight_decay"] = coeff
         infos, treedef = param_infos(params), jax.tree.structure(params)
-        slot = slots_of(params) if slots_of is not None else np.zeros(len(infos), np.int32)
+        p1, slot = _group_pows(params, slots_of, groups, "beta1", beta1)
+        p2, _ = _group_pows(params, slots_of, groups, "beta2", beta2)
         ratios = [1.0 if lr_ratio is None else float(lr_ratio(i)) for i in infos]
         if any(not np.isfinite(r) or r < 0 for r in ratios):
             raise ValueError(f"{owner}(lr_ratio=...): must give finite ratios >= 0; got {ratios}.")
         decay = [coeff is not None and (decay_fn is None or bool(decay_fn(i.name))) for i in infos]
-        return AdamState(hyper, _zeros(params), _zeros(params), _zeros(params) if amsgrad else (),
-                         _scalars(params, beta1), _scalars(params, beta2),
-                         treedef.unflatten([jnp.asarray(r, jnp.float32) for r in ratios]),
+        return AdamState(with_groups(base, groups), _zeros(params), _zeros(params), _zeros(params) if amsgrad else (),
+                         p1, p2, treedef.unflatten([jnp.asarray(r, jnp.float32) for r in ratios]),
                          treedef.unflatten([jnp.asarray(d) for d in decay]),
                          treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]))
 
@@ -103,12 +129,12 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
             raise ValueError(f"{owner}: needs params; call update(grads, state, params).")
         lr = context_value(extra_args, "lr", owner)
         mask = context_value(extra_args, "mask", owner)
-        h = state.hyper
-        b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
         vmax = state.moment2_max if amsgrad else state.moment1
         w_tree = params if params is not None else updates
 
         def one(g, w, m1, m2, mx, b1p, b2p, l, r, d, k, on):
+            h = leaf_hyper(state.hyper, k, groups)
+            b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
             c = lambda x: _c(x, g)  # noqa: E731
             l = l * r
             lr_t = l * (jnp.sqrt(1 - b2p) / (1 - b1p))
@@ -118,10 +144,7 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
             mx = jnp.maximum(m2, mx) if amsgrad else mx
             step = -c(lr_t) * (m1 / (jnp.sqrt(mx if amsgrad else m2) + c(eps)))
             if coeff is not None:
-                cf = h["weight_decay"]
-                for gk in (group_coeffs or {}):
-                    cf = jnp.where(k == gk, h[f"weight_decay_group_{gk}"], cf)
-                wd = jnp.where(d, l * cf, 0.0)
+                wd = jnp.where(d, l * h["weight_decay"], 0.0)
                 w_tmp = w.astype(g.dtype) - c(wd) * w.astype(g.dtype)
                 step = (w_tmp + step) - w.astype(g.dtype)
             return (step, m1, m2, mx, jnp.where(on, b1p * b1, b1p), jnp.where(on, b2p * b2, b2p))
@@ -161,8 +184,10 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=N
     _check_betas(owner, beta1, beta2, epsilon)
     for k, v in (("lazy_mode", lazy_mode), ("use_multi_tensor", use_multi_tensor), ("amsgrad", amsgrad)):
         check_bool(owner, k, v)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, multi_precision)
-    return o.build(_adam_rule(owner, beta1, beta2, epsilon, amsgrad), skip_nonfinite=skip_nonfinite)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, multi_precision, group_keys=ADAM_KEYS)
+    groups = _checked_groups(owner, o, beta1=beta1, beta2=beta2, epsilon=epsilon)
+    return o.build(_adam_rule(owner, beta1, beta2, epsilon, amsgrad, groups=groups, slots_of=o.slots),
+                   skip_nonfinite=skip_nonfinite)
 
 
 def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=None, weight_decay=0.01,
@@ -197,17 +222,17 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
     for k, f in (("lr_ratio", lr_ratio), ("apply_decay_param_fun", apply_decay_param_fun)):
         if f is not None and not callable(f):
             raise TypeError(f"{owner}({k}=...): must be None or callable; got {f!r}.")
-    o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision)
-    group_coeffs = {}
+    o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision, group_keys=ADAM_KEYS)
+    groups = _checked_groups(owner, o, beta1=beta1, beta2=beta2, epsilon=epsilon)
     for g in o.groups:
         if g.reg is not None:
             if g.reg.kind != "l2":
                 raise TypeError(f"{owner}(parameters=...): group {g.index} 'weight_decay' must be a number "
                                 f"(AdamW's decoupled coefficient); got {g.reg!r}.")
-            group_coeffs[g.index] = g.reg.coeff
+            groups.setdefault(g.index, {})["weight_decay"] = g.reg.coeff
     o = dataclasses.replace(o, groups=tuple(dataclasses.replace(g, reg=None) for g in o.groups))
     return o.build(_adam_rule(owner, beta1, beta2, epsilon, amsgrad, float(weight_decay), lr_ratio,
-                              apply_decay_param_fun, group_coeffs, o.slots), regularize_kinds=(),
+                              apply_decay_param_fun, groups, o.slots), regularize_kinds=(),
                    skip_nonfinite=skip_nonfinite)
 
 
@@ -217,10 +242,11 @@ class AdamaxState(NamedTuple):
     moment: object
     inf_norm: object
     beta1_pow: object
-    per_leaf_fields = ("beta1_pow",)
+    group: object
+    per_leaf_fields = ("beta1_pow", "group")
 
 
-def _adamax_rule(owner, beta1, beta2, epsilon):
+def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
     """Paddle's ``adamax_`` kernel, then ``_finish_update``'s ``beta1_pow *= beta1``::
 
         m = beta1 m + (1 - beta1) g;  u = max(|g|, beta2 u + epsilon)
@@ -228,9 +254,10 @@ def _adamax_rule(owner, beta1, beta2, epsilon):
     """
 
     def init(params):
-        return AdamaxState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
-                            "epsilon": hyper_scalar(epsilon)}, _zeros(params), _zeros(params),
-                           _scalars(params, beta1))
+        p1, slot = _group_pows(params, slots_of, groups, "beta1", beta1)
+        return AdamaxState(with_groups({"beta1": beta1, "beta2": beta2, "epsilon": epsilon}, groups),
+                           _zeros(params), _zeros(params), p1,
+                           jax.tree.structure(params).unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
 
     @fusable
     @uses_context(owner, needs=("lr", "mask"))
@@ -238,17 +265,17 @@ def _adamax_rule(owner, beta1, beta2, epsilon):
         del params
         lr = context_value(extra_args, "lr", owner)
         mask = context_value(extra_args, "mask", owner)
-        h = state.hyper
-
-        def one(g, m, u, b1p, l, on):
+        def one(g, m, u, b1p, l, k, on):
+            h = leaf_hyper(state.hyper, k, groups)
             c = lambda x: _c(x, g)  # noqa: E731
             m = c(h["beta1"]) * m + (1 - c(h["beta1"])) * g
             u = jnp.maximum(jnp.abs(g), c(h["beta2"]) * u + c(h["epsilon"]))
             lr_t = l / (1 - b1p)
             return -(c(lr_t) * (m / u)), m, u, jnp.where(on, b1p * h["beta1"], b1p)
 
-        out, m, u, p = map_unzip(one, 4, updates, state.moment, state.inf_norm, state.beta1_pow, lr, mask)
-        return out, AdamaxState(h, m, u, p)
+        out, m, u, p = map_unzip(one, 4, updates, state.moment, state.inf_norm, state.beta1_pow, lr, state.group,
+                                 mask)
+        return out, state._replace(moment=m, inf_norm=u, beta1_pow=p)
 
     return transformation(init, update)
 
@@ -268,8 +295,9 @@ def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters
     owner = "paddle.adamax"
     del name
     _check_betas(owner, beta1, beta2, epsilon)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
-    return o.build(_adamax_rule(owner, beta1, beta2, epsilon), skip_nonfinite=skip_nonfinite)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, group_keys=("beta1", "beta2", "epsilon"))
+    groups = _checked_groups(owner, o, beta1=beta1, beta2=beta2, epsilon=epsilon)
+    return o.build(_adamax_rule(owner, beta1, beta2, epsilon, groups, o.slots), skip_nonfinite=skip_nonfinite)
 
 
 class LambState(NamedTuple):
@@ -281,10 +309,11 @@ class LambState(NamedTuple):
     beta1_pow: object
     beta2_pow: object
     decay: object
-    per_leaf_fields = ("beta1_pow", "beta2_pow", "decay")
+    group: object
+    per_leaf_fields = ("beta1_pow", "beta2_pow", "decay", "group")
 
 
-def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt):
+def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, groups, excludes, slots_of):
     """Paddle's ``lamb_`` kernel (``impl/lamb_kernel_impl.h``)::
 
         m1, m2 = Adam's EMAs;  r = (m1 / (1 - beta1_pow)) / (sqrt(m2 / (1 - beta2_pow)) + epsilon) + wd * w
@@ -292,14 +321,16 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt):
     """
 
     def init(params):
-        names = param_names(params)
         infos = param_infos(params)
         treedef = jax.tree.structure(params)
-        decay = [not (exclude_fn is not None and bool(exclude_fn(i))) for i, _ in zip(infos, names)]
-        return LambState({"lamb_weight_decay": hyper_scalar(wd), "beta1": hyper_scalar(beta1),
-                          "beta2": hyper_scalar(beta2), "epsilon": hyper_scalar(epsilon)},
-                         _zeros(params), _zeros(params), _scalars(params, beta1), _scalars(params, beta2),
-                         treedef.unflatten([jnp.asarray(d) for d in decay]))
+        p1, slot = _group_pows(params, slots_of, groups, "beta1", beta1)
+        p2, _ = _group_pows(params, slots_of, groups, "beta2", beta2)
+        fns = [excludes.get(int(k), exclude_fn) for k in slot]
+        decay = [not (f is not None and bool(f(i))) for i, f in zip(infos, fns)]
+        return LambState(with_groups({"lamb_weight_decay": wd, "beta1": beta1, "beta2": beta2, "epsilon": epsilon},
+                                     groups), _zeros(params), _zeros(params), p1, p2,
+                         treedef.unflatten([jnp.asarray(d) for d in decay]),
+                         treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
 
     # fused: the trust ratio's norms per leaf as segment sums (another order)
     @fusable(bit_exact=False)
@@ -309,10 +340,9 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt):
             raise ValueError(f"{owner}: needs params; call update(grads, state, params).")
         lr = context_value(extra_args, "lr", owner)
         mask = context_value(extra_args, "mask", owner)
-        h = state.hyper
-        b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
-
-        def direction(g, w, m1, m2, b1p, b2p, d):
+        def direction(g, w, m1, m2, b1p, b2p, d, k):
+            h = leaf_hyper(state.hyper, k, groups)
+            b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
             c = lambda x: _c(x, g)  # noqa: E731
             m1 = c(b1) * m1 + (1 - c(b1)) * g
             m2 = c(b2) * m2 + (1 - c(b2)) * g * g
@@ -321,21 +351,25 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt):
             return r, m1, m2
 
         r, m1, m2 = map_unzip(direction, 3, updates, params, state.moment1, state.moment2, state.beta1_pow,
-                              state.beta2_pow, state.decay)
+                              state.beta2_pow, state.decay, state.group)
         w_sq, r_sq = leaf_sq_norm(params, extra_args), leaf_sq_norm(r, extra_args)
 
-        def scaled(r, wq, rq, l, d):
+        def scaled(r, wq, rq, l, d, k):
+            h = leaf_hyper(state.hyper, k, groups)
             pn, tn = jnp.sqrt(wq), jnp.sqrt(rq)
             ratio = jnp.where((pn > 0) & (tn > 0), pn / jnp.where(tn > 0, tn, 1.0), 1.0)
             if not always_adapt:  # Paddle skips the adaptation where the decay is 0
                 ratio = jnp.where(jnp.logical_and(d, h["lamb_weight_decay"] != 0), ratio, 1.0)
             return -((l * ratio).astype(r.dtype) * r)
 
-        out = jax.tree.map(scaled, r, w_sq, r_sq, lr, state.decay)
-        bump = lambda p, on, b: jnp.where(on, p * b, p)  # noqa: E731
-        return out, state._replace(moment1=m1, moment2=m2,
-                                   beta1_pow=jax.tree.map(lambda p, on: bump(p, on, b1), state.beta1_pow, mask),
-                                   beta2_pow=jax.tree.map(lambda p, on: bump(p, on, b2), state.beta2_pow, mask))
+        def bump(p, on, k, name):
+            return jnp.where(on, p * leaf_hyper(state.hyper, k, groups)[name], p)
+
+        out = jax.tree.map(scaled, r, w_sq, r_sq, lr, state.decay, state.group)
+        return out, state._replace(
+            moment1=m1, moment2=m2,
+            beta1_pow=jax.tree.map(lambda p, on, k: bump(p, on, k, "beta1"), state.beta1_pow, mask, state.group),
+            beta2_pow=jax.tree.map(lambda p, on, k: bump(p, on, k, "beta2"), state.beta2_pow, mask, state.group))
 
     return transformation(init, update)
 
@@ -362,6 +396,13 @@ def lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, ep
     check_bool(owner, "always_adapt", always_adapt)
     if exclude_from_weight_decay_fn is not None and not callable(exclude_from_weight_decay_fn):
         raise TypeError(f"{owner}(exclude_from_weight_decay_fn=...): must be None or callable.")
-    o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision)
+    o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision,
+              group_keys=("beta1", "beta2", "epsilon", "lamb_weight_decay", "exclude_from_weight_decay_fn"))
+    groups = o.group_values(("beta1", "beta2", "epsilon", "lamb_weight_decay"))
+    for k, vals in groups.items():
+        for n, v in vals.items():
+            check_float(f"{owner}(parameters[{k}])", n, v)
+    excludes = {g.index: g.extra["exclude_from_weight_decay_fn"] for g in o.groups
+                if "exclude_from_weight_decay_fn" in g.extra}
     return o.build(_lamb_rule(owner, float(lamb_weight_decay), beta1, beta2, epsilon, exclude_from_weight_decay_fn,
-                              always_adapt), skip_nonfinite=skip_nonfinite)
+                              always_adapt, groups, excludes, o.slots), skip_nonfinite=skip_nonfinite)

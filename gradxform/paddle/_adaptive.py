@@ -13,10 +13,9 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
-from .._hyper import hyper_scalar
 from .._tree import map_unzip
 from ._adam import _c, _check_betas, _scalars, _zeros
-from ._common import check_bool, check_float, parse
+from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 
 __all__ = ["adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop", "AdagradState", "AdadeltaState",
            "RMSPropState", "NAdamState", "RAdamState", "RpropState"]
@@ -25,10 +24,11 @@ __all__ = ["adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop", "Adagrad
 def _state(name: str, acc: tuple, pows: tuple = ()):
     """A state class named for Paddle's accumulators: ``hyper``, the
     per-parameter ``acc`` trees, then the ``pows`` (per-leaf float32 scalars)."""
-    cls = NamedTuple(name, [("hyper", dict)] + [(f, object) for f in acc + pows])
-    cls.per_leaf_fields = pows
+    cls = NamedTuple(name, [("hyper", dict)] + [(f, object) for f in acc + pows + ("group",)])
+    cls.per_leaf_fields = pows + ("group",)
     cls.__doc__ = (f"Paddle's accumulators {', '.join(acc)} per parameter"
-                   + (f"; {', '.join(pows)} per leaf (Paddle: every element equal)." if pows else "."))
+                   + (f"; {', '.join(pows)} per leaf (Paddle: every element equal)" if pows else "")
+                   + "; ``group``: each leaf's parameter group.")
     return cls
 
 
@@ -40,15 +40,19 @@ RAdamState = _state("RAdamState", ("moment1", "moment2"), ("beta1_pow", "beta2_p
 RpropState = _state("RpropState", ("prevs", "learning_rates"))
 
 
-def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, *, acc_init=None):
+def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, o, *, acc_init=None):
     """A Paddle kernel as a piece: ``one(h, g, w, lr, mask, *acc, *pows) ->
-    (update, *acc, *pows)`` per leaf."""
-    n_acc = len(state_cls._fields) - 1 - len(pow_init)
+    (update, *acc, *pows)`` per leaf, ``h`` the leaf's hyperparameters (its
+    group's own where the group of `PaddleOptions` ``o`` sets them)."""
+    n_acc = len(state_cls._fields) - 2 - len(pow_init)
+    groups = o.group_values(tuple(hyper))
 
     def init(params):
-        acc = tuple(acc_init(params, i) if acc_init else _zeros(params) for i in range(n_acc))
-        return state_cls({k: hyper_scalar(v) for k, v in hyper.items()}, *acc,
-                         *(_scalars(params, v) for v in pow_init))
+        slot = o.slots(params)
+        acc = tuple(acc_init(params, i, slot) if acc_init else _zeros(params) for i in range(n_acc))
+        treedef = jax.tree.structure(params)
+        return state_cls(with_groups(hyper, groups), *acc, *(_scalars(params, v) for v in pow_init),
+                         treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
 
     @fusable
     @uses_context(owner, needs=("lr", "mask"))
@@ -57,9 +61,9 @@ def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, *, acc_init=None)
         mask = context_value(extra_args, "mask", owner)
         w = params if params is not None else updates
         h = state.hyper
-        res = map_unzip(lambda g, w, l, on, *rest: one(h, g, w, l, on, *rest), 1 + n_acc + len(pow_init),
-                        updates, w, lr, mask, *state[1:])
-        return res[0], state_cls(h, *res[1:])
+        res = map_unzip(lambda g, w, l, on, k, *rest: one(leaf_hyper(h, k, groups), g, w, l, on, *rest),
+                        1 + n_acc + len(pow_init), updates, w, lr, mask, state.group, *state[1:-1])
+        return res[0], state_cls(h, *res[1:], state.group)
 
     return transformation(init, update)
 
@@ -78,15 +82,22 @@ def adagrad(learning_rate, epsilon=1e-6, parameters=None, weight_decay=None, gra
     del name
     check_float(owner, "epsilon", epsilon)
     check_float(owner, "initial_accumulator_value", initial_accumulator_value)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip,
+              group_keys=("epsilon", "initial_accumulator_value"))
+    init_acc = o.group_extra("initial_accumulator_value", initial_accumulator_value)
+    for k, v in init_acc.items():
+        check_float(f"{owner}(parameters[{k}])", "initial_accumulator_value", v)
 
     def one(h, g, w, l, on, m):
         m = m + g * g
         return -((_c(l, g) * g) / (jnp.sqrt(m) + _c(h["epsilon"], g))), m
 
-    fill = lambda params, i: jax.tree.map(  # noqa: E731
-        lambda p: jnp.full(jnp.shape(p), initial_accumulator_value, jnp.result_type(p)), params)
-    return o.build(_rule(owner, AdagradState, {"epsilon": epsilon}, (), one, acc_init=fill),
+    def fill(params, i, slot):
+        treedef = jax.tree.structure(params)
+        return treedef.unflatten([jnp.full(jnp.shape(p), init_acc.get(int(k), initial_accumulator_value),
+                                           jnp.result_type(p)) for p, k in zip(jax.tree.leaves(params), slot)])
+
+    return o.build(_rule(owner, AdagradState, {"epsilon": epsilon}, (), one, o, acc_init=fill),
                    skip_nonfinite=skip_nonfinite)
 
 
@@ -107,7 +118,7 @@ def adadelta(learning_rate=0.001, epsilon=1e-6, rho=0.95, parameters=None, weigh
     del name
     check_float(owner, "epsilon", epsilon)
     check_float(owner, "rho", rho)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, group_keys=("epsilon", "rho"))
 
     def one(h, g, w, l, on, eg, ex):
         c = lambda x: _c(x, g)  # noqa: E731
@@ -117,7 +128,7 @@ def adadelta(learning_rate=0.001, epsilon=1e-6, rho=0.95, parameters=None, weigh
         ex = rho_ * ex + (1 - rho_) * jnp.square(d)
         return c(l) * d, eg, ex
 
-    return o.build(_rule(owner, AdadeltaState, {"epsilon": epsilon, "rho": rho}, (), one),
+    return o.build(_rule(owner, AdadeltaState, {"epsilon": epsilon, "rho": rho}, (), one, o),
                    skip_nonfinite=skip_nonfinite)
 
 
@@ -140,7 +151,12 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
     for k, v in (("rho", rho), ("epsilon", epsilon), ("momentum", momentum)):
         check_float(owner, k, v, low=0.0)
     check_bool(owner, "centered", centered)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip,
+              group_keys=("rho", "epsilon", "momentum", "centered"))
+    for k, c in o.group_extra("centered", centered).items():
+        if c != centered:
+            raise ValueError(f"{owner}(parameters[{k}]): a group's 'centered' must equal the optimizer's "
+                             f"({centered}) here (it decides the state's structure); got {c!r}.")
 
     def one(h, g, w, l, on, mom, ms, mg):
         c = lambda x: _c(x, g)  # noqa: E731
@@ -154,7 +170,8 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
         mom = c(h["momentum"]) * mom + c(l) * g / den
         return -mom, mom, ms, mg
 
-    return o.build(_rule(owner, RMSPropState, {"rho": rho, "epsilon": epsilon, "momentum": momentum}, (), one),
+    return o.build(_rule(owner, RMSPropState, {"rho": rho, "epsilon": epsilon, "momentum": momentum}, (),
+                         one, o),
                    skip_nonfinite=skip_nonfinite)
 
 
@@ -177,7 +194,8 @@ def nadam(learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=1e-8, momentum_de
     del name
     _check_betas(owner, beta1, beta2, epsilon)
     check_float(owner, "momentum_decay", momentum_decay, low=0.0)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip,
+              group_keys=("epsilon", "beta1", "beta2", "momentum_decay"))
 
     def one(h, g, w, l, on, m1, m2, dp, b2p, mup):
         c = lambda x: _c(x, g)  # noqa: E731
@@ -197,7 +215,8 @@ def nadam(learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=1e-8, momentum_de
                 keep(mup2, mup))
 
     return o.build(_rule(owner, NAdamState, {"beta1": beta1, "beta2": beta2, "epsilon": epsilon,
-                                             "momentum_decay": momentum_decay}, (1.0, 1.0, 1.0), one),
+                                             "momentum_decay": momentum_decay}, (1.0, 1.0, 1.0),
+                         one, o),
                    skip_nonfinite=skip_nonfinite)
 
 
@@ -216,7 +235,7 @@ def radam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
     owner = "paddle.radam"
     del name
     _check_betas(owner, beta1, beta2, epsilon)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, group_keys=("epsilon", "beta1", "beta2"))
 
     def one(h, g, w, l, on, m1, m2, b1p, b2p, rho):
         c = lambda x: _c(x, g)  # noqa: E731
@@ -235,7 +254,8 @@ def radam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
         keep = lambda new, old: jnp.where(on, new, old)  # noqa: E731
         return -step, m1, m2, keep(b1p2, b1p), keep(b2p2, b2p), keep(rho2, rho)
 
-    return o.build(_rule(owner, RAdamState, {"beta1": beta1, "beta2": beta2, "epsilon": epsilon}, (1.0, 1.0, 1.0), one),
+    return o.build(_rule(owner, RAdamState, {"beta1": beta1, "beta2": beta2, "epsilon": epsilon}, (1.0, 1.0, 1.0),
+                         one, o),
                    skip_nonfinite=skip_nonfinite)
 
 
@@ -274,7 +294,7 @@ def rprop(learning_rate=0.001, learning_rate_range=(1e-5, 50), parameters=None, 
         lrs = jnp.where(lrs > c(h["lr_max"]), c(h["lr_max"]), jnp.where(lrs < c(h["lr_min"]), c(h["lr_min"]), lrs))
         return -(jnp.sign(g) * lrs), g, lrs
 
-    fill = lambda params, i: jax.tree.map(  # noqa: E731
+    fill = lambda params, i, slot: jax.tree.map(  # noqa: E731
         lambda p: jnp.full(jnp.shape(p), 0.0 if i == 0 else learning_rate, jnp.result_type(p)), params)
     return o.build(_rule(owner, RpropState, {"lr_min": lo, "lr_max": hi, "eta_negative": en, "eta_positive": ep}, (),
-                         one, acc_init=fill), skip_nonfinite=skip_nonfinite)
+                         one, o, acc_init=fill), skip_nonfinite=skip_nonfinite)

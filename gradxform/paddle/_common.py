@@ -57,7 +57,7 @@ from ._clip import Clip, group_clip
 from ._plateau import ReduceOnPlateau
 from ._regularizer import Decay, as_regularizer, group_regularization
 
-__all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "parse", "get_lr", "set_lr", "check_bool", "check_float",
+__all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "with_groups", "leaf_hyper", "parse", "get_lr", "set_lr", "check_bool", "check_float",
            "GroupState", "PADDLE_FP16_WARNING"]
 
 def _declare_ranges():
@@ -113,6 +113,7 @@ class _Group:
     lr_ratio: float = 1.0
     reg: Decay | None = None
     clip: Clip | None = None
+    extra: dict = dataclasses.field(default_factory=dict)  # the optimizer's own hyperparameters for this group
 
     def matches(self, name: str) -> bool:
         if self.select is None:
@@ -193,6 +194,20 @@ class PaddleOptions:
 
         return transformation(init, update)
 
+    def group_values(self, names) -> dict:
+        """``{group: {name: value}}`` for the optimizer hyperparameters ``names``
+        that a group sets (Paddle's ``_update_param_group``)."""
+        out = {}
+        for g in self.groups:
+            vals = {n: g.extra[n] for n in names if n in g.extra}
+            if vals:
+                out[g.index] = vals
+        return out
+
+    def group_extra(self, key, default):
+        """``{group: value}`` of a group key that is not a hyperparameter (a flag, a function)."""
+        return {g.index: g.extra.get(key, default) for g in self.groups}
+
     def clip(self) -> GradientTransformation:
         return group_clip([g.clip for g in self.groups], self.slots, default=self.grad_clip)
 
@@ -245,8 +260,9 @@ def _clip_arg(owner, where, value):
 
 
 def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_clip=None,
-          multi_precision: bool = False) -> PaddleOptions:
-    """Checks the base-class arguments at construction (``Optimizer.__init__``)."""
+          multi_precision: bool = False, group_keys: tuple = ()) -> PaddleOptions:
+    """Checks the base-class arguments at construction (``Optimizer.__init__``);
+    ``group_keys``: the optimizer's own keys a group may set."""
     if learning_rate is None:
         raise ValueError(f"{owner}(learning_rate=None): learning_rate is not set.")
     plateau = sched = None
@@ -268,10 +284,10 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
         if all(isinstance(g, dict) for g in parameters):
             groups = []
             for i, g in enumerate(parameters):
-                bad = [k for k in g if k not in GROUP_KEYS]
+                bad = [k for k in g if k not in GROUP_KEYS + tuple(group_keys)]
                 if bad:
-                    raise ValueError(f"{owner}(parameters=...): group {i} has key(s) {bad}: gradxform takes "
-                                     f"{GROUP_KEYS} in a Paddle group (no per-group optimizer hyperparameters).")
+                    raise ValueError(f"{owner}(parameters=...): group {i} has key(s) {bad}; a group of this "
+                                     f"optimizer takes {GROUP_KEYS + tuple(group_keys)}.")
                 if "params" not in g:
                     raise ValueError(f"{owner}(parameters=...): group {i}: params should be set in parameters "
                                      "if parameter groups are optimized in different options.")
@@ -280,7 +296,8 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
                 reg = as_regularizer(f"{owner}(parameters[{i}])", "weight_decay", g.get("weight_decay")) or wd
                 gclip = _clip_arg(f"{owner}(parameters[{i}])", "grad_clip", g["grad_clip"]) if "grad_clip" in g \
                     else clip
-                groups.append(_Group(i, _selection(owner, i, g["params"]), float(ratio), reg, gclip))
+                extra = {k: g[k] for k in group_keys if k in g}
+                groups.append(_Group(i, _selection(owner, i, g["params"]), float(ratio), reg, gclip, extra))
         elif all(isinstance(g, str) for g in parameters):
             groups = [_Group(0, list(parameters), 1.0, wd, clip)]
         else:
@@ -302,6 +319,26 @@ class PaddleOptimizer(optax.GradientTransformationExtraArgs):
 
     def set_lr(self, state, value: float):
         return set_lr(state, value)
+
+
+def with_groups(hyper: dict, groups: dict) -> dict:
+    """``hyper`` plus ``<name>_group_<k>`` for each group's own value (float32 scalars)."""
+    from .._hyper import hyper_scalar  # noqa: PLC0415
+
+    out = {k: hyper_scalar(v) for k, v in hyper.items()}
+    for k, vals in groups.items():
+        out.update({f"{n}_group_{k}": hyper_scalar(v) for n, v in vals.items()})
+    return out
+
+
+def leaf_hyper(h: dict, slot, groups: dict) -> dict:
+    """The hyperparameters of one leaf of group ``slot``: its group's own
+    ``<name>_group_<k>`` where the group sets one, else the optimizer's."""
+    out = dict(h)
+    for k, vals in groups.items():
+        for n in vals:
+            out[n] = jnp.where(slot == k, h[f"{n}_group_{k}"], out[n])
+    return out
 
 
 def get_lr(state, tx=None) -> float:
