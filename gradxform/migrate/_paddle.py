@@ -31,7 +31,7 @@ from .._tree import param_names
 from ..paddle._adam import AdamaxState, AdamState, LambState
 from ..paddle._adaptive import AdadeltaState, AdagradState, NAdamState, RAdamState, RMSPropState, RpropState
 from ..paddle._asgd import ASGDState
-from ..pieces._moments import TraceState
+from ..paddle._sgd import MomentumState
 from ..pieces._precision import MasterWeightsState
 from ..pieces._step import StepState
 from ..paddle._plateau import PlateauState
@@ -43,7 +43,7 @@ __all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "ACCUMULATORS"]
 #: state class -> {field: Paddle accumulator name}; fields listed in the class's
 #: ``per_leaf_fields`` are Paddle's ``[1]`` (or parameter-shaped, all equal) powers
 ACCUMULATORS = {
-    TraceState: {"trace": "velocity"},  # paddle.momentum
+    MomentumState: {"velocity": "velocity"},
     AdamState: {"moment1": "moment1", "moment2": "moment2", "moment2_max": "moment2_max",
                 "beta1_pow": "beta1_pow_acc", "beta2_pow": "beta2_pow_acc"},
     AdamaxState: {"moment": "moment", "inf_norm": "inf_norm", "beta1_pow": "beta1_pow_acc"},
