@@ -19,9 +19,11 @@ group dicts ``{'params': [...], 'learning_rate': ratio, 'weight_decay': ...,
 'weight_decay' or 'grad_clip' takes the optimizer's, a group weight_decay of
 None too, as Paddle's ``param.regularizer = None`` does; a group
 ``grad_clip=None`` clips nothing). A parameter that no entry names is not
-optimized (update zero, state untouched), as in Paddle. Per-group overrides
-of an optimizer's own hyperparameters (``beta1``, ``momentum``, ...) are
-refused with a ValueError.
+optimized (update zero, state untouched), as in Paddle. A group may also set
+the optimizer's own hyperparameters where Paddle's ``_update_param_group``
+reads them (Adam's ``beta1``, Momentum's ``momentum``, ...; each optimizer
+lists its keys): they become ``<name>_group_<k>`` hyperparameters; any
+other key is a ValueError.
 
 The learning rate: a number, or a `gradxform.schedules` Paddle schedule,
 read at the number of ``optimizer.step()`` calls done (Paddle's user calls
