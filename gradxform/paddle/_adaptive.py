@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
+from .._ranges import check_hyper
 from .._tree import map_unzip
 from ._adam import _c, _check_betas, _scalars, _zeros
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
@@ -276,6 +277,7 @@ def rprop(learning_rate=0.001, learning_rate_range=(1e-5, 50), parameters=None, 
     owner = "paddle.rprop"
     del name
     check_float(owner, "learning_rate", learning_rate)
+    check_hyper(owner, "learning_rate", learning_rate)
     lo, hi = (float(x) for x in learning_rate_range)
     if not 0.0 < lo <= learning_rate <= hi:
         raise ValueError(f"{owner}: '0.0 < learning_rate_range[0] <= learning_rate <= learning_rate_range[1]' "
