@@ -65,12 +65,22 @@ __all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "with_groups", "leaf
 def _declare_ranges():
     """Paddle's ranges where they differ from the generic ones (`gradxform._ranges`):
     ``epsilon >= 0`` (Adam, AdamW, Adamax, NAdam, RAdam check ``0 <= epsilon``);
-    RMSProp's ``rho``, ``momentum`` >= 0 (no upper bound, as Paddle)."""
+    RMSProp's ``rho``, ``momentum`` >= 0 (no upper bound, as Paddle); NAdam's
+    ``momentum_decay >= 0``; Rprop's ``0 < etas[0] < 1 < etas[1]`` and rates > 0;
+    and the ones Paddle does not check (Adadelta's ``rho`` in [0, 1], Lamb's
+    ``lamb_weight_decay`` any finite number)."""
     for owner in ("paddle.adam", "paddle.adamw", "paddle.adamax", "paddle.nadam", "paddle.radam",
                   "paddle.rmsprop", "paddle.adagrad", "paddle.adadelta", "paddle.lamb"):
         register_range("epsilon", Range(low=0.0), owner=owner)
     for name in ("rho", "momentum"):
         register_range(name, Range(low=0.0), owner="paddle.rmsprop")
+    register_range("rho", Range(low=0.0, high=1.0), owner="paddle.adadelta")  # unchecked by Paddle
+    register_range("lamb_weight_decay", Range(), owner="paddle.lamb")  # unchecked by Paddle
+    register_range("momentum_decay", Range(low=0.0), owner="paddle.nadam")
+    register_range("eta_negative", Range(low=0.0, high=1.0, low_open=True, high_open=True), owner="paddle.rprop")
+    register_range("eta_positive", Range(low=1.0, low_open=True), owner="paddle.rprop")
+    for name in ("lr_min", "lr_max"):
+        register_range(name, Range(low=0.0, low_open=True), owner="paddle.rprop")
 
 
 _declare_ranges()
