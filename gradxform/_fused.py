@@ -313,8 +313,10 @@ def _per_leaf_vectors(state, treedef) -> list[np.ndarray]:
 
 
 def _make_layout(tx, params, facts) -> Layout:
-    probe = jax.tree.map(lambda x: jnp.zeros((1,), jnp.result_type(x)), params)
-    with warnings.catch_warnings():
+    # concrete even under an outer jit (``jax.jit(fused(tx).init)``): the
+    # groups come from the per-leaf numbers of a one-element probe's state
+    probe = jax.tree.map(lambda x: np.zeros((1,), jnp.result_type(x)), params)
+    with warnings.catch_warnings(), jax.ensure_compile_time_eval():
         warnings.simplefilter("ignore")
         return _layout_for(params, tx.init(probe), facts)
 
