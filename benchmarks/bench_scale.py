@@ -110,7 +110,7 @@ def _run_limited(cmd, timeout: float, max_rss_gb: float):
             if peak > max_rss_gb:
                 why = f"resident memory above {max_rss_gb:.1f} GB"
             elif time.perf_counter() - t0 > timeout:
-                why = f"over {timeout:.0f} s"
+                why = f"over {timeout:.0f} s (resident memory reached {peak:.2f} GB)"
             if why:
                 proc.kill()
                 proc.wait()
