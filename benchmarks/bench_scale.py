@@ -12,9 +12,12 @@ an ordinary tree), ``fused`` (the same through ``gradxform.fused``),
 ``step``), ``optax`` (``optax.adam``; only with ``--opt adam``). Each path
 runs in a fresh Python process; "first call" is the wall time from building
 the optimizer to the first result ready, "peak" the process's peak RSS
-(``ru_maxrss``), both printed per path. Leaves are float32 vectors of 16
+(``ru_maxrss``), both printed per path, with the update's trace, lowering and
+XLA compile times (``trace_s``, ``lower_s``, ``xla_s``) and the number of state
+leaves. Leaves are float32 vectors of 16
 elements (``--size``), so trace and compile dominate. A path that passes
-``--timeout`` seconds is killed and reported as such. Not a test: nothing
+``--timeout`` seconds or ``--max-rss-gb`` of resident memory (default 6 GB:
+the machine is shared) is killed and reported as such. Not a test: nothing
 here asserts.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -68,11 +72,53 @@ def child(path: str, leaves: int, size: int, opt: str) -> dict:
             u, s = tx.update(g, s, p)
             return jax.tree.map(lambda a, b: a + b, p, u), s
 
-        p, s = jax.jit(step, donate_argnums=(0, 2))(params, grads, state)
+        t1 = time.perf_counter()
+        traced = jax.jit(step, donate_argnums=(0, 2)).trace(params, grads, state)
+        t2 = time.perf_counter()
+        lowered = traced.lower()
+        t3 = time.perf_counter()
+        compiled = lowered.compile()
+        t4 = time.perf_counter()
+        p, s = compiled(params, grads, state)
         jax.block_until_ready((p, s))
+        out.update(trace_s=t2 - t1, lower_s=t3 - t2, xla_s=t4 - t3,
+                   state_leaves=len(jax.tree.leaves(state)))
     out["first_call_s"] = time.perf_counter() - t0
     out["peak_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     return out
+
+
+def _rss_gb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
+def _run_limited(cmd, timeout: float, max_rss_gb: float):
+    """Runs ``cmd``; kills it past ``timeout`` seconds or ``max_rss_gb`` of
+    resident memory (the machine is shared). Returns (completed, reason)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True)
+        t0, peak, why = time.perf_counter(), 0.0, None
+        while proc.poll() is None:
+            peak = max(peak, _rss_gb(proc.pid))
+            if peak > max_rss_gb:
+                why = f"resident memory above {max_rss_gb:.1f} GB"
+            elif time.perf_counter() - t0 > timeout:
+                why = f"over {timeout:.0f} s (resident memory reached {peak:.2f} GB)"
+            if why:
+                proc.kill()
+                proc.wait()
+                break
+            time.sleep(0.2)
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read(), err.read()), why
 
 
 def main(argv=None):
@@ -82,6 +128,7 @@ def main(argv=None):
     ap.add_argument("--opt", default="adam", help="a gradxform.create name")
     ap.add_argument("--paths", default="plain,fused,trainer,optax")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--max-rss-gb", type=float, default=6.0, help="kill a path above this resident memory")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -95,19 +142,18 @@ def main(argv=None):
         cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--leaves", str(args.leaves),
                "--size", str(args.size), "--opt", args.opt]
         t0 = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            print(f"  {path:8s} killed after {args.timeout:.0f} s", flush=True)
-            continue
+        proc, why = _run_limited(cmd, args.timeout, args.max_rss_gb)
         wall = time.perf_counter() - t0
+        if why:
+            print(f"  {path:8s} killed after {wall:.0f} s: {why}", flush=True)
+            continue
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
         if proc.returncode or not lines:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
             print(f"  {path:8s} failed (rc {proc.returncode}, {wall:.0f} s): {' | '.join(tail)}", flush=True)
             continue
         r = json.loads(lines[-1][7:])
-        extra = "  ".join(f"{k} {v:.1f}" for k, v in r.items() if k not in ("first_call_s", "peak_gb"))
+        extra = "  ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in r.items() if k not in ("first_call_s", "peak_gb"))
         print(f"  {path:8s} first call {r['first_call_s']:7.1f} s   peak {r['peak_gb']:5.2f} GB   "
               f"{extra}   (process {wall:.0f} s)", flush=True)
 

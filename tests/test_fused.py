@@ -102,6 +102,17 @@ def test_grad_through_unravel_returns_a_flat_tree():
     _assert_same(jax.tree.map(lambda p: 2 * p, PARAMS), g.unravel())
 
 
+
+def test_init_under_jit_gives_the_same_state_and_layout():
+    # jax.jit(fused(tx).init) traces params: the groups come from a concrete probe
+    tx = gradxform.create("adam", learning_rate=0.01, wd=1e-3, lr_mult={"dense/*": 2.0},
+                          wd_mult={"*bias": 0.0})
+    ftx = gradxform.fused(tx, strict=True)
+    eager, jitted = ftx.init(PARAMS), jax.jit(ftx.init)(PARAMS)
+    assert isinstance(jitted, FusedState) and jitted.layout == eager.layout
+    assert [len(g) for g in eager.layout.groups] == [1, 1, 2]  # the multipliers split the buffers
+    _assert_same(eager, jitted)
+
 def test_low_precision_master_weights_group_by_dtype():
     params = dict(PARAMS, emb=PARAMS["emb"].astype(jnp.bfloat16), scale=PARAMS["scale"].astype(jnp.float16))
     tx = gradxform.create("sgd", momentum=0.9, wd=1e-3, multi_precision=True)
