@@ -78,7 +78,7 @@ import numpy as np
 from ._base import CONTEXT_KEY, GradientTransformation, transformation
 from ._elementwise import declaration, fusable, not_fusable, per_leaf_fields
 from ._state_paths import with_fields
-from .pieces._segments import SEGMENTS_KEY, layout_segments
+from .pieces.internal import SEGMENTS_KEY, layout_segments
 
 __all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "fusable", "not_fusable", "flatten_state",
            "packed", "packing", "ravel", "unflatten_state", "why_not_fused"]

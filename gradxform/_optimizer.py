@@ -11,9 +11,9 @@ from ._base import GradientTransformation, transformation
 from ._errors import validated
 from ._hyper import tag_owner
 from ._tree import distinct_buffers
-from .pieces._guards import skip_nonfinite as _skip_nonfinite
-from .pieces._masking import masked_by_update_mask
-from .pieces._precision import FP16_WARNING, is_low_precision, with_master_weights
+from .pieces.internal import skip_nonfinite as _skip_nonfinite
+from .pieces.internal import masked_by_update_mask
+from .pieces.internal import FP16_WARNING, is_low_precision, with_master_weights
 
 __all__ = ["finalize"]
 

@@ -31,7 +31,7 @@ from ._fused import (
     _unflatten_state,
     _walk,
 )
-from .pieces._segments import SEGMENTS_KEY, buffer_segments, layout_segments
+from .pieces.internal import SEGMENTS_KEY, buffer_segments, layout_segments
 
 __all__ = ["packed", "packing"]
 

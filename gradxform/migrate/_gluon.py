@@ -29,9 +29,9 @@ from .._state_paths import find_states
 from .._tree import param_names
 from ..mxnet._adaptive import AdaDeltaState, FTMLState, MXNetFtrlState, NadamState
 from ..mxnet._momentum import DCASGDState, LBSGDState, NAGState
-from ..pieces._moments import CenteredRmsState, MomentsState, TraceState
-from ..pieces._precision import MasterWeightsState
-from ..pieces._step import StepState
+from ..pieces.internal import CenteredRmsState, MomentsState, TraceState
+from ..pieces.internal import MasterWeightsState
+from ..pieces.internal import StepState
 from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
 from ._state import Slot, at_boundary, checked_count, fill_state, has_slot, resolve_order, warn_hyper_mismatch
 

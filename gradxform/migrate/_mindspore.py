@@ -29,8 +29,8 @@ import numpy as np
 from ..mindspore._adam import AmsgradState, BetaPowerState, LambState
 from ..mindspore._adaptive import AccumState, MindSporeFtrlState, RMSPropState
 from ..mindspore._momentum import SGDMomentumState
-from ..pieces._moments import MomentsState, TraceState
-from ..pieces._step import StepState
+from ..pieces.internal import MomentsState, TraceState
+from ..pieces.internal import StepState
 from ._pickle import MigrateError, read_bytes
 from ._state import Slot, at_boundary, checked_count, fill_state, tree_hyper, warn_hyper_mismatch
 

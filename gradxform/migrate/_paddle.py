@@ -32,8 +32,8 @@ from ..paddle._adam import AdamaxState, AdamState, LambState
 from ..paddle._adaptive import AdadeltaState, AdagradState, NAdamState, RAdamState, RMSPropState, RpropState
 from ..paddle._asgd import ASGDState
 from ..paddle._sgd import MomentumState
-from ..pieces._precision import MasterWeightsState
-from ..pieces._step import StepState
+from ..pieces.internal import MasterWeightsState
+from ..pieces.internal import StepState
 from ..paddle._plateau import PlateauState
 from ._pickle import NUMPY_GLOBALS, MigrateError, safe_loads
 from ._state import Slot, at_boundary, checked_count, fill_state

@@ -15,8 +15,8 @@ from .._base import GradientTransformation, chain, context_value, transformation
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ..pieces import lazy_rows, scale_by_adam_moments, scale_by_lr
-from ..pieces._moments import MomentsState, adam_emas
-from ..pieces._segments import leaf_sq_norm
+from ..pieces.internal import MomentsState, adam_emas
+from ..pieces.internal import leaf_sq_norm
 from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
 

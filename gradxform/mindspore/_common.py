@@ -19,8 +19,8 @@ from ._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay
 from .._optimizer import finalize
 from ..pieces import centralize_gradients, track_step, unscale
 from .._ranges import check_hyper
-from ..schedules._common import as_schedule, check_number
-from ..schedules._mindspore import DynamicLR
+from ..schedules.internal import as_schedule, check_number
+from ..schedules.internal import DynamicLR
 
 __all__ = ["MSOptions", "parse", "check_float", "check_bool"]
 

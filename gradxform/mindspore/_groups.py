@@ -39,7 +39,7 @@ from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._state_paths import find_states
 from .._tree import param_names
-from ..schedules._common import as_schedule, check_number
+from ..schedules.internal import as_schedule, check_number
 
 __all__ = ["GroupSpec", "parse_groups", "assign_groups", "beta_gamma_filter", "group_learning_rate",
            "group_weight_decay", "GroupState", "unselected_frozen"]

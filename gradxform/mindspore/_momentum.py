@@ -18,10 +18,10 @@ from ._groups import beta_gamma_filter
 from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
 from .._ranges import check_hyper
 from ..pieces import scale_by_lr, trace
-from ..pieces._segments import leaf_flags, leaf_sq_norm
+from ..pieces.internal import leaf_flags, leaf_sq_norm
 from .._state_paths import get_path, map_states
-from ..schedules._common import Constant, as_schedule
-from ..schedules._mindspore import DynamicLR
+from ..schedules.internal import Constant, as_schedule
+from ..schedules.internal import DynamicLR
 from ._common import check_bool, check_float, parse
 
 __all__ = ["momentum", "sgd", "lars", "SGDMomentumState", "LarsState"]

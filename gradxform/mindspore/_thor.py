@@ -26,7 +26,7 @@ from .._hyper import hyper_scalar
 from .._ranges import Range, register_range
 from .._tree import param_names
 from ..pieces import scale_by_lr, trace
-from ..schedules._common import COMPLETED, DynamicLR, as_update_schedule, check_number
+from ..schedules.internal import COMPLETED, DynamicLR, as_update_schedule, check_number
 from ._common import check_bool, check_float, parse
 
 __all__ = ["thor", "ThorState", "KINDS"]

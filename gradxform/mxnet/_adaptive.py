@@ -20,8 +20,8 @@ from .._elementwise import fusable
 from .._hyper import hyper_residual, hyper_scalar
 from .._ranges import check_hyper
 from .._tree import map_unzip
-from ..pieces._moments import one_minus_power
-from ..pieces._segments import buffer_segments, spread_leaf_values
+from ..pieces.internal import one_minus_power
+from ..pieces.internal import buffer_segments, spread_leaf_values
 from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adam_moments,
                       scale_by_adamax, scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
 from ._common import check_unit, parse_options

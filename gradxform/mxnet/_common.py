@@ -16,7 +16,7 @@ from .._hyper import check_range
 from .._ranges import check_hyper
 from .._tree import check_mapping_keys, multipliers
 from .._optimizer import finalize
-from ..pieces._precision import FP16_WARNING
+from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale, track_step
 
 __all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS"]

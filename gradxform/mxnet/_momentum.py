@@ -18,7 +18,7 @@ from .._hyper import check_range, hyper_scalar
 from .._ranges import check_hyper
 from .._tree import map_unzip
 from ..pieces import add_decoupled_weight_decay, ema, gated, lazy_rows, scale_by_lr, sign, trace
-from ..pieces._segments import leaf_sq_norm
+from ..pieces.internal import leaf_sq_norm
 from ._common import check_unit, parse_options
 
 __all__ = ["sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from .._base import GradientTransformation, apply_updates
 from .._state_paths import find_states, map_states
-from ..pieces._step import StepState
+from ..pieces.internal import StepState
 
 __all__ = ["Updater", "get_updater"]
 

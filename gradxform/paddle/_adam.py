@@ -22,7 +22,7 @@ from .._base import GradientTransformation, context_value, transformation, uses_
 from .._elementwise import fusable
 from .._ranges import check_hyper
 from .._tree import map_unzip
-from ..pieces._segments import leaf_sq_norm
+from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
 
 __all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]

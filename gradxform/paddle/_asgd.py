@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import not_fusable
 from ..pieces import scale_by_lr
-from ..schedules._common import check_number
+from ..schedules.internal import check_number
 from ._common import parse
 
 __all__ = ["asgd", "ASGDState"]

@@ -31,8 +31,8 @@ from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
 from .._tree import param_names
-from ..pieces._segments import leaf_sq_norm
-from ..schedules._common import check_number
+from ..pieces.internal import leaf_sq_norm
+from ..schedules.internal import check_number
 
 __all__ = ["Clip", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "clip_grad_by_global_norm",
            "clip_grad_by_norm", "clip_grad_by_value", "group_clip", "ClipState", "need_clip_flags"]

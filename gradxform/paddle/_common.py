@@ -51,10 +51,10 @@ from .._ranges import Range, register_range
 from .._state_paths import find_states
 from .._tree import param_names, select_tree
 from ..pieces import track_step
-from ..pieces._step import StepState
-from ..pieces._guards import skip_nonfinite as _skip_nonfinite
-from ..pieces._precision import with_master_weights
-from ..schedules._common import DynamicLR, as_schedule, check_number
+from ..pieces.internal import StepState
+from ..pieces.internal import skip_nonfinite as _skip_nonfinite
+from ..pieces.internal import with_master_weights
+from ..schedules.internal import DynamicLR, as_schedule, check_number
 from ._clip import Clip, group_clip
 from ._plateau import ReduceOnPlateau
 from ._regularizer import Decay, as_regularizer, group_regularization

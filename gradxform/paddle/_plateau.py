@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, StepContext, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
-from ..schedules._common import check_number
+from ..schedules.internal import check_number
 
 __all__ = ["ReduceOnPlateau", "PlateauState"]
 

@@ -20,8 +20,8 @@ from .._base import transformation
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
-from ..pieces._scaling import HyperState
-from ..schedules._common import check_number
+from ..pieces.internal import HyperState
+from ..schedules.internal import check_number
 
 __all__ = ["Decay", "L1Decay", "L2Decay", "l1_decay", "l2_decay", "as_regularizer", "group_regularization",
            "RegState"]

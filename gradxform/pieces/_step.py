@@ -13,7 +13,7 @@ from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._state_paths import map_states
 from .._tree import multipliers, param_names
-from ..schedules._common import NUM_UPDATE, as_update_schedule
+from ..schedules.internal import NUM_UPDATE, as_update_schedule
 
 __all__ = ["StepState", "normalize_step_states", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier"]
 

@@ -23,7 +23,7 @@ from typing import Callable
 
 import jax
 
-from ..pieces._guards import scale_loss
+from ..pieces.internal import scale_loss
 import jax.numpy as jnp
 import numpy as np
 

@@ -1,0 +1,41 @@
+"""The shape of the package, checked: the rules a contributor would otherwise only read about.
+
+* Code outside ``gradxform/pieces`` and ``gradxform/schedules`` reaches them through their public
+  ``__init__`` or their declared ``internal`` surface, never through a private module.
+* No module over 600 lines.
+"""
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "gradxform"
+MODULES = sorted(PACKAGE.rglob("*.py"))
+SURFACED = ("pieces", "schedules")
+
+
+def _private_imports(path: pathlib.Path) -> list[str]:
+    rel = path.relative_to(PACKAGE).parts
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level > 0:
+            parts = node.module.split(".")
+            if (len(parts) >= 2 and parts[0] in SURFACED and parts[0] != rel[0] and parts[1].startswith("_")):
+                found.append(f"line {node.lineno}: from {'.' * node.level}{node.module}")
+    return found
+
+
+def test_no_imports_into_private_modules_of_pieces_or_schedules():
+    offenders = {str(p.relative_to(PACKAGE)): found for p in MODULES if (found := _private_imports(p))}
+    assert offenders == {}, "import from gradxform.<pkg>.internal (or the public package) instead"
+
+
+def test_internal_surfaces_export_what_they_import():
+    import gradxform.pieces.internal as pieces_internal  # noqa: PLC0415
+    import gradxform.schedules.internal as schedules_internal  # noqa: PLC0415
+
+    for mod in (pieces_internal, schedules_internal):
+        assert mod.__all__ and all(hasattr(mod, name) for name in mod.__all__)
+
+
+def test_no_module_over_600_lines():
+    long = {str(p.relative_to(PACKAGE)): n for p in MODULES if (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}
