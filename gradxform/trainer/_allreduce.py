@@ -1,20 +1,17 @@
 """The per-device programs behind the Trainer, and helpers to get per-device gradients.
 
-Everything here is a `jax.pmap` over the mapped axis ``AXIS`` (`spmap`: on
-one device in one process, a `jax.jit` on one copy instead). In jax 0.10.2
-`jax.pmap` is still public and not deprecated (it is implemented as `jax.jit`
-of `jax.shard_map` over a one-axis device mesh), and it keeps Gluon's
-model: each device holds a replica, gradients come with a leading device
-axis, and a `jax.lax.psum` over ``AXIS`` sums over *every* participating
-device, those of other processes included once `jax.distributed.initialize`
-has run (each process passes its local slice; pmap builds the global array).
+Everything here is `jax.jit` of `jax.shard_map` over a one-axis device mesh
+(axis ``AXIS``; `spmap`: on one device in one process, a `jax.jit` on one
+copy instead). No `jax.pmap` (in maintenance mode since jax 0.8), but
+Gluon's model is kept: each device holds a replica, gradients come with a
+leading device axis (global arrays, one slice per device), and a
+`jax.lax.psum` over ``AXIS`` sums over *every* device of the mesh, those of
+other processes included once `jax.distributed.initialize` has run (each
+process passes its local slices; `_global` builds the global array).
 
-Gradients per device: a pmapped gradient function returns them, e.g.::
-
-    grads = jax.pmap(jax.grad(loss_fn), axis_name="gx_devices")(
-        replicated_params, split_batch(batch, jax.local_device_count()))
-
-or `per_device_grads` / ``Trainer.grads``, which do exactly this.
+Gradients per device: `per_device_grads` / ``Trainer.grads`` give them; so
+does a user's own ``jax.pmap(jax.grad(loss_fn))(replicated_params,
+split_batch(batch, jax.local_device_count()))``, taken as it is.
 """
 from __future__ import annotations
 
@@ -22,10 +19,11 @@ import weakref
 from typing import Callable
 
 import jax
-
-from ..pieces.internal import scale_loss
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from ..pieces.internal import scale_loss
 
 from .._base import apply_updates
 from .._fused import FlatTree
@@ -62,46 +60,104 @@ def single_device(devices) -> bool:
     return len(local) == 1 and jax.process_count() == 1
 
 
-def spmap(body, *, in_axes=0, out_axes=0, donate_argnums=(), devices=None):
-    """``jax.pmap(body, axis_name=AXIS, ...)`` where an axis spec `STORED`
-    (the Trainer's parameters, state and residuals) means axis 0; on one
-    device in one process, ``jax.jit`` of the body on a single copy instead:
-    `STORED` arguments and results have no device axis there, axis-0 ones
-    (gradients, batches) lose and regain their axis of size 1 by reshapes.
+def mesh_of(devices=None) -> Mesh:
+    """The one-axis device mesh (axis ``AXIS``) over ``devices``, or over
+    every device of every process (`jax.devices()`)."""
+    key = _devices_key(devices)
+    if key not in _MESHES:
+        _MESHES[key] = Mesh(np.asarray(list(devices) if devices is not None else jax.devices()), (AXIS,))
+    return _MESHES[key]
 
-    Why not pmap on one device: measured on XLA CPU (jax 0.10.2), a donated
-    Adam training step as a one-device pmap copied every parameter and moment
-    at entry (temp 88 MiB for an 8.4 M-parameter MLP; jit: 9 MiB), and so did
-    jit over arrays that keep a leading axis of 1 (36 MiB); jit(vmap) over
-    that axis avoided the copies but ran the matmuls as batched dots, 1.7x
-    slower."""
+
+_MESHES: dict = {}
+
+
+def spmap(body, *, in_axes=0, out_axes=0, donate_argnums=(), devices=None):
+    """``body`` once per device of a one-axis mesh, as ``jax.jit`` of
+    ``jax.shard_map``: arguments and results with axis spec 0 or `STORED`
+    (the Trainer's parameters, state and residuals) are stacked along a
+    leading device axis, sharded one slice per device (each call of
+    ``body`` sees its slice without that axis); ``None`` means one value,
+    the same on every device. On one device in one process, ``jax.jit`` of
+    the body on a single copy instead: `STORED` arguments and results have
+    no device axis there, axis-0 ones (gradients, batches) lose and regain
+    their axis of size 1 by reshapes.
+
+    Why not ``jax.pmap``: it is in maintenance mode since jax 0.8, and on
+    XLA CPU it copied donated buffers at entry (benchmarks/README.md).
+    Why not a device axis on one device: measured on XLA CPU (jax 0.10.2),
+    jit over arrays that keep a leading axis of 1 copied every donated
+    parameter and moment (36 MiB for an 8.4 M-parameter MLP; one copy:
+    9 MiB); jit(vmap) over that axis avoided the copies but ran the matmuls
+    as batched dots, 1.7x slower."""
     if single_device(devices):
         return jax.jit(_on_one_copy(body, in_axes, out_axes), donate_argnums=donate_argnums)
-    axis = lambda a: 0 if a == STORED else a  # noqa: E731
-    in_axes = tuple(map(axis, in_axes)) if isinstance(in_axes, tuple) else axis(in_axes)
-    out_axes = tuple(map(axis, out_axes)) if isinstance(out_axes, tuple) else axis(out_axes)
-    return jax.pmap(body, axis_name=AXIS, in_axes=in_axes, out_axes=out_axes,
-                    donate_argnums=donate_argnums, devices=devices)
+    mesh = mesh_of(devices)
+    spec = lambda a: P() if a is None else P(AXIS)  # noqa: E731
+    n_in = None if not isinstance(in_axes, tuple) else len(in_axes)
+    in_specs = tuple(map(spec, in_axes)) if n_in is not None else None
+    out_specs = tuple(map(spec, out_axes)) if isinstance(out_axes, tuple) else spec(out_axes)
+
+    def per_device(*args):
+        axes = in_axes if n_in is not None else (in_axes,) * len(args)
+        args = [a if ax is None else jax.tree.map(_drop_axis, a) for a, ax in zip(args, axes)]
+        outs = body(*args)
+        if not isinstance(out_axes, tuple):
+            return outs if out_axes is None else jax.tree.map(_add_axis, outs)
+        return tuple(o if ax is None else jax.tree.map(_add_axis, o) for o, ax in zip(outs, out_axes))
+
+    def program(*args):
+        specs = in_specs if in_specs is not None else (spec(in_axes),) * len(args)
+        mapped = jax.shard_map(per_device, mesh=mesh, in_specs=specs, out_specs=out_specs, check_vma=False)
+        return mapped(*args)
+
+    jitted = jax.jit(program, donate_argnums=donate_argnums)
+    sharding = NamedSharding(mesh, P(AXIS))
+
+    def run(*args):
+        axes = in_axes if n_in is not None else (in_axes,) * len(args)
+        return jitted(*[a if ax is None else _global(a, sharding) for a, ax in zip(args, axes)])
+
+    run.lower = lambda *args: jitted.lower(*[a if ax is None else _global(a, sharding) for a, ax in zip(
+        args, in_axes if n_in is not None else (in_axes,) * len(args))])
+    return run
+
+
+def _drop_axis(x):
+    return jnp.reshape(x, jnp.shape(x)[1:])
+
+
+def _add_axis(x):
+    return jnp.reshape(x, (1,) + jnp.shape(x))
+
+
+def _global(tree, sharding: NamedSharding):
+    """``tree``'s leaves as global arrays with one leading-axis slice per
+    device of the mesh: arrays already laid out so (the Trainer's own, or a
+    user's ``jax.pmap`` / sharded ``jax.grad`` output) pass through untouched
+    (no copy, so donation holds); a process's local stack (NumPy, or arrays
+    on one device) becomes its slices of the global array."""
+    def one(x):
+        if isinstance(x, jax.Array) and x.sharding == sharding:
+            return x
+        if isinstance(x, jax.Array) and jax.process_count() == 1 and x.is_fully_addressable:
+            return jax.device_put(x, sharding)
+        return jax.make_array_from_process_local_data(sharding, np.asarray(x))
+    return jax.tree.map(one, tree)
 
 
 def _on_one_copy(body, in_axes, out_axes):
     """``body`` on one copy, inside a size-1 `jax.vmap` whose only job is to
     provide ``AXIS`` to its collectives (nothing is batched, so a matmul
     stays a plain matmul; a `psum` over one copy is that copy)."""
-    def drop(x):
-        return jnp.reshape(x, jnp.shape(x)[1:])
-
-    def add(x):
-        return jnp.reshape(x, (1,) + jnp.shape(x))
-
     def run(*args):
         axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
-        args = [jax.tree.map(drop, a) if ax == 0 else a for a, ax in zip(args, axes)]
+        args = [jax.tree.map(_drop_axis, a) if ax == 0 else a for a, ax in zip(args, axes)]
         outs = jax.vmap(body, in_axes=(None,) * len(args), out_axes=None, axis_name=AXIS,
                         axis_size=1)(*args)
         if not isinstance(out_axes, tuple):
-            return jax.tree.map(add, outs) if out_axes == 0 else outs
-        return tuple(jax.tree.map(add, o) if ax == 0 else o for o, ax in zip(outs, out_axes))
+            return jax.tree.map(_add_axis, outs) if out_axes == 0 else outs
+        return tuple(jax.tree.map(_add_axis, o) if ax == 0 else o for o, ax in zip(outs, out_axes))
     return run
 
 
@@ -141,24 +197,20 @@ def _devices_key(devices):
     return None if devices is None else tuple(devices)
 
 
-_REPLICATORS: dict = {}
-
-
 def replicate(tree, num_devices: int, devices=None):
-    """One copy of ``tree`` on every device, stacked along a new leading axis,
-    laid out exactly as a pmap output (so donation never reshards)."""
-    key = ("rep", _devices_key(devices))
-    if key not in _REPLICATORS:
-        _REPLICATORS[key] = jax.pmap(lambda _, x: x, axis_name=AXIS, in_axes=(0, None), devices=devices)
-    return _REPLICATORS[key](np.zeros((num_devices,), np.int8), tree)
+    """One copy of ``tree`` on every device of the mesh, stacked along a new
+    leading axis and sharded one copy per device (the layout every Trainer
+    program takes, so donation never reshards). ``num_devices`` is the
+    number of local devices (this process's copies)."""
+    sharding = NamedSharding(mesh_of(devices), P(AXIS))
+    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(
+        sharding, np.broadcast_to(np.asarray(x)[None], (num_devices,) + np.shape(x))), tree)
 
 
 def shard_leading(tree, devices=None):
-    """Puts slice ``i`` of every leaf's leading axis on device ``i`` (pmap layout)."""
-    key = ("shard", _devices_key(devices))
-    if key not in _REPLICATORS:
-        _REPLICATORS[key] = jax.pmap(lambda x: x, axis_name=AXIS, devices=devices)
-    return _REPLICATORS[key](tree)
+    """Puts slice ``i`` of every leaf's leading axis on local device ``i``
+    (the Trainer's layout; see `_global`)."""
+    return _global(tree, NamedSharding(mesh_of(devices), P(AXIS)))
 
 
 def _first_copy(x):
