@@ -144,3 +144,40 @@ def test_the_same_schedule_object_gives_the_same_lr_under_every_family(make):
         expect = [0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 0.001]
     for k, v in got.items():
         np.testing.assert_allclose(v, expect, rtol=1e-6, err_msg=k)
+
+
+# -- Flax NNX and jit ---------------------------------------------------------------------
+
+def test_hyper_on_an_nnx_optimizer_and_inside_jit():
+    nnx = pytest.importorskip("flax.nnx")
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    opt = nnx.Optimizer(model, gx.create("sgd", learning_rate=0.1, momentum=0.9), wrt=nnx.Param)
+    assert gx.get_learning_rate(opt.opt_state) == pytest.approx(0.1)
+    assert float(gx.get_hyper(opt.opt_state, "momentum")) == pytest.approx(0.9)
+    gx.set_learning_rate(opt.opt_state, 0.01)            # written into the nnx Variables in place
+    assert gx.get_learning_rate(opt.opt_state) == pytest.approx(0.01)
+    gx.set_hyper(opt.opt_state, momentum=0.5)
+    assert float(gx.get_hyper(opt.opt_state, "momentum")) == 0.5
+
+    @nnx.jit
+    def step(model, opt, x):
+        grads = nnx.grad(lambda m: jnp.sum(m(x) ** 2))(model)
+        opt.update(model, grads)
+        return gx.get_learning_rate(opt.opt_state)
+
+    before = np.asarray(model.kernel[...])
+    assert float(step(model, opt, jnp.ones((4, 2)))) == pytest.approx(0.01)
+    assert not np.allclose(before, np.asarray(model.kernel[...]))
+
+    tx = gx.create("adam", lr_scheduler=S.FactorScheduler(step=1, factor=0.5, base_lr=0.1))
+    state = tx.init(PARAMS)
+
+    @jax.jit
+    def jitted(state):
+        state = gx.set_hyper(state, beta1=0.8)
+        return gx.get_learning_rate(state), gx.get_hyper(state, "beta1")
+
+    lr, b1 = jitted(state)
+    assert float(lr) == pytest.approx(gx.get_learning_rate(state)) and float(b1) == pytest.approx(0.8)
+    lr = jax.jit(lambda s: gx.get_learning_rate(gx.set_learning_rate(s, 0.3)))(gx.create("sgd").init(PARAMS))
+    assert float(lr) == pytest.approx(0.3)
