@@ -181,3 +181,110 @@ def test_hyper_on_an_nnx_optimizer_and_inside_jit():
     assert float(lr) == pytest.approx(gx.get_learning_rate(state)) and float(b1) == pytest.approx(0.8)
     lr = jax.jit(lambda s: gx.get_learning_rate(gx.set_learning_rate(s, 0.3)))(gx.create("sgd").init(PARAMS))
     assert float(lr) == pytest.approx(0.3)
+
+
+# -- selectors and framework idioms -------------------------------------------------------
+
+NET = {"bn": {"beta": jnp.full(2, 0.5), "gamma": jnp.full(2, 2.0)},
+       "dense": {"bias": jnp.full(2, -1.0), "weight": jnp.full((2, 2), 3.0)}}
+GRAD = jax.tree.map(lambda x: jnp.full_like(x, 0.25), NET)
+
+
+class Param:
+    """A parameter object as MindSpore and Gluon hand them around: a .name (and Gluon's mults)."""
+
+    def __init__(self, name, lr_mult=1.0, wd_mult=1.0):
+        self.name, self.lr_mult, self.wd_mult = name, lr_mult, wd_mult
+
+
+def one_update(tx, params=NET, grads=GRAD):
+    u, _ = tx.update(grads, tx.init(params), params)
+    return u
+
+
+def test_gluon_regex_as_wd_mult_key():
+    # Gluon: net.collect_params('.*beta|.*gamma|.*bias').setattr('wd_mult', 0.0); MXNet SGD:
+    # w -= lr * (g + wd * wd_mult * w)
+    u = one_update(gx.create("sgd", learning_rate=0.1, wd=0.01, wd_mult={".*beta|.*gamma|.*bias": 0.0}))
+    for name, g, w in zip(gx.param_names(NET), jax.tree.leaves(GRAD), jax.tree.leaves(NET)):
+        decayed = not re.match(".*beta|.*gamma|.*bias", name)
+        expect = -np.float32(0.1) * (np.float32(0.25) + (np.float32(0.01) * w if decayed else 0))
+        np.testing.assert_allclose(jax.tree.leaves(u)[gx.param_names(NET).index(name)], expect, rtol=1e-6)
+    with pytest.raises(ValueError, match="matches no parameter"):
+        gx.create("sgd", wd_mult={".*running_mean": 0.0}).init(NET)
+
+
+def test_selector_reads_names_globs_regexes_predicates_and_objects():
+    from gradxform._selectors import Selector
+    names = gx.param_names(NET)   # bn/beta bn/gamma dense/bias dense/weight
+    pick = lambda spec: [n for n, b in zip(names, Selector(spec).select(names)) if b]  # noqa: E731
+    assert pick("dense/bias") == ["dense/bias"]
+    assert pick("*/b*") == ["bn/beta", "dense/bias"]                          # glob
+    assert pick(".*beta|.*gamma") == ["bn/beta", "bn/gamma"]                  # Gluon regex, re.match
+    assert pick("bn.*") == ["bn/beta", "bn/gamma"]                             # no glob match: regex
+    assert pick(re.compile("dense")) == ["dense/bias", "dense/weight"]
+    assert pick(lambda n: n.endswith("weight")) == ["dense/weight"]            # predicate over names
+    assert pick(lambda x: "gamma" in x.name) == ["bn/gamma"]                   # ... over parameter objects
+    assert pick([Param("bn/beta"), "dense/weight"]) == ["bn/beta", "dense/weight"]
+
+
+def test_mindspore_positional_signature_with_group_params_of_parameter_objects():
+    trainable = [Param(n) for n in gx.param_names(NET)]
+    bn_params = list(filter(lambda x: "bn" in x.name, trainable))
+    rest = list(filter(lambda x: "bn" not in x.name, trainable))
+    group_params = [{"params": bn_params, "weight_decay": 0.0}, {"params": rest, "lr": 0.05},
+                    {"order_params": trainable}]
+    # nn.Momentum(group_params, learning_rate=0.1, momentum=0.9, weight_decay=0.01, loss_scale=2.0)
+    tx = gx.mindspore.momentum(group_params, 0.1, 0.9, weight_decay=0.01, loss_scale=2.0)
+    same = gx.create("mindspore.Momentum", params=group_params, learning_rate=0.1, momentum=0.9,
+                     weight_decay=0.01, loss_scale=2.0)
+    u, v = one_update(tx), one_update(same)
+    for name, g, w, a, b in zip(gx.param_names(NET), jax.tree.leaves(GRAD), jax.tree.leaves(NET),
+                                jax.tree.leaves(u), jax.tree.leaves(v)):
+        lr, wd = (0.1, 0.0) if "bn" in name else (0.05, 0.01)
+        # ApplyMomentum, first step: v = g' ; w -= lr * v, g' = (g + wd * loss_scale * w) / loss_scale
+        expect = -np.float32(lr) * ((np.float32(g) + np.float32(wd) * np.float32(2.0) * w) / np.float32(2.0))
+        np.testing.assert_allclose(a, expect, rtol=1e-6)
+        np.testing.assert_array_equal(a, b)
+
+
+def test_mindspore_params_list_optimizes_only_those_and_filters_read_x_name():
+    only = [Param("dense/weight"), Param("dense/bias")]
+    u = one_update(gx.mindspore.sgd(only, 0.1))           # nn.SGD(params, learning_rate=0.1)
+    assert float(jnp.abs(u["bn"]["beta"]).max()) == 0.0   # not in params: not optimized
+    np.testing.assert_allclose(u["dense"]["weight"], -0.025, rtol=1e-6)
+    # decay_filter / lars_filter written for MindSpore Parameters (x.name)
+    inner = gx.mindspore.momentum(0.1, 0.0)
+    lars = gx.mindspore.lars(inner, lars_filter=lambda x: "bias" not in x.name, weight_decay=0.01,
+                             decay_filter=lambda x: "beta" not in x.name and "gamma" not in x.name)
+    ref = gx.mindspore.lars(inner, lars_filter=lambda n: "bias" not in n, weight_decay=0.01,
+                            decay_filter=lambda n: "beta" not in n and "gamma" not in n)
+    for a, b in zip(jax.tree.leaves(one_update(lars)), jax.tree.leaves(one_update(ref))):
+        np.testing.assert_array_equal(a, b)
+    u = one_update(lars)
+    w, g = np.float32(3.0), np.float32(0.25)   # dense/weight: 2x2 of 3.0, grads 0.25
+    wn, gn = np.sqrt(np.float32(4) * w * w), np.sqrt(np.float32(4) * g * g)
+    ratio = np.float32(0.001) * wn / (gn + np.float32(0.01) * wn + np.float32(1e-5))
+    np.testing.assert_allclose(u["dense"]["weight"], -0.1 * ratio * (g + np.float32(0.01) * w), rtol=1e-5)
+    np.testing.assert_allclose(u["dense"]["bias"], -0.1 * 0.25, rtol=1e-6)   # filtered out: plain g
+
+
+def test_mxnet_param_dict_aggregate_num_use_fused_step_and_clip_gradient_le_0():
+    names = gx.param_names(NET)
+    # Gluon's Trainer: param_dict = {i: parameter}; a parameter's lr_mult/wd_mult win (_get_lr/_get_wd)
+    pd = {i: Param(n, lr_mult=2.0 if "dense" in n else 1.0, wd_mult=0.0 if "bn" in n else 1.0)
+          for i, n in enumerate(names)}
+    tx = gx.create("sgd", learning_rate=0.1, wd=0.01, param_dict=pd, lr_mult={"dense/*": 5.0},
+                   aggregate_num=4, use_fused_step=True)
+    u = one_update(tx)
+    for i, (g, w, a) in enumerate(zip(jax.tree.leaves(GRAD), jax.tree.leaves(NET), jax.tree.leaves(u))):
+        lr = np.float32(0.1) * np.float32(pd[i].lr_mult)
+        expect = -lr * (np.float32(0.25) + np.float32(0.01) * np.float32(pd[i].wd_mult) * w)
+        np.testing.assert_allclose(a, expect, rtol=1e-6)
+    plain = one_update(gx.create("sgd", learning_rate=0.1, wd=0.01))
+    for clip in (0.0, -1.0):   # MXNet's kernels: clip_gradient <= 0 is no clipping
+        for a, b in zip(jax.tree.leaves(one_update(gx.create("sgd", learning_rate=0.1, wd=0.01,
+                                                                clip_gradient=clip))), jax.tree.leaves(plain)):
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="aggregate_num"):
+        gx.create("adam", aggregate_num=0)
