@@ -288,3 +288,15 @@ def test_mxnet_param_dict_aggregate_num_use_fused_step_and_clip_gradient_le_0():
             np.testing.assert_array_equal(a, b)
     with pytest.raises(ValueError, match="aggregate_num"):
         gx.create("adam", aggregate_num=0)
+
+
+def test_resume_from_gluon_has_a_fast_mode():
+    import pathlib
+    import subprocess
+    import sys
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "examples" / "resume_from_gluon.py"), "--fast"],
+                         capture_output=True, text=True, timeout=300, cwd=root,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root)}).stdout
+    rows = [r.split() for r in out.splitlines()[1:]]
+    assert [r[1] for r in rows].count("gradxform") == 5 and all(float(r[4]) <= 1e-6 for r in rows if len(r) == 5)
