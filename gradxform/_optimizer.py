@@ -12,6 +12,7 @@ from ._errors import validated
 from ._hyper import tag_owner
 from ._tree import distinct_buffers
 from .pieces._guards import skip_nonfinite as _skip_nonfinite
+from .pieces._masking import masked_by_update_mask
 from .pieces._precision import FP16_WARNING, is_low_precision, with_master_weights
 
 __all__ = ["finalize", "guard", "with_guard_option"]
@@ -23,7 +24,7 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
              owner: str | None = None) -> GradientTransformation:
     """Wraps a framework optimizer's chain, innermost first::
 
-        validated(skip_nonfinite(with_master_weights(chain)))
+        validated(skip_nonfinite(with_master_weights(masked_by_update_mask(chain))))
 
     ``multi_precision``: run the chain in float32 on master copies of
     float16/bfloat16 parameters; otherwise such parameters warn at ``init``
@@ -37,6 +38,7 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
     state's hyperparameters as its own, so `gradxform.set_hyper` checks them
     against that optimizer's declared ranges (`gradxform._ranges`).
     """
+    tx = masked_by_update_mask(tx)  # update_mask=: masked leaves get 0 and keep their state
     if multi_precision:
         tx = with_master_weights(tx)
     else:

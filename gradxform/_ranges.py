@@ -162,8 +162,10 @@ FAMILY: dict[str, dict[str, Range]] = {
 OWNER: dict[str, dict[str, Range]] = {
     # FTRL divides by the learning rate (check_positive_float in MindSpore)
     "mindspore.ftrl": {"learning_rate": POSITIVE},
-    # AdaFactor: beta1 only non-negative, weight_decay in [0, 1) (check_float_range INC_LEFT)
-    "mindspore.adafactor": {"beta1": NON_NEGATIVE, "weight_decay": UNIT_HALF_OPEN},
+    # AdaFactor: weight_decay in [0, 1) (check_float_range INC_LEFT); beta1 in [0, 1) and
+    # eps > 0 as the seed's Raises (MindSpore's code checks only beta1 >= 0, eps >= 0; 0 = no first moment)
+    "mindspore.adafactor": {"beta1": UNIT_HALF_OPEN, "weight_decay": UNIT_HALF_OPEN,
+                            "epsilon1": POSITIVE, "epsilon2": POSITIVE},
     # LARS: epsilon and coefficient non-negative
     "mindspore.lars": {"epsilon": NON_NEGATIVE},
 }

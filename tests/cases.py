@@ -101,6 +101,27 @@ TABLE.update({
     "paddle.asgd": Case(dict(learning_rate=0.05, batch_num=2, weight_decay=1e-3), _MS_WD, True, fuses=False),
 })
 
+# -- paddle family (issue 17) ------------------------------------------------------------
+TABLE.update({
+    "paddle.sgd": Case(dict(learning_rate=0.1, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    "paddle.momentum": Case(dict(learning_rate=0.1, momentum=0.9, use_nesterov=True, weight_decay=1e-3), _MS_WD,
+                            True, fuses=True),
+    "paddle.adam": Case(dict(learning_rate=0.05, amsgrad=True, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    "paddle.adamw": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    # Paddle's Adamax: u = max(|g|, beta2 u + eps) > 0, so a zero gradient is finite
+    "paddle.adamax": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    "paddle.adagrad": Case(dict(learning_rate=0.1, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    "paddle.adadelta": Case(dict(learning_rate=1.0, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    "paddle.rmsprop": Case(dict(learning_rate=0.01, momentum=0.5, centered=True, weight_decay=1e-3), _MS_WD, True,
+                           fuses=True),
+    "paddle.lamb": Case(dict(learning_rate=0.05, lamb_weight_decay=1e-3), {"lamb_weight_decay": 0.0}, True,
+                        fuses=True, bit_exact=False),
+    "paddle.nadam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    "paddle.radam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    # Rprop steps by sign(g) * per-element rates: a zero gradient keeps w; no weight decay
+    "paddle.rprop": Case(dict(learning_rate=0.01), {}, True, fuses=True),
+})
+
 
 def case(name: str) -> Case:
     """The row for ``name``, or `DEFAULT` for a registered optimizer without one."""

@@ -1,5 +1,7 @@
 """gradxform.pieces.centralize_gradients: the mean over all axes but the
-output axis is removed (exact to float32 rounding, atol 1e-6); non-kernels raise."""
+output axis is removed (exact to float32 rounding, atol 1e-6); selected
+leaves of fewer than 2 dims raise; MindSpore's selection rule (rank >= 2 and
+shape[1] % 16 == 0, the rest of the group skipped) through its optimizers."""
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -25,10 +27,63 @@ def test_output_axis_last_for_flax_kernels():
     np.testing.assert_allclose(np.asarray(out), g - g.mean(axis=(0, 1, 2), keepdims=True), atol=1e-6)
 
 
-def test_non_convolution_parameter_raises_with_path():
+def test_selected_vector_raises_with_path_and_dense_kernels_are_centralized():
     tx = centralize_gradients()
-    with pytest.raises(ValueError, match=r"convolution kernels.*params\['dense'\]\['bias'\]"):
+    with pytest.raises(ValueError, match=r"2 or more dimensions.*params\['dense'\]\['bias'\]"):
         tx.init({"dense": {"bias": jnp.zeros(3)}, "conv": jnp.zeros((2, 2, 3))})
+    g = np.arange(12, dtype=np.float32).reshape(3, 4)
+    out, _ = tx.update(jnp.asarray(g), tx.init(g))
+    np.testing.assert_allclose(np.asarray(out), g - g.mean(axis=1, keepdims=True), atol=1e-6)
+
+
+def _ms_gc_reference(w0, gs, lr, mu, gc_of):
+    """float64 MindSpore Momentum with gradients_centralization
+    (optimizer.py ``_tensor_apply_grad_centralization``): rank >= 2 and
+    shape[1] % 16 == 0 -> g - mean(g, axes 1..), else g unchanged."""
+    w = {k: v.astype(np.float64) for k, v in w0.items()}
+    v = {k: np.zeros_like(x) for k, x in w.items()}
+    for g in gs:
+        for k in w:
+            gg = g[k].astype(np.float64)
+            if gc_of(k) and gg.ndim >= 2 and gg.shape[1] % 16 == 0:
+                gg = gg - gg.mean(axis=tuple(range(1, gg.ndim)), keepdims=True)
+            v[k] = mu * v[k] + gg
+            w[k] = w[k] - lr * v[k]
+    return w
+
+
+def test_mindspore_group_gc_skips_what_mindspore_skips():
+    """The seed's own example (``'conv' in name``, conv biases included) works:
+    conv.bias (rank 1) and a kernel with 3 input channels are skipped, the
+    16-channel kernel and a (8, 32) dense kernel are centralized (the case
+    momentum_groups_gc has no golden: MindSpore's CPU has no Centralization
+    kernel). float64 transcription, 6 steps, rtol 1e-5 / atol 1e-6."""
+    import jax
+    import gradxform as gx
+    from gradxform import mindspore as M
+
+    shapes = {"conv1/weight": (4, 16, 1, 2), "conv1/bias": (4,), "conv2/weight": (4, 3, 2, 2),
+              "conv3/weight": (8, 32), "bn/gamma": (4,)}
+    rng = np.random.default_rng(3)
+    w0 = {k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()}
+    gs = [{k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()} for _ in range(6)]
+    tx = M.momentum(0.1, 0.9, groups=[{"params": lambda n: "conv" in n, "grad_centralization": True},
+                                      {"params": lambda n: "conv" not in n}])
+    p = {k: jnp.asarray(v) for k, v in w0.items()}
+    s = tx.init(p)
+    step = jax.jit(tx.update)
+    for g in gs:
+        u, s = step({k: jnp.asarray(v) for k, v in g.items()}, s, p)
+        p = gx.apply_updates(p, u)
+    want = _ms_gc_reference(w0, gs, 0.1, 0.9, lambda k: "conv" in k)
+    for k in shapes:
+        np.testing.assert_allclose(np.asarray(p[k]), want[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    # and the skip is real: without GC conv2 (3 channels) and conv1/bias are the same
+    plain = _ms_gc_reference(w0, gs, 0.1, 0.9, lambda k: False)
+    for k in ("conv1/bias", "conv2/weight", "bn/gamma"):
+        np.testing.assert_allclose(want[k], plain[k], rtol=0, atol=0)
+    assert np.max(np.abs(want["conv1/weight"] - plain["conv1/weight"])) > 1e-3
+    assert np.max(np.abs(want["conv3/weight"] - plain["conv3/weight"])) > 1e-3
 
 
 def test_pytree_of_flags_selects():

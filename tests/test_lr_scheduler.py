@@ -43,3 +43,25 @@ def test_base_lr_argument_replaces_the_schedulers_own():
 def test_bad_arguments_raise_at_construction(make, message):
     with pytest.raises(ValueError, match=message):
         make()
+
+
+@pytest.mark.parametrize("max_update, warmup, base, final", [
+    (1000, 0, 0.1, 0.0), (100000, 0, 0.5, 0.0), (5000, 250, 0.1, 1e-4), (37, 3, 1.0, 0.0)])
+def test_cosine_last_tenth_matches_float64(max_update, warmup, base, final):
+    """MXNet evaluates CosineScheduler in float64 Python; in float32 the form
+    ``(1 + cos(pi x)) / 2`` lost digits near the end (1.1e-5 relative): the
+    last 10% of the decay (and the end value) at rtol 1e-6, every step."""
+    sched = gx.lr_scheduler.CosineScheduler(max_update, base_lr=base, final_lr=final, warmup_steps=warmup)
+    t = np.arange(max_update - (max_update - warmup) // 10, max_update + 3)
+    got = np.asarray(jax.jit(sched)(t), np.float64)
+    steps = max_update - warmup
+    x = np.minimum(t, max_update) - warmup
+    want = final + (base - final) * (1 + np.cos(np.pi * x / steps)) / 2
+    np.testing.assert_allclose(got[t < max_update], want[t < max_update], rtol=1e-6, atol=0)
+    np.testing.assert_allclose(got[t >= max_update], final, rtol=1e-6, atol=0)
+    # and the whole decay, including the warmup boundary
+    t_all = np.arange(warmup, max_update + 1)
+    x = t_all - warmup
+    want_all = final + (base - final) * (1 + np.cos(np.pi * x / steps)) / 2
+    np.testing.assert_allclose(np.asarray(jax.jit(sched)(t_all), np.float64)[:-1], want_all[:-1],
+                               rtol=1e-6, atol=0)

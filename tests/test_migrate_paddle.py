@@ -177,3 +177,47 @@ def test_build_on_an_allowed_function_is_rejected(tmp_path):
     f.write_bytes(pickle.dumps({"a": np.zeros(2, object)}))
     with pytest.raises(UnsafePickleError, match="object"):
         read_paddle_state_dict(f)
+
+
+# -- the rest of the Paddle family (issue 17; trajectories in test_paddle_optimizers_parity.py) --
+
+FAMILY_FIX = os.path.join(os.path.dirname(__file__), "fixtures", "paddle")
+
+
+def _family_params():
+    return {"dense.weight": jnp.ones((4, 3)), "dense.bias": jnp.ones(3), "bn.gamma": jnp.ones((2, 2, 2))}
+
+
+def test_a_state_of_another_optimizer_is_refused_naming_the_entry():
+    params = _family_params()
+    adam = os.path.join(FAMILY_FIX, "opt_adam_default.pdopt")
+    with pytest.raises(MigrateError, match="velocity"):
+        from_paddle_state_dict(adam, params, gx.paddle.momentum(0.1))
+    with pytest.raises(MigrateError, match="moment1"):
+        from_paddle_state_dict(os.path.join(FAMILY_FIX, "opt_momentum_default.pdopt"), params, gx.paddle.adam())
+
+
+def test_accumulators_land_where_paddle_keeps_them():
+    params = _family_params()
+    sd = read_paddle_state_dict(os.path.join(FAMILY_FIX, "opt_adam_amsgrad_l2.pdopt"))
+    tx = gx.paddle.adam(0.01, beta1=0.8, beta2=0.99, epsilon=1e-6, amsgrad=True, weight_decay=gx.paddle.L2Decay(0.01))
+    st = from_paddle_state_dict(sd, params, tx)
+    adam = [s for s in jax.tree.leaves(st, is_leaf=lambda x: isinstance(x, gx.paddle._adam.AdamState))
+            if isinstance(s, gx.paddle._adam.AdamState)][0]
+    np.testing.assert_array_equal(np.asarray(adam.moment2_max["dense.bias"]), sd["dense.bias_moment2_max_0"])
+    assert float(adam.beta1_pow["bn.gamma"]) == float(sd["bn.gamma_beta1_pow_acc_0"][0])
+
+
+def test_float16_master_weights_and_a_named_optimizer_are_read():
+    """Paddle's CPU has no float16 kernel, so this state dict is written in
+    Paddle's layout by hand: ``name='opt'`` prefixes the accumulator names,
+    ``master_weights`` holds the float32 copies."""
+    params = {"w": jnp.asarray([1.0, 2.0], jnp.float16)}
+    tx = gx.paddle.momentum(0.1, multi_precision=True)
+    sd = {"w_opt_velocity_0": np.asarray([0.5, -0.5], np.float32),
+          "master_weights": {"w": np.asarray([1.0001, 2.0002], np.float32)}}
+    st = from_paddle_state_dict(sd, params, tx)
+    u, _ = tx.update({"w": jnp.asarray([1.0, 1.0], jnp.float16)}, st, params)
+    master = np.asarray([1.0001, 2.0002], np.float32) - np.float32(0.1) * (
+        np.float32(0.9) * np.asarray([0.5, -0.5], np.float32) + 1)
+    np.testing.assert_array_equal(np.asarray(gx.apply_updates(params, u)["w"]), master.astype(np.float16))

@@ -164,6 +164,36 @@ def test_lamb():
     close(got, reference(w0, gs, step, lambda x: (Z(x), Z(x))))
 
 
+@pytest.mark.parametrize("scale", [1.0, 100.0])
+def test_lamb_clipped_trust_ratio_of_the_gpu_kernel(scale):
+    """trust_ratio='clipped' (issue 15 item 3): the 2022-23 GPU kernel's
+    ratio |w| / |m^/sqrt(v^ + eps) + wd w| clamped to [0, 10] (epsilon inside
+    the root); the update itself keeps eps outside. scale=100 makes |w|
+    large, so the clamp binds (ratio 10) and the two rules part."""
+    w0, gs = data()
+    w0 = {k: v * scale for k, v in w0.items()}
+    lr, b1, b2, eps, wd = 0.01, 0.9, 0.999, 1e-6, 0.01
+
+    def step(w, g, s, t, k):
+        m, v = s
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        mh, vh = m / (1 - b1 ** t), v / (1 - b2 ** t)
+        d = wd if "gamma" not in k else 0.0
+        u = mh / (np.sqrt(vh) + eps) + d * w
+        ratio = np.clip(np.linalg.norm(w) / np.linalg.norm(mh / np.sqrt(vh + eps) + d * w), 0.0, 10.0)
+        return w - lr * ratio * u, (m, v)
+
+    got, _ = run(M.lamb(lr, weight_decay=wd, trust_ratio="clipped"), w0, gs)
+    want = reference(w0, gs, step, lambda x: (Z(x), Z(x)))
+    for k in want:  # weights up to 100: relative tolerance as the other tests, atol scaled
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6 * scale, err_msg=k)
+    default, _ = run(M.lamb(lr, weight_decay=wd), w0, gs)
+    gap = max(np.max(np.abs(default[k] - got[k])) for k in got)
+    assert (gap > 1e-2) if scale > 1 else (gap < 1e-5), gap
+    with pytest.raises(ValueError, match="trust_ratio"):
+        M.lamb(lr, trust_ratio="gpu")
+
+
 @pytest.mark.parametrize("use_clip", [False, True])
 def test_lars_over_momentum(use_clip):
     w0, gs = data()
@@ -185,6 +215,102 @@ def test_lars_over_momentum(use_clip):
     close(got, reference(w0, gs, step, Z, ls=ls))
 
 
+def _lars_momentum_reference(w0, gs, lr_of, wd_of, ls=1.0, coef=0.02, eps=1e-5, mu=0.9, use_clip=False,
+                             lars_on=lambda k: "bias" not in k):
+    """float64 MindSpore LARS over Momentum (lars.py + Ascend lars_v2_update, no
+    zero-norm guard): g = g/ls; lam = coef |w| / (|g| + wd |w| + eps);
+    use_clip: min(lam / lr, 1); g = lam (g + wd w); then v = mu v + g, w -= lr v.
+    ``lr_of(k, t)``, ``wd_of(k, t)``: the parameter's lr and weight decay
+    (0 where its decay flag is off) at update t (0-based, MindSpore's global_step)."""
+    w = {k: v.astype(np.float64) for k, v in w0.items()}
+    v = {k: np.zeros_like(x) for k, x in w.items()}
+    for t, g in enumerate(gs):
+        for k in w:
+            gg = g[k].astype(np.float64) / ls
+            if lars_on(k):
+                d, wn, gn = wd_of(k, t), np.linalg.norm(w[k]), np.linalg.norm(gg)
+                lam = coef * wn / (gn + d * wn + eps)
+                if use_clip:
+                    lam = min(lam / lr_of(k, t), 1.0)
+                gg = lam * (gg + d * w[k])
+            v[k] = mu * v[k] + gg
+            w[k] = w[k] - lr_of(k, t) * v[k]
+    return w
+
+
+def test_lars_zero_norm_weight_gets_ratio_zero():
+    """Issue 15 item 4a: a zero-initialised 'beta' passing the filter is not
+    moved (ratio 0, the seed's and lars_v2_update's rule); the old guard gave
+    ratio 1, i.e. the raw gradient at full lr."""
+    params = {"bn/beta": jnp.zeros(3), "dense/weight": jnp.ones((2, 3))}
+    g = {"bn/beta": jnp.asarray([0.5, -1.0, 2.0]), "dense/weight": jnp.full((2, 3), 0.1)}
+    tx = M.lars(M.momentum(0.1, 0.9), coefficient=0.02)
+    u, _ = tx.update(g, tx.init(params), params)
+    np.testing.assert_array_equal(np.asarray(u["bn/beta"]), 0.0)
+    assert np.all(np.asarray(u["dense/weight"]) != 0.0)
+    # a zero gradient with zero weight decay and epsilon 0: 0, not 0/0
+    tx = M.lars(M.momentum(0.1, 0.9), epsilon=0.0)
+    u, _ = tx.update(jax.tree.map(jnp.zeros_like, g), tx.init(params), params)
+    assert all(np.all(np.asarray(x) == 0.0) for x in jax.tree.leaves(u))
+
+
+@pytest.mark.parametrize("use_clip", [False, True])
+def test_lars_takes_over_the_wrapped_optimizers_weight_decay_and_loss_scale(use_clip):
+    """Issue 15 item 4c: lars(momentum(weight_decay=, loss_scale=)) decays and
+    unscales in LARS (MindSpore's LARS.__init__ switches them off in the
+    wrapped optimizer); before, both were applied again inside Momentum."""
+    w0, gs = data()
+    wd, ls = 0.01, 2.0
+    tx = M.lars(M.momentum(0.1, 0.9, weight_decay=wd, loss_scale=ls), coefficient=0.02, use_clip=use_clip)
+    got, state = run(tx, w0, gs)
+    want = _lars_momentum_reference(w0, gs, lambda k, t: 0.1, lambda k, t: 0.0 if "gamma" in k else wd, ls=ls,
+                                    use_clip=use_clip)
+    close(got, want)
+    # the wrapped optimizer's state keeps its values (switched off for its update only)
+    assert float(gx.get_hyper(state, "weight_decay")) == pytest.approx(wd)
+    assert float(gx.get_hyper(state, "loss_scale")) == pytest.approx(ls)
+    # the same run as LARS's own weight_decay/loss_scale over a plain Momentum
+    same, _ = run(M.lars(M.momentum(0.1, 0.9), coefficient=0.02, use_clip=use_clip, weight_decay=wd,
+                         loss_scale=ls), w0, gs)
+    close(got, same)
+    with pytest.raises(ValueError, match="give it once"):
+        M.lars(M.momentum(0.1, 0.9, weight_decay=wd), weight_decay=wd).init({k: jnp.asarray(v) for k, v in w0.items()})
+
+
+def test_lars_use_clip_per_group_lr_and_per_group_weight_decay():
+    """Issue 15 items 4b, 4d: use_clip divides by each parameter's own
+    learning rate (MindSpore's ``LARS._get_lr`` with group lr), and each
+    group's weight decay is used (groups: no beta/gamma filter)."""
+    w0, gs = data()
+    groups = [{"params": "dense/*", "lr": 0.05, "weight_decay": 0.05}, {"params": "bn/*", "weight_decay": 0.01}]
+    tx = M.lars(M.momentum(0.2, 0.9, groups=groups), coefficient=0.5, use_clip=True)
+    got, _ = run(tx, w0, gs)
+    want = _lars_momentum_reference(w0, gs, lambda k, t: 0.05 if k.startswith("dense") else 0.2,
+                                    lambda k, t: 0.05 if k.startswith("dense") else 0.01, coef=0.5, use_clip=True)
+    close(got, want)
+    # a list learning rate (dynamic lr) for use_clip, read at the update's step
+    lrs = [0.1 * 0.9 ** i for i in range(STEPS)]
+    got, _ = run(M.lars(M.momentum(lrs, 0.9, weight_decay=0.01), coefficient=0.5, use_clip=True), w0, gs)
+    want = _lars_momentum_reference(w0, gs, lambda k, t: lrs[t], lambda k, t: 0.0 if "gamma" in k else 0.01,
+                                    coef=0.5, use_clip=True)
+    close(got, want)
+
+
+def test_lars_dynamic_weight_decay():
+    """Issue 15 item 4d: a weight-decay schedule (MindSpore's weight-decay
+    Cell, read at global_step like a learning rate) and a list."""
+    w0, gs = data()
+    sched = S.ExponentialDecayLR(0.05, 0.5, 2)
+    got, _ = run(M.lars(M.momentum(0.1, 0.9), coefficient=0.02, weight_decay=sched), w0, gs)
+    want = _lars_momentum_reference(w0, gs, lambda k, t: 0.1,
+                                    lambda k, t: 0.0 if "gamma" in k else 0.05 * 0.5 ** (t / 2))
+    close(got, want)
+    wds = [0.01 * (i + 1) for i in range(STEPS)]
+    got, _ = run(M.lars(M.momentum(0.1, 0.9), coefficient=0.02, weight_decay=wds), w0, gs)
+    want = _lars_momentum_reference(w0, gs, lambda k, t: 0.1, lambda k, t: 0.0 if "gamma" in k else wds[t])
+    close(got, want)
+
+
 def test_adagrad_and_update_slots():
     w0, gs = data()
     for slots in (True, False):
@@ -200,10 +326,11 @@ def test_proximal_adagrad_l1_l2():
     w0, gs = data()
     lr, l1, l2 = 0.05, 0.01, 0.02
 
-    def step(w, g, h, t, k):
+    def step(w, g, h, t, k):  # the kernels' rule: shrink with the adaptive rate lr / sqrt(h)
         h = h + g * g
-        v = w - lr * g / np.sqrt(h)
-        return np.sign(v) / (1 + lr * l2) * np.maximum(np.abs(v) - lr * l1, 0), h
+        a = lr / np.sqrt(h)
+        v = w - a * g
+        return np.sign(v) * np.maximum(np.abs(v) - a * l1, 0) / (1 + a * l2), h
 
     got, _ = run(M.proximal_adagrad(0.1, lr, l1=l1, l2=l2), w0, gs)
     close(got, reference(w0, gs, step, lambda x: np.full_like(x, 0.1)))
@@ -362,12 +489,32 @@ def test_set_hyper_changes_learning_rate_without_retrace():
     (lambda: M.adafactor(eps=(1e-30,)), ValueError, "eps"),
     (lambda: M.adafactor(decay_rate=1.0), ValueError, "decay_rate"),
     (lambda: M.adafactor(weight_decay=1.0), ValueError, "weight_decay"),
+    # issue 15 item 6: the seed's Raises (beta1 in [0, 1), eps > 0), naming the argument
+    (lambda: M.adafactor(beta1=1.5), ValueError, r"beta1 must be in \[0, 1\); got 1.5"),
+    (lambda: M.adafactor(beta1=1.0), ValueError, "beta1"),
+    (lambda: M.adafactor(beta1=-0.1), ValueError, "beta1"),
+    (lambda: M.adafactor(beta1="0.9"), TypeError, "beta1"),
+    (lambda: M.adafactor(eps=(0.0, 1e-3)), ValueError, r"eps\[0\] must be in \(0, inf\); got 0.0"),
+    (lambda: M.adafactor(eps=(1e-30, -1e-3)), ValueError, r"eps\[1\]"),
+    (lambda: M.adafactor(eps=(1e-30, 1)), TypeError, r"eps\[1\] must be a float"),
+    (lambda: M.adafactor(eps=1e-3), TypeError, "eps"),
+    (lambda: M.adafactor(loss_scale=0.0), ValueError, "loss_scale"),
+    (lambda: M.adafactor(weight_decay=-0.1), ValueError, "weight_decay"),
     (lambda: M.lars(M.momentum(0.1, 0.9), epsilon=1), TypeError, "epsilon"),
     (lambda: M.lars("sgd"), TypeError, "optimizer"),
 ])
 def test_arguments_checked_at_construction(make, exc, match):
     with pytest.raises(exc, match=match):
         make()
+
+
+def test_adafactor_ranges_hold_for_set_hyper_too():
+    state = M.adafactor(beta1=0.0).init({"w": jnp.ones((2, 3))})
+    assert float(gx.get_hyper(gx.set_hyper(state, beta1=0.5), "beta1")) == 0.5
+    with pytest.raises(ValueError, match="beta1"):
+        gx.set_hyper(state, beta1=1.0)
+    with pytest.raises(ValueError, match="epsilon1"):
+        gx.set_hyper(state, epsilon1=0.0)
 
 
 # -- zero-size leaves and gradients checked where they come in --------------------------------

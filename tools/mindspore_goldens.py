@@ -159,6 +159,11 @@ def cases():
     add("adamweightdecay", "AdamWeightDecay", dict(learning_rate=0.01, weight_decay=0.01))
     add("lazyadam", "LazyAdam", dict(learning_rate=0.01))
     add("lazyadam_wd_ls", "LazyAdam", dict(learning_rate=0.01, weight_decay=0.01, loss_scale=2.0))
+    # issue 15 item 7: Nesterov with weight decay at a larger lr, where the float32 beta powers
+    # (1 - float32(0.999) is 1.3e-5 relative from 0.001) show past atol 1e-6
+    add("lazyadam_nesterov_wd", "LazyAdam", dict(learning_rate=0.1, use_nesterov=True, weight_decay=0.01))
+    add("adam_nesterov_wd_ls", "Adam", dict(learning_rate=0.1, use_nesterov=True, weight_decay=0.1,
+                                            loss_scale=2.0))
     add("lamb", "Lamb", dict(learning_rate=0.01))
     add("lamb_wd", "Lamb", dict(learning_rate=0.01, weight_decay=0.01))
     # FTRL

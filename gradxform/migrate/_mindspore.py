@@ -26,7 +26,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..mindspore._adam import AmsgradState, LambState
+from ..mindspore._adam import AmsgradState, BetaPowerState, LambState
 from ..mindspore._adaptive import AccumState, MindSporeFtrlState, RMSPropState
 from ..mindspore._momentum import SGDMomentumState
 from ..pieces._moments import MomentsState, TraceState
@@ -272,6 +272,9 @@ def _fill(ckpt, params, tx, names):
     step = checked_count(np.asarray(ckpt["global_step"]), f"{WHO}: global_step")
     whole = {Slot(StepState, "count"): np.full((len(gnames),), step, np.int32),
              Slot(StepState, "num_update"): np.asarray(step, np.int32)}
+    for key in kind.scalars:  # Adam's float32 beta powers, kept as MindSpore keeps them (issue 15 item 7)
+        if key.endswith("_power") and isinstance(ckpt.get(key), np.ndarray):
+            whole[Slot(BetaPowerState, key)] = np.asarray(ckpt[key], np.float32).reshape(())
     hint = f"the checkpoint holds {kind.name} state; was tx made with gradxform.create('mindspore.<that>', ...)?"
     state0 = tx.init(params)
     new_state = fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)

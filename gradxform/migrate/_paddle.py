@@ -1,4 +1,5 @@
-"""Reading a Paddle ASGD optimizer state (``paddle.save(opt.state_dict(), 'x.pdopt')``) without Paddle.
+"""Reading a Paddle optimizer state (``paddle.save(opt.state_dict(), 'x.pdopt')``) without Paddle:
+ASGD, and SGD ... Rprop (`ACCUMULATORS` maps Paddle's accumulator names to gradxform's state).
 
 Format (Paddle 3.x dygraph; ``tools/PADDLE_NOTES.md`` section 3): a plain
 pickle (protocol 2-4) of a dict whose values are numpy arrays::
@@ -27,14 +28,36 @@ import numpy as np
 
 from .._state_paths import find_states
 from .._tree import param_names
+from ..paddle._adam import AdamaxState, AdamState, LambState
+from ..paddle._adaptive import AdadeltaState, AdagradState, NAdamState, RAdamState, RMSPropState, RpropState
 from ..paddle._asgd import ASGDState
+from ..paddle._sgd import MomentumState
 from ..pieces._precision import MasterWeightsState
 from ..pieces._step import StepState
 from ..paddle._plateau import PlateauState
 from ._pickle import NUMPY_GLOBALS, MigrateError, safe_loads
 from ._state import Slot, at_boundary, checked_count, fill_state
 
-__all__ = ["read_paddle_state_dict", "from_paddle_state_dict"]
+__all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "ACCUMULATORS"]
+
+#: state class -> {field: Paddle accumulator name}; fields listed in the class's
+#: ``per_leaf_fields`` are Paddle's ``[1]`` (or parameter-shaped, all equal) powers
+ACCUMULATORS = {
+    MomentumState: {"velocity": "velocity"},
+    AdamState: {"moment1": "moment1", "moment2": "moment2", "moment2_max": "moment2_max",
+                "beta1_pow": "beta1_pow_acc", "beta2_pow": "beta2_pow_acc"},
+    AdamaxState: {"moment": "moment", "inf_norm": "inf_norm", "beta1_pow": "beta1_pow_acc"},
+    LambState: {"moment1": "moment1", "moment2": "moment2", "beta1_pow": "beta1_pow_acc",
+                "beta2_pow": "beta2_pow_acc"},
+    AdagradState: {"moment": "moment"},
+    AdadeltaState: {"avg_squared_grad": "_avg_squared_grad", "avg_squared_update": "_avg_squared_update"},
+    RMSPropState: {"momentum": "momentum", "mean_square": "mean_square", "mean_grad": "mean_grad"},
+    NAdamState: {"moment1": "moment1", "moment2": "moment2", "momentum_decay_pow": "momentum_decay_pow",
+                 "beta2_pow": "beta2_pow", "mu_product": "mu_product"},
+    RAdamState: {"moment1": "moment1", "moment2": "moment2", "beta1_pow": "beta1_pow", "beta2_pow": "beta2_pow",
+                 "rho": "rho"},
+    RpropState: {"prevs": "prevs", "learning_rates": "learning_rates"},
+}
 
 WHO = "from_paddle_state_dict"
 _IGNORED = ("StructuredToParameterName@@",)
@@ -138,7 +161,89 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
         raise MigrateError(f"{WHO}(names=...): {unknown[0]!r} is not a parameter name; the names are "
                            f"{gnames[:8]}{' ...' if len(gnames) > 8 else ''}.")
     state0 = tx.init(params)
-    return _fill_asgd(sd, params, leaves, gnames, names, state0, tx)
+    if find_states(state0, ASGDState):
+        return _fill_asgd(sd, params, leaves, gnames, names, state0, tx)
+    return _fill_accumulators(sd, params, leaves, gnames, names, state0)
+
+
+def _paddle_name(g, names, keys):
+    p = names.get(g, g)
+    if g not in names and "/" in g and not any(k.startswith(p + "_") for k in keys):
+        p = g.replace("/", ".")
+    return p
+
+
+def _fill_accumulators(sd, params, leaves, gnames, names, state0):
+    keys = [k for k in sd if k not in _SPECIAL]
+    used: set[str] = set()
+    per_leaf: dict = {}
+    from .._state_paths import state_paths  # noqa: PLC0415
+
+    nodes = [n for _, n in state_paths(state0) if type(n) in ACCUMULATORS]
+    treedef = jax.tree.structure(params)
+    for node in nodes:
+        cls = type(node)
+        pows = getattr(cls, "per_leaf_fields", ())
+        for field, acc in ACCUMULATORS[cls].items():
+            if field not in node._fields or jax.tree.structure(getattr(node, field)) != treedef:
+                continue  # amsgrad off (moment2_max is ()), or not this piece's tree
+            values = []
+            for g, leaf in zip(gnames, leaves):
+                p = _paddle_name(g, names, keys)
+                pat = re.compile(r"^" + re.escape(p) + r"_(?:[^.]*_)?" + re.escape(acc) + r"_\d+$")
+                hits = [k for k in keys if pat.match(k)]
+                if len(hits) != 1:
+                    raise MigrateError(f"{WHO}: {'no' if not hits else len(hits)} '{acc}' accumulator(s) "
+                                       f"('{p}_{acc}_0') for parameter {g!r}; pass names={{gradxform name: "
+                                       f"Paddle name}} if they differ, and keep one optimizer's entries.")
+                arr = sd[hits[0]]
+                if not isinstance(arr, np.ndarray):
+                    raise MigrateError(f"{WHO}: {hits[0]!r} is a {type(arr).__name__}, not an array.")
+                used.add(hits[0])
+                if field in pows:  # Paddle's [1] (or parameter-shaped) running product
+                    if arr.size == 0 or not np.all(arr.reshape(-1) == arr.reshape(-1)[0]):
+                        raise MigrateError(f"{WHO}: {hits[0]!r} should hold one value; got shape {arr.shape}.")
+                    arr = arr.reshape(-1)[:1].reshape(())
+                values.append(arr)
+            per_leaf[Slot(cls, field)] = values
+    extra = sorted(set(keys) - used)
+    if extra:
+        raise MigrateError(f"{WHO}: the state has {extra[0]!r}, which belongs to no accumulator of tx "
+                           f"({len(extra)} such entries); was it saved by another optimizer or model?")
+    masters = [(sd.get("master_weights") or {}).get(_paddle_name(g, names, keys)) for g in gnames]
+    if any(m is not None for m in masters):
+        per_leaf[Slot(MasterWeightsState, "master")] = [None if m is None else np.asarray(m) for m in masters]
+    whole = _scheduler_slots(sd, None, len(gnames))
+    hint = "was tx made with gradxform.create('paddle.<optimizer>', ...) with the run's options?"
+    return fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
+
+
+def _scheduler_slots(sd, position, n_leaves) -> dict:
+    """The schedule's position (``LR_Scheduler.last_epoch``) as step counts, and
+    ReduceOnPlateau's state; ``position``: the optimizer's own count (ASGD)."""
+    whole = {}
+    sched = sd.get("LR_Scheduler")
+    if sched is not None:
+        if not isinstance(sched, dict) or "last_epoch" not in sched:
+            raise MigrateError(f"{WHO}: 'LR_Scheduler' should be a scheduler state dict with 'last_epoch'.")
+        last_epoch = checked_count(sched["last_epoch"], f"{WHO}: LR_Scheduler last_epoch")
+        if position is not None and last_epoch != position:
+            warnings.warn(f"{WHO}: the LRScheduler was stepped {last_epoch} times over {position} optimizer "
+                          "steps; gradxform advances a schedule once per update, so the learning rate "
+                          "continues from the scheduler's position but then moves once per update.",
+                          UserWarning, stacklevel=4)
+        position = last_epoch
+        if "best" in sched:  # ReduceOnPlateau
+            best = sched.get("best")
+            whole.update({Slot(PlateauState, "last_lr"): np.float32(sched["last_lr"]),
+                          Slot(PlateauState, "best"): np.float32(0.0 if best is None else best),
+                          Slot(PlateauState, "has_best"): np.asarray(best is not None),
+                          Slot(PlateauState, "num_bad_epochs"): np.int32(sched.get("num_bad_epochs", 0)),
+                          Slot(PlateauState, "cooldown_counter"): np.int32(sched.get("cooldown_counter", 0))})
+    if position is not None:
+        whole[Slot(StepState, "num_update")] = np.asarray(position, np.int32)
+        whole.setdefault(Slot(StepState, "count"), np.full(n_leaves, position, np.int32))
+    return whole
 
 
 def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
@@ -192,24 +297,6 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
     count = np.asarray(counts, np.int32)
     position = int(count.max()) if len(count) else 0
     whole = {Slot(StepState, "count"): count}
-    sched = sd.get("LR_Scheduler")
-    if sched is not None:
-        if not isinstance(sched, dict) or "last_epoch" not in sched:
-            raise MigrateError(f"{WHO}: 'LR_Scheduler' should be a scheduler state dict with 'last_epoch'.")
-        last_epoch = checked_count(sched["last_epoch"], f"{WHO}: LR_Scheduler last_epoch")
-        if last_epoch != position:
-            warnings.warn(f"{WHO}: the LRScheduler was stepped {last_epoch} times over {position} optimizer "
-                          "steps; gradxform advances a schedule once per update, so the learning rate "
-                          "continues from the scheduler's position but then moves once per update.",
-                          UserWarning, stacklevel=3)
-        position = last_epoch
-        if "best" in sched:  # ReduceOnPlateau
-            best = sched.get("best")
-            whole.update({Slot(PlateauState, "last_lr"): np.float32(sched["last_lr"]),
-                          Slot(PlateauState, "best"): np.float32(0.0 if best is None else best),
-                          Slot(PlateauState, "has_best"): np.asarray(best is not None),
-                          Slot(PlateauState, "num_bad_epochs"): np.int32(sched.get("num_bad_epochs", 0)),
-                          Slot(PlateauState, "cooldown_counter"): np.int32(sched.get("cooldown_counter", 0))})
-    whole[Slot(StepState, "num_update")] = np.asarray(position, np.int32)
+    whole.update(_scheduler_slots(sd, position, len(gnames)))
     hint = "was tx made with gradxform.create('paddle.asgd', ...) (and the run's LRScheduler)?"
     return fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)

@@ -17,9 +17,9 @@ from ._momentum import lars, momentum, sgd
 
 # every gradxform optimizer takes skip_nonfinite=...; MindSpore's params (positional or params=)
 (momentum, sgd, lars, adam, adam_weight_decay, lazy_adam, adam_offload, lamb, adagrad, proximal_adagrad,
- ftrl, rmsprop, adafactor) = map(lambda f: accepts_params(with_guard_option(f)), (momentum, sgd, lars, adam, adam_weight_decay, lazy_adam,
-                                                     adam_offload, lamb, adagrad, proximal_adagrad, ftrl,
-                                                     rmsprop, adafactor))
+ ftrl, rmsprop, adafactor) = (accepts_params(with_guard_option(f)) for f in (
+    momentum, sgd, lars, adam, adam_weight_decay, lazy_adam, adam_offload, lamb, adagrad, proximal_adagrad, ftrl,
+    rmsprop, adafactor))
 
 __all__ = [
     "momentum", "sgd", "lars", "adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb",

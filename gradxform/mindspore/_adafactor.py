@@ -133,8 +133,10 @@ def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_r
     Args (MindSpore's; its code's defaults win over the seed's, e.g. beta1=0.9):
       learning_rate: None with relative_step; otherwise a number, list or
         schedule (then scale_parameter is off, as MindSpore).
-      eps: (eps1, eps2), floats >= 0. clip_threshold: float >= 0.
-      decay_rate: float in (0, 1). beta1: >= 0 (0: no first moment, static).
+      eps: (eps1, eps2), floats > 0. clip_threshold: float >= 0.
+      decay_rate: float in (0, 1). beta1: float in [0, 1) (0 or None: no
+        first moment, static). eps > 0 and beta1 < 1 are the seed's Raises
+        (MindSpore's code checks only eps >= 0 and beta1 >= 0).
       weight_decay: in [0, 1). scale_parameter, relative_step, warmup_init,
       compression (unfactored second moments stored as float16): bools.
         The update uses the float32 value of a moment before it is stored
@@ -159,9 +161,10 @@ def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_r
         raise TypeError(f"{owner}(eps=...): eps must be a list or tuple of 2 floats; got {eps!r}.")
     if len(eps) != 2:
         raise ValueError(f"{owner}(eps=...): eps must have 2 values (eps1, eps2); got {eps!r}.")
-    for i, e in enumerate(eps):  # stored as epsilon1, epsilon2
-        check_float(owner, f"eps{i}", e, low=0.0)
-        check_hyper(owner, f"epsilon{i + 1}", e, arg=f"eps{i}")
+    for i, e in enumerate(eps):  # stored as epsilon1, epsilon2; each a float > 0 (the seed's Raises)
+        if isinstance(e, bool) or not isinstance(e, float):
+            raise TypeError(f"{owner}(eps=...): eps[{i}] must be a float; got {e!r}.")
+        check_hyper(owner, f"epsilon{i + 1}", e, arg=f"eps[{i}]")
     eps = tuple(float(e) for e in eps)
     clip_threshold = check_float(owner, "clip_threshold", clip_threshold)
     decay_rate = check_float(owner, "decay_rate", decay_rate)

@@ -14,13 +14,14 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, chain, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
-from ..pieces import bias_correction, lazy_rows, scale_by_adam_moments, scale_by_lr
+from ..pieces import lazy_rows, scale_by_adam_moments, scale_by_lr
 from ..pieces._moments import MomentsState, adam_emas
 from ..pieces._segments import leaf_sq_norm
 from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
 
-__all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState"]
+__all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState",
+           "BetaPowerState", "beta_power_correction"]
 
 
 def _c(h, x):
@@ -79,6 +80,43 @@ def _amsgrad_moments(beta1, beta2, eps) -> GradientTransformation:
         vhat = jax.tree.map(jnp.maximum, state.vhat, nu)
         out = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + _c(e, v)), mu, vhat)
         return out, AmsgradState(h, mu, nu, vhat)
+
+    return transformation(init, update)
+
+
+class BetaPowerState(NamedTuple):
+    hyper: dict
+    beta1_power: jax.Array   # float32 scalars, MindSpore's Parameters of the same names (start at 1)
+    beta2_power: jax.Array
+
+
+def beta_power_correction(beta1, beta2) -> GradientTransformation:
+    """The bias correction of MindSpore's Adam kernels (``P.Adam``,
+    ``ApplyAdamWithAmsgradV2``): ``u -> u * sqrt(1 - beta2_power) / (1 - beta1_power)``
+    with ``beta*_power`` kept in the state as MindSpore keeps them: float32
+    scalars starting at 1, multiplied by the float32 ``beta`` before each
+    update (``adam.py``: ``beta1_power = self.beta1_power * self.beta1``).
+
+    Not `gradxform.pieces.bias_correction`'s exact ``beta^t``: MindSpore's
+    betas are float32, and ``1 - float32(0.999)`` is 1.3e-5 relative from
+    0.001, so the exact factor is ~6e-6 relative from MindSpore's on every
+    step (7e-6 absolute on the weights after 20 Adam steps at lr 0.1, 1e-6
+    at lr 0.01: issue 15 item 7). Both powers are shared by all parameters,
+    as MindSpore's (bumped on every update, whatever ``update_mask`` says)."""
+
+    def init(params):
+        del params
+        one = jnp.ones((), jnp.float32)
+        return BetaPowerState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2)}, one, one)
+
+    @fusable
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        p1 = state.beta1_power * state.hyper["beta1"]
+        p2 = state.beta2_power * state.hyper["beta2"]
+        factor = jnp.sqrt(1.0 - p2) / (1.0 - p1)
+        out = jax.tree.map(lambda u: u * factor.astype(u.dtype), updates)
+        return out, BetaPowerState(state.hyper, p1, p2)
 
     return transformation(init, update)
 
@@ -174,7 +212,7 @@ def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False
         moments = scale_by_adam_moments(beta1, beta2, eps)
     if use_offload:
         moments = offloaded_moments(moments)
-    body = chain(o.head(), moments, bias_correction(beta1, beta2), scale_by_lr(), needs=("lr", "count"))
+    body = chain(o.head(), moments, beta_power_correction(beta1, beta2), scale_by_lr(), needs=("lr", "count"))
     return o.build(lazy_rows(body) if use_lazy else body)
 
 
@@ -222,13 +260,14 @@ class LambState(NamedTuple):
     nu: object
 
 
-def _lamb_direction(beta1, beta2, eps) -> GradientTransformation:
-    """LAMB's layer-wise direction (the seed's formula, with bias correction
-    ``1 - beta^t``, ``t`` from the step context, and ``wd`` the per-leaf decay
-    published by the decay piece)::
+def _lamb_direction(beta1, beta2, eps, trust_ratio="update") -> GradientTransformation:
+    """LAMB's layer-wise direction (bias correction ``1 - beta^t``, ``t`` from
+    the step context, ``wd`` the per-leaf decay published by the decay piece)::
 
-        m, v = EMAs;  r = (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
-        u = r + wd * w;   emits |w| / |u| * u     (ratio 1 when |w| or |u| is 0)
+        m, v = EMAs;  m^ = m / (1 - beta1^t);  v^ = v / (1 - beta2^t)
+        u = m^ / (sqrt(v^) + eps) + wd * w;   emits ratio * u
+        "update":  ratio = |w| / |u|                           (1 when |w| or |u| is 0)
+        "clipped": ratio = clip(|w| / |m^ / sqrt(v^ + eps) + wd * w|, 0, 10)   (1 when a norm is 0)
     """
 
     def init(params):
@@ -247,39 +286,64 @@ def _lamb_direction(beta1, beta2, eps) -> GradientTransformation:
         wd = context_value(extra_args, "wd", "mindspore.lamb")
         mu, nu = adam_emas(state.mu, state.nu, updates, b1, b2)
 
-        def direction(m, v, w, t, d):
+        def corrected(m, v, t):
             t = t.astype(jnp.float32)
-            m32, v32, w32 = m.astype(jnp.float32), v.astype(jnp.float32), w.astype(jnp.float32)
-            r = (m32 / (1 - b1 ** t)) / (jnp.sqrt(v32 / (1 - b2 ** t)) + e)
-            return r + d * w32
+            return m.astype(jnp.float32) / (1 - b1 ** t), v.astype(jnp.float32) / (1 - b2 ** t)
 
-        def scaled(u, m, w_sq, u_sq):
-            w_norm, u_norm = jnp.sqrt(w_sq), jnp.sqrt(u_sq)
-            ratio = jnp.where((w_norm > 0) & (u_norm > 0), w_norm / jnp.where(u_norm > 0, u_norm, 1.0), 1.0)
+        def direction(m, v, w, t, d):
+            mh, vh = corrected(m, v, t)
+            return mh / (jnp.sqrt(vh) + e) + d * w.astype(jnp.float32)
+
+        def ratio_direction(m, v, w, t, d):  # eps inside the root: the 2022-23 GPU kernel's g_hat_var
+            mh, vh = corrected(m, v, t)
+            return mh / jnp.sqrt(vh + e) + d * w.astype(jnp.float32)
+
+        def scaled(u, m, w_sq, r_sq):
+            w_norm, r_norm = jnp.sqrt(w_sq), jnp.sqrt(r_sq)
+            ratio = jnp.where((w_norm > 0) & (r_norm > 0), w_norm / jnp.where(r_norm > 0, r_norm, 1.0), 1.0)
+            if trust_ratio == "clipped":  # NaN -> 0, then [0, 10] (lamb_gpu_kernel.h CalcTrustRatio)
+                ratio = jnp.where(jnp.isnan(ratio), 0.0, jnp.clip(ratio, 0.0, 10.0))
             return (ratio * u).astype(m.dtype)
 
         u = jax.tree.map(direction, mu, nu, params, count, wd)
+        r = u if trust_ratio == "update" else jax.tree.map(ratio_direction, mu, nu, params, count, wd)
         # the trust ratio's norms per leaf (per element of a fused buffer)
-        w_sq, u_sq = leaf_sq_norm(params, extra_args), leaf_sq_norm(u, extra_args)
-        return jax.tree.map(scaled, u, mu, w_sq, u_sq), LambState(h, mu, nu)
+        w_sq, r_sq = leaf_sq_norm(params, extra_args), leaf_sq_norm(r, extra_args)
+        return jax.tree.map(scaled, u, mu, w_sq, r_sq), LambState(h, mu, nu)
 
     return transformation(init, update)
 
 
-def lamb(learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *, groups=None) -> GradientTransformation:
-    """MindSpore Lamb (``nn.Lamb``), the seed's rule::
+def lamb(learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *, trust_ratio="update",
+         groups=None) -> GradientTransformation:
+    """MindSpore Lamb (``nn.Lamb`` -> ``Lamb`` kernel: Ascend, GPU)::
 
         m, v = EMAs of g, g^2;  m^ = m / (1 - beta1^t);  v^ = v / (1 - beta2^t)
-        r = m^ / (sqrt(v^) + eps)
-        w -= lr * |w| / |r + wd * w| * (r + wd * w)      (wd = 0 for 'beta'/'gamma')
+        u = m^ / (sqrt(v^) + eps) + wd * w                 (wd = 0 for 'beta'/'gamma')
+        w -= lr * |w| / |u| * u                            (ratio 1 when |w| or |u| is 0)
 
+    ``trust_ratio`` (static) picks the ratio where MindSpore's backends differ:
+      "update" (default): ``|w| / |u|``, the norm of the applied update, no
+        clamp: the seed, Ascend (``LambApplyOptimizerAssign`` +
+        ``LambApplyWeightAssign``: ratio ``w_norm / g_norm`` with g_norm the
+        update's norm, 1 where a norm is 0) and the newest GPU kernel
+        (``lamb_gpu_kernel.h`` CalcTrustRatio on the update's norm).
+      "clipped": ``clip(|w| / |m^ / sqrt(v^ + eps) + wd * w|, 0, 10)`` (NaN
+        -> 0; 1 where a norm is 0): epsilon inside the root and a clamp, as
+        the 2022-23 GPU kernel (``g_hat_var`` in ``lamb_impl.cu``) and
+        MindSpore 1.x's pure-Python GPU path (which also required a nonzero
+        raw gradient norm and used the unfiltered wd in that norm). The
+        applied update ``u`` is the same in both.
+    MindSpore 2.x's Python code only calls the kernel (``_inner_ops.Lamb``).
     (The seed prints ``m / beta1^t``; that is a typo for the bias correction
     above, which MindSpore applies.) No loss scale; gradient centralization
     per group as MindSpore. MindSpore has no CPU kernel for Lamb, so this is
-    checked against a NumPy transcription of the seed only.
+    checked against float64 transcriptions of both rules.
     """
     owner = "mindspore.lamb"
+    if trust_ratio not in ("update", "clipped"):
+        raise ValueError(f"{owner}(trust_ratio=...): must be 'update' or 'clipped'; got {trust_ratio!r}.")
     o = parse(owner, learning_rate, weight_decay, 1.0, groups)
     _check_betas(owner, beta1, beta2, eps)
     return o.build(o.decay(loss_scaled=False, add=False), o.centralize(),
-                   _lamb_direction(beta1, beta2, eps), scale_by_lr())
+                   _lamb_direction(beta1, beta2, eps, trust_ratio), scale_by_lr())

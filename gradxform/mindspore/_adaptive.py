@@ -72,10 +72,10 @@ def adagrad(accum=0.1, learning_rate=0.001, update_slots=True, loss_scale=1.0, w
 
 
 def _proximal_adagrad_step(accum: float, l1: float, l2: float) -> GradientTransformation:
-    """``ApplyProximalAdagrad``::
+    """``ApplyProximalAdagrad`` (CPU and GPU kernels, TensorFlow's op)::
 
-        h += g^2;  v = w - lr * g / sqrt(h)
-        w' = sign(v) / (1 + lr * l2) * max(|v| - lr * l1, 0);   emits w' - w
+        h += g^2;  a = lr / sqrt(h);  v = w - a * g
+        w' = sign(v) * max(|v| - a * l1, 0) / (1 + a * l2);   emits w' - w
     """
 
     def init(params):
@@ -91,8 +91,10 @@ def _proximal_adagrad_step(accum: float, l1: float, l2: float) -> GradientTransf
         h = jax.tree.map(lambda a, g: a + g * g, state.accum, updates)
 
         def one(g, a, w, lr_):
-            v = w - lr_ * g / jnp.sqrt(a)
-            new = jnp.sign(v) / (1 + lr_ * l2) * jnp.maximum(jnp.abs(v) - lr_ * l1, 0.0)
+            rate = lr_.astype(g.dtype) / jnp.sqrt(a)   # the adaptive rate, shrinkage included
+            v = w.astype(g.dtype) - g * rate
+            new = jnp.sign(v) * jnp.maximum(jnp.abs(v) - rate * l1.astype(g.dtype), 0.0) \
+                / (1 + l2.astype(g.dtype) * rate)
             return (new - w).astype(g.dtype)
 
         return jax.tree.map(one, updates, h, params, lr), AccumState(state.hyper, h)
@@ -105,16 +107,18 @@ def proximal_adagrad(accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking
     """MindSpore ProximalAdagrad (``nn.ProximalAdagrad`` -> ``ApplyProximalAdagrad``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
-        h += g^2;   v = w - lr * g / sqrt(h)
-        w = sign(v) / (1 + lr * l2) * max(|v| - lr * l1, 0)
+        h += g^2;   a = lr / sqrt(h);   v = w - a * g
+        w = sign(v) * max(|v| - a * l1, 0) / (1 + a * l2)
 
     Args: accum, l1, l2: floats >= 0 (l1, l2 hyperparameters); use_locking
     accepted and ignored; others as `gradxform.mindspore.momentum`.
 
-    Warning: MindSpore 2.10's CPU kernel shrinks with the adaptive rate
-    ``lr / sqrt(h)`` in the last line (TensorFlow's rule); the seed and
-    MindSpore's op documentation use ``lr``, as here (the seed wins). The
-    two agree when l1 = l2 = 0.
+    The shrinkage uses the adaptive rate ``a = lr / sqrt(h)``, as MindSpore's
+    CPU kernel (golden ``proximaladagrad_l1_l2``) and GPU kernel
+    (``CalApplyProximalAdagradKernel``: ``learning_rate = lr * rsqrt(accum)``)
+    both do, like TensorFlow's ``ApplyProximalAdagrad``. The seed and
+    MindSpore's op documentation write ``lr`` there; the kernels agree with
+    each other, so the framework's code wins. The two agree when l1 = l2 = 0.
     """
     owner = "mindspore.proximal_adagrad"
     o = parse(owner, learning_rate, weight_decay, loss_scale, groups)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import warnings
 from typing import Any, Callable
 
 from .._base import GradientTransformation, chain, identity
@@ -110,22 +109,19 @@ def check_bool(owner: str, name: str, value) -> bool:
 
 
 def _ms_gc_select(owner, specs):
-    """MindSpore's rule for a group with grad_centralization=True: a parameter
-    with 3+ dimensions whose axis 1 is not a multiple of 16 is left as it is
-    (``_tensor_apply_grad_centralization``; warned here); every other
-    parameter of the group is selected, so a non-convolution one raises in
-    `centralize_gradients` (the seed's rule; MindSpore itself skips it silently)."""
+    """MindSpore 2.x's rule for a group with grad_centralization=True
+    (``optimizer.py`` ``_tensor_apply_grad_centralization``): a gradient of
+    rank >= 2 whose axis 1 is a multiple of 16 is centralized over axes
+    1..rank-1; every other parameter of the group (biases, norms, kernels
+    with other channel counts) is left as it is, silently, as MindSpore does
+    (the seed says non-convolution parameters raise; the code skips them)."""
+    del owner
 
     def select(name, shape):
         spec = next((s for s in specs if s.matches(name)), None)
         if spec is None or not spec.grad_centralization:
             return False
-        if len(shape) >= 3 and shape[1] % 16 != 0:
-            warnings.warn(f"{owner}: grad_centralization skipped for {name!r} of shape {tuple(shape)}: "
-                          "MindSpore centralizes only kernels whose axis 1 is a multiple of 16.",
-                          UserWarning, stacklevel=2)
-            return False
-        return True
+        return len(shape) >= 2 and shape[1] % 16 == 0
 
     return select
 

@@ -11,7 +11,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, transformation
+from .._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation
 from .._elementwise import fusable
 from .._errors import validated
 from ._groups import beta_gamma_filter
@@ -19,8 +19,7 @@ from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
 from .._ranges import check_hyper
 from ..pieces import scale_by_lr, trace
 from ..pieces._segments import leaf_flags, leaf_sq_norm
-from ..pieces._step import StepState
-from .._state_paths import find_states
+from .._state_paths import get_path, map_states
 from ..schedules._common import Constant, as_schedule
 from ..schedules._mindspore import DynamicLR
 from ._common import check_bool, check_float, parse
@@ -131,32 +130,105 @@ def _default_lars_filter(name: str) -> bool:
     return "LayerNorm" not in name and "bias" not in name
 
 
+def _taken_over(key) -> str | None:
+    """What LARS takes over from the wrapped optimizer: its weight decays
+    (set to 0 there) and its loss scale (set to 1 there)."""
+    k = str(key)
+    if k == "weight_decay" or k.startswith("weight_decay_group_"):
+        return "wd"
+    if k == "loss_scale":
+        return "ls"
+    return None
+
+
+def _switch_off(state):
+    """``state`` with every weight decay 0 and every loss scale 1 (MindSpore's
+    LARS.__init__ sets the wrapped optimizer's decay_flags False,
+    exec_weight_decay False and reciprocal_scale 1)."""
+    def fn(_, node):
+        h = getattr(node, "hyper", None)
+        if not isinstance(h, dict) or not any(_taken_over(k) for k in h):
+            return node
+        off = {k: (jnp.zeros_like(v) if _taken_over(k) == "wd" else jnp.ones_like(v)) if _taken_over(k) else v
+               for k, v in h.items()}
+        return node._replace(hyper=off)
+    return map_states(fn, state)
+
+
+def _switch_back(new, old):
+    """``new`` with the values `_switch_off` replaced taken back from ``old``
+    (every other hyperparameter, e.g. the step counter's current_lr, is new's)."""
+    def fn(path, node):
+        h = getattr(node, "hyper", None)
+        if not isinstance(h, dict) or not any(_taken_over(k) for k in h):
+            return node
+        was = get_path(old, path).hyper
+        return node._replace(hyper={k: (was[k] if _taken_over(k) else v) for k, v in h.items()})
+    return map_states(fn, new)
+
+
+def _inner_inspect(optimizer, updates, state, params, extra_args):
+    """What the wrapped optimizer would use on this update, per leaf: its
+    step context's ``lr``, ``wd`` and ``count`` (published by `track_step`,
+    the group pieces and the decay piece), from a run on zero gradients whose
+    results are discarded (under jit only the scalars are computed)."""
+    ctx = StepContext.of(extra_args)
+    probe = {}
+    if ctx is not None and ctx.get("segments") is not None:  # gradxform.fused's per-leaf layout
+        probe["segments"] = ctx.get("segments")
+    zeros = jax.tree.map(jnp.zeros_like, updates)
+    optimizer.update(zeros, state, params, **{**extra_args, CONTEXT_KEY: probe})
+    return probe.get("lr"), probe.get("wd"), probe.get("count")
+
+
 def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, use_clip=False,
-         lars_filter: Callable[[str], bool] = _default_lars_filter, *, weight_decay=0.0, loss_scale=1.0,
+         lars_filter: Callable[[str], bool] = _default_lars_filter, *, weight_decay=None, loss_scale=None,
          decay_filter: Callable[[str], bool] | None = beta_gamma_filter, learning_rate=None) -> GradientTransformation:
     """MindSpore LARS (``nn.LARS`` -> ``LARSUpdate``): rescales each filtered
     gradient by a layer-wise trust ratio, then runs ``optimizer``::
 
         g = g / loss_scale
         for parameters with lars_filter(name):          (others: g unchanged, no decay)
-            wd = weight_decay if decay_filter(name) else 0
-            lam = coefficient * |w| / (|g| + wd * |w| + epsilon)   (1 if |w| or |g| is 0)
-            lam = min(lam / lr, 1)  if use_clip
+            wd = the parameter's weight decay (0 where its decay flag is off)
+            lam = coefficient * |w| / (|g| + wd * |w| + epsilon)   (0 if the denominator is 0)
+            lam = min(lam / lr, 1)  if use_clip              (lr: the parameter's learning rate)
             g = lam * (g + wd * w)
         w = optimizer(g)
 
-    MindSpore takes ``weight_decay`` and ``loss_scale`` from the wrapped
-    optimizer and switches them off there; a gradxform optimizer is opaque,
-    so give them here and build ``optimizer`` with weight_decay=0 and
-    loss_scale=1 (its own learning rate, momentum etc. are used as they
-    are). The seed's formula omits ``epsilon``; MindSpore's docs and kernel
-    add it to the denominator, as here, and the kernel's zero-norm guard is
-    kept. ``use_clip`` needs the learning rate ``lr`` of the current update:
-    by default the wrapped optimizer's ``learning_rate`` hyperparameter
-    (a fixed rate); for a dynamic one pass the same ``learning_rate`` (list
-    or schedule) here. MindSpore's CPU has no LARSUpdate kernel: checked
-    against a NumPy transcription only. The wrapped optimizer already went
-    through `finalize`, so this wrapper does not repeat it.
+    As MindSpore's LARS, this takes over the wrapped optimizer's weight decay
+    and loss scale: ``lars(momentum(0.1, 0.9, weight_decay=1e-4, loss_scale=128))``
+    decays and unscales in LARS (each parameter with its own, per-group
+    weight decay and decay flag, as the wrapped optimizer would) and runs the
+    optimizer with weight decay 0 and loss scale 1 (its state keeps the
+    values; they are switched off for its update only). Parameters the
+    filter leaves out lose their weight decay, as in MindSpore. ``use_clip``
+    uses each parameter's learning rate for this update as the wrapped
+    optimizer computes it (per group, fixed, list or schedule: MindSpore's
+    ``LARS._get_lr``).
+
+    Args:
+      optimizer: the wrapped transformation (a `gradxform.mindspore`
+        optimizer; another transformation works with ``weight_decay``,
+        ``loss_scale`` and, for ``use_clip``, ``learning_rate`` given here).
+      epsilon, coefficient: floats >= 0 (hyperparameters).
+      use_clip: bool (static). lars_filter: name -> bool (static per leaf).
+      weight_decay: None (the wrapped optimizer's), or LARS's own: a number
+        >= 0, a list, or a `gradxform.schedules` schedule (dynamic weight
+        decay, MindSpore's weight-decay Cell, read at the update's step as a
+        learning rate is), applied where ``decay_filter(name)`` (None: all).
+        Giving it here when the wrapped optimizer has a weight decay > 0 is
+        an error (MindSpore has one weight decay).
+      loss_scale: None (the wrapped optimizer's) or a float > 0; the same
+        rule.
+      learning_rate: only for ``use_clip`` over an optimizer that does not
+        publish its learning rate (a number, list or schedule).
+
+    The trust ratio is the seed's and Ascend's ``lars_v2_update`` (no guard:
+    |w| = 0 gives 0, so a zero-initialised parameter that passes the filter
+    is not moved by its raw gradient at full lr). MindSpore's CPU and GPU
+    have no LARSUpdate kernel: checked against a float64 transcription. The
+    wrapped optimizer already went through `finalize`, so this wrapper does
+    not repeat it.
     """
     owner = "mindspore.lars"
     if not (isinstance(optimizer, tuple) and hasattr(optimizer, "init") and hasattr(optimizer, "update")):
@@ -166,32 +238,42 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     check_bool(owner, "use_clip", use_clip)
     if not callable(lars_filter):
         raise TypeError(f"{owner}(lars_filter=...): must be a function of the parameter name.")
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
-        raise TypeError(f"{owner}(weight_decay=...): must be a float or int; got {weight_decay!r}.")
-    check_hyper(owner, "weight_decay", weight_decay)
-    check_float(owner, "loss_scale", loss_scale, ints=True)
+    wd_base, wd_sched = None, None
+    if weight_decay is not None:
+        if isinstance(weight_decay, bool) or not (isinstance(weight_decay, (int, float)) or callable(weight_decay)
+                                                  or isinstance(weight_decay, (list, tuple))):
+            raise TypeError(f"{owner}(weight_decay=...): must be a float, an int, a list or a schedule; "
+                            f"got {weight_decay!r}.")
+        wd_base, wd_sched = as_schedule(owner, weight_decay, DynamicLR)
+        check_hyper(owner, "weight_decay", wd_base)
+    if loss_scale is not None:
+        check_float(owner, "loss_scale", loss_scale, ints=True)
     sched = None
     if learning_rate is not None:
         _, sched = as_schedule(owner, learning_rate, DynamicLR)
         if sched is None:
             sched = Constant(float(learning_rate))
+    own = {"epsilon": epsilon, "coefficient": coefficient}
+    if wd_base is not None:
+        own["weight_decay"] = wd_base
+    if loss_scale is not None:
+        own["loss_scale"] = float(loss_scale)
 
     def init(params):
         inner = optimizer.init(params)
-        if use_clip and sched is None:
-            if "learning_rate" not in hyper_names(inner):
-                raise ValueError(f"{owner}(use_clip=True): the wrapped optimizer has no 'learning_rate' "
-                                 "hyperparameter; pass learning_rate= here.")
+        names = hyper_names(inner)
+        for mine, key, neutral in (("weight_decay", "weight_decay", 0.0), ("loss_scale", "loss_scale", 1.0)):
+            if (wd_base if mine == "weight_decay" else loss_scale) is None or key not in names:
+                continue
+            v = get_hyper(inner, key)
             # traced when init runs under jit (gradxform.fused builds its state so,
             # after an eager init that made this check)
-            scheduled = get_hyper(inner, "scheduled") if "scheduled" in hyper_names(inner) else False
-            if not isinstance(scheduled, jax.core.Tracer) and bool(scheduled):
-                raise ValueError(f"{owner}(use_clip=True): the wrapped optimizer's learning rate is dynamic; "
-                                 "pass the same learning_rate (list or schedule) to lars as well.")
+            if not isinstance(v, jax.core.Tracer) and float(v) != neutral:
+                raise ValueError(f"{owner}({mine}=...): the wrapped optimizer has {key}={float(v):g}; LARS takes "
+                                 f"it over from there (as MindSpore's) - give it once, to the wrapped optimizer.")
         # the wrapped optimizer's hyperparameters keep their own owner
-        return tag_owner(LarsState({"epsilon": hyper_scalar(epsilon), "coefficient": hyper_scalar(coefficient),
-                                    "weight_decay": hyper_scalar(weight_decay),
-                                    "loss_scale": hyper_scalar(loss_scale)}, inner), owner)
+        # fresh arrays on every init: a donated state must not delete a cached one
+        return tag_owner(LarsState({k: hyper_scalar(v) for k, v in own.items()}, inner), owner)
 
     # fused: trust ratios from per-leaf norms, segment sums over each buffer (summed in
     # another order); the name filters are static per leaf and applied per element, so
@@ -201,41 +283,69 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
         if params is None:
             raise ValueError(f"{owner}: needs params; call update(grads, state, params).")
         h = state.hyper
-        if use_clip:
-            if sched is None:
-                lr = get_hyper(state.inner, "learning_rate")
+        lr_in, wd_in, count = _inner_inspect(optimizer, updates, state.inner, params, extra_args)
+        treedef = jax.tree.structure(updates)
+        if loss_scale is not None:
+            ls = h["loss_scale"]
+        elif "loss_scale" in hyper_names(state.inner):
+            ls = get_hyper(state.inner, "loss_scale")
+        else:
+            ls = jnp.float32(1.0)
+        if wd_base is not None:
+            wd_value = h["weight_decay"]
+            if wd_sched is not None:
+                if count is None:
+                    raise ValueError(f"{owner}(weight_decay=<schedule>): the wrapped optimizer publishes no step "
+                                     "count (it is not a gradxform optimizer).")
+                wd_value = jax.tree.map(lambda c: jnp.asarray(wd_sched.lr_for_update(c, wd_value), jnp.float32),
+                                        count)
             else:
-                step_state = next(iter(find_states(state.inner, StepState)), None)
-                if step_state is None:
-                    raise ValueError(f"{owner}(use_clip=True): no step counter in the wrapped optimizer's state.")
-                # the state before this update: num_update updates completed, this is the next
-                lr = sched.lr_for_update(step_state.num_update + 1)
-        # Which leaves get LARS, and which of those decay, is decided by name:
-        # static per leaf (a Python bool), and under gradxform.fused per buffer
-        # (a bool where its leaves agree, else one per element), with the
-        # norms summed per leaf (gradxform.pieces._segments).
-        scaled = jax.tree.map(lambda g: g / h["loss_scale"].astype(g.dtype), updates)
+                wd_value = treedef.unflatten([wd_value] * treedef.num_leaves)
+            decays = leaf_flags(updates, extra_args, decay_filter or (lambda name: True))
+            wd = jax.tree.map(lambda d, f: jnp.where(f, d, jnp.float32(0.0)), wd_value, decays)
+        elif wd_in is not None:
+            wd = wd_in
+        else:
+            wd = treedef.unflatten([jnp.float32(0.0)] * treedef.num_leaves)
+        if use_clip:
+            if sched is not None:
+                if count is None:
+                    raise ValueError(f"{owner}(learning_rate=<schedule>): the wrapped optimizer publishes no "
+                                     "step count (it is not a gradxform optimizer).")
+                lr = jax.tree.map(lambda c: jnp.asarray(sched.lr_for_update(c), jnp.float32), count)
+            elif lr_in is not None:
+                lr = lr_in
+            else:
+                raise ValueError(f"{owner}(use_clip=True): the wrapped optimizer publishes no learning rate; "
+                                 "pass learning_rate= here.")
+        else:
+            lr = wd  # unused without use_clip
+        # Which leaves get LARS is decided by name: static per leaf (a Python bool),
+        # and under gradxform.fused per buffer (a bool where its leaves agree, else
+        # one per element), with the norms summed per leaf (gradxform.pieces._segments).
+        scaled = jax.tree.map(lambda g: g / ls.astype(g.dtype), updates)
         on = leaf_flags(updates, extra_args, lars_filter)
-        decays = leaf_flags(updates, extra_args, decay_filter or (lambda name: True))
         w_sq = leaf_sq_norm(params, extra_args)
         g_sq = leaf_sq_norm(scaled, extra_args)
 
-        def one(g, w, on, decays, w_sq, g_sq):
+        def one(g, w, on, d, w_sq, g_sq, lr_):
             if on is False:
                 return g
-            wd = jnp.where(decays, h["weight_decay"], jnp.float32(0.0))
+            d = jnp.asarray(d, jnp.float32)
             w32, g32 = w.astype(jnp.float32), g.astype(jnp.float32)
             w_norm, g_norm = jnp.sqrt(w_sq), jnp.sqrt(g_sq)
-            ratio = h["coefficient"] * w_norm / (g_norm + wd * w_norm + h["epsilon"])
-            ratio = jnp.where((w_norm > 0) & (g_norm > 0), ratio, 1.0)
+            den = g_norm + d * w_norm + h["epsilon"]
+            # lars_v2_update has no guard; a zero denominator (g = 0, no decay, epsilon 0)
+            # has g + wd * w = 0 as well, so the ratio there is 0, not 0/0
+            ratio = jnp.where(den > 0, h["coefficient"] * w_norm / jnp.where(den > 0, den, 1.0), 0.0)
             if use_clip:
-                ratio = jnp.minimum(ratio / lr, 1.0)
-            lars_g = (ratio * (g32 + wd * w32)).astype(g.dtype)
+                ratio = jnp.clip(ratio / jnp.asarray(lr_, jnp.float32), 0.0, 1.0)
+            lars_g = (ratio * (g32 + d * w32)).astype(g.dtype)
             return lars_g if on is True else jnp.where(on, lars_g, g)
 
-        out = jax.tree.map(one, scaled, params, on, decays, w_sq, g_sq)
-        new_updates, inner = optimizer.update(out, state.inner, params, **extra_args)
-        return new_updates, LarsState(state.hyper, inner)
+        out = jax.tree.map(one, scaled, params, on, wd, w_sq, g_sq, lr)
+        new_updates, inner = optimizer.update(out, _switch_off(state.inner), params, **extra_args)
+        return new_updates, LarsState(state.hyper, _switch_back(inner, state.inner))
 
     # The wrapped optimizer validates what it is given, but that is LARS's
     # output: ``ratio * (g + wd * w)`` broadcasts a (1, n) gradient to a (m, n)

@@ -1,5 +1,6 @@
-"""Gradient centralization (Yong et al. 2020): subtract from a convolution
-kernel's gradient its mean over every axis but the output-channel axis."""
+"""Gradient centralization (Yong et al. 2020): subtract from a kernel's
+gradient (convolution or dense, 2 or more dimensions) its mean over every
+axis but the output-channel axis."""
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -15,8 +16,9 @@ __all__ = ["centralize_gradients"]
 
 
 def _selection(select, tree, output_axis: int, who: str) -> list[bool]:
-    """One static bool per leaf; raises for a selected leaf that is not a
-    convolution kernel (fewer than 3 dimensions)."""
+    """One static bool per leaf; raises for a selected leaf with fewer than 2
+    dimensions (a bias or a scale: no axis is left to average over, so its
+    gradient would become zero)."""
     leaves_with_path, _ = jax.tree_util.tree_flatten_with_path(tree)
     names = param_names(tree)
     shapes = [tuple(np.shape(x)) for _, x in leaves_with_path]
@@ -29,11 +31,10 @@ def _selection(select, tree, output_axis: int, who: str) -> list[bool]:
         if len(chosen) != len(names):
             raise ValueError(f"{who}(select=...): a tree of {len(chosen)} flags for {len(names)} parameters.")
     for (path, _), shape, c in zip(leaves_with_path, shapes, chosen):
-        if c and len(shape) < 3:
+        if c and len(shape) < 2:
             raise ValueError(
-                f"{who}: gradient centralization applies only to convolution kernels (3 or more "
-                f"dimensions), but params{jax.tree_util.keystr(path)} has shape {shape}; leave it out of "
-                "the centralized group.")
+                f"{who}: gradient centralization applies only to kernels (2 or more dimensions), but "
+                f"params{jax.tree_util.keystr(path)} has shape {shape}; leave it out of the selection.")
         if c and not -len(shape) <= output_axis < len(shape):
             raise ValueError(f"{who}(output_axis={output_axis}): out of range for "
                              f"params{jax.tree_util.keystr(path)} of shape {shape}.")
@@ -48,15 +49,17 @@ def centralize_gradients(select: Callable[[str, Sequence[int]], bool] | object |
       select: which leaves to centralize: None (all), a function
         ``(name, shape) -> bool`` (names as `gradxform.param_names`), or a
         pytree of bools shaped like the parameters. Fixed per structure.
-        A selected leaf with fewer than 3 dimensions is not a convolution
-        kernel: ``init`` (and ``update``) raise a ValueError naming its path.
+        A selected leaf with fewer than 2 dimensions is not a kernel:
+        ``init`` (and ``update``) raise a ValueError naming its path.
       output_axis: the output-channel axis kept when averaging (static):
         0 for MindSpore/PyTorch kernels ``(out, in, kh, kw)``, -1 for
         flax/haiku ``(kh, kw, in, out)``.
 
     MindSpore (``nn.Optimizer.gradients_centralization``) runs this between
     weight decay and loss-scale division, for parameter groups with
-    ``grad_centralization=True``.
+    ``grad_centralization=True``, selecting only gradients of rank >= 2
+    whose axis 1 is a multiple of 16 (`gradxform.mindspore` passes that
+    rule as ``select``; the rest of such a group is skipped, not an error).
     """
 
     def init(params):

@@ -10,7 +10,7 @@ from .._state_paths import map_param_trees
 from .._tree import select_tree
 from ._segments import buffer_segments, row_sums
 
-__all__ = ["gated", "lazy_rows"]
+__all__ = ["gated", "lazy_rows", "masked_by_update_mask"]
 
 
 def gated(inner: GradientTransformation, key) -> GradientTransformation:
@@ -27,6 +27,32 @@ def gated(inner: GradientTransformation, key) -> GradientTransformation:
         out, new_state = inner.update(updates, state, params, **extra_args)
         out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, mask)
         return out, select_tree(mask, new_state, state)
+
+    return transformation(inner.init, update)
+
+
+def masked_by_update_mask(inner: GradientTransformation) -> GradientTransformation:
+    """Runs ``inner``; with an ``update_mask`` extra argument (a per-leaf bool
+    tree, as the Trainer passes for stale gradients), a leaf whose flag is
+    False gets an update of exactly zero and keeps its per-parameter state
+    as it was; without one, ``inner`` is unchanged. Every framework optimizer
+    has this around its chain (`gradxform._optimizer.finalize`), so
+    ``tx.update(g, s, p, update_mask=m)`` outside the Trainer is safe: a
+    masked leaf's step count is not bumped (`track_step`), and the update
+    computed for it anyway (e.g. Adam's bias correction at t = 0, a NaN) is
+    dropped. Scalars shared by all leaves (the step counter's ``num_update``)
+    are the new ones, as `gradxform._tree.select_tree` does."""
+
+    @fusable  # its mask is per leaf, hence per group (gradxform.fused passes one per buffer)
+    def update(updates, state, params=None, **extra_args):
+        out, new_state = inner.update(updates, state, params, **extra_args)
+        mask = extra_args.get("update_mask")
+        if mask is None:
+            return out, new_state
+        treedef = jax.tree.structure(updates)
+        flags = treedef.unflatten([jnp.asarray(m, bool).reshape(()) for m in treedef.flatten_up_to(mask)])
+        out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, flags)
+        return out, select_tree(flags, new_state, state)
 
     return transformation(inner.init, update)
 

@@ -141,7 +141,13 @@ class PolyScheduler(LRScheduler):
 
 class CosineScheduler(LRScheduler):
     """``lr = final_lr + (base_lr0 - final_lr) * (1 + cos(pi (t - warmup)/(max_update - warmup))) / 2``
-    up to ``max_update``, then ``final_lr``; ``base_lr0`` is the constructor's ``base_lr``."""
+    up to ``max_update``, then ``final_lr``; ``base_lr0`` is the constructor's ``base_lr``.
+
+    Evaluated as ``(1 + cos(pi x)) / 2 = sin(pi/2 * (1 - x))^2`` with
+    ``1 - x = (max_update - t) / (max_update - warmup)`` (an exact integer
+    numerator): MXNet's form in float32 loses digits as ``1 + cos`` goes to 0
+    near the end of the decay (1.1e-5 relative from MXNet's float64 there);
+    this one keeps float32 accuracy (a few ulp) over the whole schedule."""
 
     def __init__(self, max_update, base_lr=0.01, final_lr=0, warmup_steps=0, warmup_begin_lr=0,
                  warmup_mode="linear"):
@@ -153,6 +159,7 @@ class CosineScheduler(LRScheduler):
 
     def _after_warmup(self, t, base):
         del base
-        t = jnp.minimum(t, self.max_update)
-        return self.final_lr + (self.base_lr_orig - self.final_lr) * (
-            1 + jnp.cos(math.pi * (t - self.warmup_steps) / self.max_steps)) / 2
+        steps = float(max(self.max_steps, 1))
+        left = jnp.clip(self.max_update - t, 0.0, steps)  # updates left in the decay: exact
+        s = jnp.sin(jnp.float32(math.pi / 2) * (left / jnp.float32(steps)))
+        return self.final_lr + (self.base_lr_orig - self.final_lr) * (s * s)

@@ -1,0 +1,408 @@
+"""Paddle (3.x) Adam, AdamW, Adamax and Lamb (``paddle/optimizer/adam.py``,
+``adamw.py``, ``adamax.py``, ``lamb.py`` -> the CPU kernels
+``paddle/phi/kernels/cpu/adam_kernel.cc``, ``adamw_kernel.cc``,
+``impl/adamax_kernel_impl.h``, ``impl/lamb_kernel_impl.h``).
+
+Paddle keeps each parameter's ``beta1_pow_acc`` / ``beta2_pow_acc`` (its
+accumulators, starting at ``beta1`` / ``beta2``, multiplied by the beta in
+float32 after each update); so do these pieces (per-leaf float32 scalars,
+advanced only for the leaves updated), which keeps the bias corrections
+Paddle's numbers and lets a ``.pdopt`` run continue exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._base import GradientTransformation, context_value, transformation, uses_context
+from .._elementwise import fusable
+from .._ranges import check_hyper
+from .._tree import map_unzip
+from ..pieces._segments import leaf_sq_norm
+from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
+
+__all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]
+
+
+def _c(h, x):
+    return jnp.asarray(h).astype(x.dtype)
+
+
+def _scalars(params, value, dtype=jnp.float32):
+    return jax.tree.map(lambda _: jnp.asarray(value, dtype), params)
+
+
+def _zeros(params):
+    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.result_type(p)), params)
+
+
+def _check_betas(owner, beta1, beta2, epsilon):
+    for name, v in (("beta1", beta1), ("beta2", beta2)):
+        check_float(owner, name, v)
+        if not 0 <= v < 1:
+            raise ValueError(f"{owner}({name}=...): Invalid value of {name}, expect {name} in [0,1); got {v}.")
+    check_float(owner, "epsilon", epsilon)
+    if not epsilon >= 0:
+        raise ValueError(f"{owner}(epsilon=...): Invalid value of epsilon, expect epsilon >= 0; got {epsilon}.")
+
+
+ADAM_KEYS = ("beta1", "beta2", "epsilon", "lazy_mode")
+
+
+def _checked_groups(owner, o, **defaults) -> dict:
+    """A group's own numeric hyperparameters (``defaults``: the optimizer's,
+    for their checks); ``lazy_mode`` (no effect on dense gradients) must be a bool."""
+    for g in o.groups:
+        for k, v in g.extra.items():
+            if k == "lazy_mode":
+                check_bool(f"{owner}(parameters[{g.index}])", k, v)
+            elif k in ("beta1", "beta2", "epsilon"):
+                _check_betas(f"{owner}(parameters[{g.index}])", *(g.extra.get(n, defaults[n])
+                                                                 for n in ("beta1", "beta2", "epsilon")))
+    return o.group_values(tuple(defaults))
+
+
+class AdamState(NamedTuple):
+    """Paddle's accumulators: ``moment1``, ``moment2`` (and ``moment2_max``
+    with amsgrad, else ``()``) per parameter; ``beta1_pow``, ``beta2_pow`` per
+    leaf (``beta^t`` for the next update, as Paddle's ``*_pow_acc``);
+    ``lr_ratio``, ``decay`` and ``group`` (AdamW's, per leaf: the ratio, whether
+    the leaf is decayed, its parameter group; 1, False, 0 for Adam)."""
+    hyper: dict
+    moment1: object
+    moment2: object
+    moment2_max: object
+    beta1_pow: object
+    beta2_pow: object
+    lr_ratio: object
+    decay: object
+    group: object
+    per_leaf_fields = ("beta1_pow", "beta2_pow", "lr_ratio", "decay", "group")
+
+
+def _group_pows(params, slots_of, groups, name, default):
+    """Each leaf's starting power: its group's beta (Paddle creates a group's
+    accumulators after ``_update_param_group``), else the optimizer's."""
+    slot = slots_of(params) if slots_of is not None else np.zeros(len(jax.tree.leaves(params)), np.int32)
+    vals = [groups.get(int(k), {}).get(name, default) for k in slot]
+    return jax.tree.structure(params).unflatten([jnp.asarray(v, jnp.float32) for v in vals]), slot
+
+
+def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None, decay_fn=None, groups=None,
+               slots_of=None):
+    """Paddle's ``adam_`` / ``adamw_`` CPU kernel (``coeff``: AdamW)::
+
+        lr_t = lr * lr_ratio * (sqrt(1 - beta2_pow) / (1 - beta1_pow));  eps = epsilon * sqrt(1 - beta2_pow)
+        w = w - lr * lr_ratio * coeff * w          (AdamW, parameters with decay)
+        m1 = beta1 m1 + (1 - beta1) g;  m2 = beta2 m2 + (1 - beta2) g^2;  [m2max = max(m2max, m2)]
+        w = w + (-lr_t) * (m1 / (sqrt(m2 or m2max) + eps));   beta_pow *= beta
+
+    ``groups``: ``{group: {name: value}}``, a group's own beta1, beta2,
+    epsilon (and AdamW's weight_decay), hyperparameters ``<name>_group_<k>``.
+    """
+    groups = groups or {}
+
+    def init(params):
+        base = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon}
+        if coeff is not None:
+            base["weight_decay"] = coeff
+        infos, treedef = param_infos(params), jax.tree.structure(params)
+        p1, slot = _group_pows(params, slots_of, groups, "beta1", beta1)
+        p2, _ = _group_pows(params, slots_of, groups, "beta2", beta2)
+        ratios = [1.0 if lr_ratio is None else float(lr_ratio(i)) for i in infos]
+        if any(not np.isfinite(r) or r < 0 for r in ratios):
+            raise ValueError(f"{owner}(lr_ratio=...): must give finite ratios >= 0; got {ratios}.")
+        decay = [coeff is not None and (decay_fn is None or bool(decay_fn(i.name))) for i in infos]
+        return AdamState(with_groups(base, groups), _zeros(params), _zeros(params), _zeros(params) if amsgrad else (),
+                         p1, p2, treedef.unflatten([jnp.asarray(r, jnp.float32) for r in ratios]),
+                         treedef.unflatten([jnp.asarray(d) for d in decay]),
+                         treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]))
+
+    @fusable
+    @uses_context(owner, needs=("lr", "mask"))
+    def update(updates, state, params=None, **extra_args):
+        if params is None and coeff is not None:
+            raise ValueError(f"{owner}: needs params; call update(grads, state, params).")
+        lr = context_value(extra_args, "lr", owner)
+        mask = context_value(extra_args, "mask", owner)
+        vmax = state.moment2_max if amsgrad else state.moment1
+        w_tree = params if params is not None else updates
+
+        def one(g, w, m1, m2, mx, b1p, b2p, l, r, d, k, on):
+            h = leaf_hyper(state.hyper, k, groups)
+            b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
+            c = lambda x: _c(x, g)  # noqa: E731
+            l = l * r
+            lr_t = l * (jnp.sqrt(1 - b2p) / (1 - b1p))
+            eps = e * jnp.sqrt(1 - b2p)
+            m1 = c(b1) * m1 + (1 - c(b1)) * g
+            m2 = c(b2) * m2 + (1 - c(b2)) * g * g
+            mx = jnp.maximum(m2, mx) if amsgrad else mx
+            step = -c(lr_t) * (m1 / (jnp.sqrt(mx if amsgrad else m2) + c(eps)))
+            if coeff is not None:
+                wd = jnp.where(d, l * h["weight_decay"], 0.0)
+                w_tmp = w.astype(g.dtype) - c(wd) * w.astype(g.dtype)
+                step = (w_tmp + step) - w.astype(g.dtype)
+            return (step, m1, m2, mx, jnp.where(on, b1p * b1, b1p), jnp.where(on, b2p * b2, b2p))
+
+        out, m1, m2, mx, p1, p2 = map_unzip(one, 6, updates, w_tree, state.moment1, state.moment2, vmax,
+                                            state.beta1_pow, state.beta2_pow, lr, state.lr_ratio, state.decay,
+                                            state.group, mask)
+        return out, state._replace(moment1=m1, moment2=m2, moment2_max=mx if amsgrad else (), beta1_pow=p1,
+                                   beta2_pow=p2)
+
+    return transformation(init, update)
+
+
+def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=None, weight_decay=None,
+         grad_clip=None, lazy_mode=False, multi_precision=False, use_multi_tensor=False, amsgrad=False, name=None,
+         *, skip_nonfinite=False) -> GradientTransformation:
+    """Paddle Adam (``paddle.optimizer.Adam`` -> ``adam_``, CPU kernel ``AdamDenseKernel``)::
+
+        g = grad_clip(g) + regularizer(w)
+        m1 = beta1 m1 + (1-beta1) g;   m2 = beta2 m2 + (1-beta2) g^2
+        lr_t = lr * sqrt(1 - beta2_pow) / (1 - beta1_pow)
+        w -= lr_t * m1 / (sqrt(m2) + epsilon * sqrt(1 - beta2_pow))
+        beta1_pow *= beta1;  beta2_pow *= beta2          (they start at beta1, beta2)
+        amsgrad: m2max = max(m2max, m2) replaces m2 in the last-but-one line
+
+    Paddle's documentation prints ``epsilon`` added to ``sqrt(m2)``; its
+    kernel adds ``epsilon * sqrt(1 - beta2_pow)`` (the code wins).
+
+    Args: as `gradxform.paddle.sgd`, and beta1, beta2 in [0, 1), epsilon >= 0
+      (hyperparameters); amsgrad: bool (static). lazy_mode: accepted; it acts
+      only on Paddle's sparse (SelectedRows) gradients, so dense gradients
+      give the same numbers with either value (goldens checked).
+      use_multi_tensor: accepted (the same numbers).
+    """
+    owner = "paddle.adam"
+    del name
+    _check_betas(owner, beta1, beta2, epsilon)
+    for k, v in (("lazy_mode", lazy_mode), ("use_multi_tensor", use_multi_tensor), ("amsgrad", amsgrad)):
+        check_bool(owner, k, v)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, multi_precision, group_keys=ADAM_KEYS)
+    groups = _checked_groups(owner, o, beta1=beta1, beta2=beta2, epsilon=epsilon)
+    return o.build(_adam_rule(owner, beta1, beta2, epsilon, amsgrad, groups=groups, slots_of=o.slots),
+                   skip_nonfinite=skip_nonfinite)
+
+
+def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=None, weight_decay=0.01,
+          use_lowprecision_moment=False, lr_ratio=None, apply_decay_param_fun=None, grad_clip=None,
+          lazy_mode=False, multi_precision=False, amsgrad=False, name=None, *,
+          skip_nonfinite=False) -> GradientTransformation:
+    """Paddle AdamW (``paddle.optimizer.AdamW`` -> ``adamw_``, CPU kernel ``AdamwDenseKernel``)::
+
+        g = grad_clip(g)                                   (no regularizer: AdamW has none)
+        l = lr * lr_ratio(p)
+        w = w - l * weight_decay * w                       (if apply_decay_param_fun(p.name))
+        then Adam's rule on that w with learning rate l (see `adam`)
+
+    The decoupled coefficient ``weight_decay`` defaults to 0.01 (a number,
+    hyperparameter ``weight_decay``); a parameter group's 'weight_decay' (a
+    number) is that group's coefficient (``weight_decay_group_<k>``), as
+    Paddle's ``_update_param_group`` does (no regularizer is added). ``lr_ratio(p)`` (``p.name``,
+    ``p.shape``: a `ParamInfo`) is refused by Paddle on CPU ("unimplemented
+    in CPU"); here it multiplies the learning rate of both the decay and the
+    Adam step, as Paddle's GPU kernel does. ``apply_decay_param_fun(name)``
+    gets the gradxform parameter name. ``use_lowprecision_moment``: accepted
+    (moments follow the update dtype here; float32 under multi_precision).
+    """
+    owner = "paddle.adamw"
+    del name
+    _check_betas(owner, beta1, beta2, epsilon)
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+        raise TypeError(f"{owner}(weight_decay=...): weight_decay should be int, float; got {weight_decay!r}.")
+    check_hyper(owner, "weight_decay", weight_decay)
+    for k, v in (("lazy_mode", lazy_mode), ("amsgrad", amsgrad), ("use_lowprecision_moment", use_lowprecision_moment)):
+        check_bool(owner, k, v)
+    for k, f in (("lr_ratio", lr_ratio), ("apply_decay_param_fun", apply_decay_param_fun)):
+        if f is not None and not callable(f):
+            raise TypeError(f"{owner}({k}=...): must be None or callable; got {f!r}.")
+    o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision, group_keys=ADAM_KEYS)
+    groups = _checked_groups(owner, o, beta1=beta1, beta2=beta2, epsilon=epsilon)
+    for g in o.groups:
+        if g.reg is not None:
+            if g.reg.kind != "l2":
+                raise TypeError(f"{owner}(parameters=...): group {g.index} 'weight_decay' must be a number "
+                                f"(AdamW's decoupled coefficient); got {g.reg!r}.")
+            groups.setdefault(g.index, {})["weight_decay"] = g.reg.coeff
+    o = dataclasses.replace(o, groups=tuple(dataclasses.replace(g, reg=None) for g in o.groups))
+    return o.build(_adam_rule(owner, beta1, beta2, epsilon, amsgrad, float(weight_decay), lr_ratio,
+                              apply_decay_param_fun, groups, o.slots), regularize_kinds=(),
+                   skip_nonfinite=skip_nonfinite)
+
+
+class AdamaxState(NamedTuple):
+    """``moment``, ``inf_norm`` per parameter; ``beta1_pow`` per leaf."""
+    hyper: dict
+    moment: object
+    inf_norm: object
+    beta1_pow: object
+    group: object
+    per_leaf_fields = ("beta1_pow", "group")
+
+
+def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
+    """Paddle's ``adamax_`` kernel, then ``_finish_update``'s ``beta1_pow *= beta1``::
+
+        m = beta1 m + (1 - beta1) g;  u = max(|g|, beta2 u + epsilon)
+        w -= (lr / (1 - beta1_pow)) * (m / u)
+    """
+
+    def init(params):
+        p1, slot = _group_pows(params, slots_of, groups, "beta1", beta1)
+        return AdamaxState(with_groups({"beta1": beta1, "beta2": beta2, "epsilon": epsilon}, groups),
+                           _zeros(params), _zeros(params), p1,
+                           jax.tree.structure(params).unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
+
+    @fusable
+    @uses_context(owner, needs=("lr", "mask"))
+    def update(updates, state, params=None, **extra_args):
+        del params
+        lr = context_value(extra_args, "lr", owner)
+        mask = context_value(extra_args, "mask", owner)
+        def one(g, m, u, b1p, l, k, on):
+            h = leaf_hyper(state.hyper, k, groups)
+            c = lambda x: _c(x, g)  # noqa: E731
+            m = c(h["beta1"]) * m + (1 - c(h["beta1"])) * g
+            u = jnp.maximum(jnp.abs(g), c(h["beta2"]) * u + c(h["epsilon"]))
+            lr_t = l / (1 - b1p)
+            return -(c(lr_t) * (m / u)), m, u, jnp.where(on, b1p * h["beta1"], b1p)
+
+        out, m, u, p = map_unzip(one, 4, updates, state.moment, state.inf_norm, state.beta1_pow, lr, state.group,
+                                 mask)
+        return out, state._replace(moment=m, inf_norm=u, beta1_pow=p)
+
+    return transformation(init, update)
+
+
+def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=None, weight_decay=None,
+           grad_clip=None, name=None, *, skip_nonfinite=False) -> GradientTransformation:
+    """Paddle Adamax (``paddle.optimizer.Adamax`` -> ``adamax_``, ``impl/adamax_kernel_impl.h``)::
+
+        g = grad_clip(g) + regularizer(w)
+        m = beta1 m + (1 - beta1) g;   u = max(|g|, beta2 u + epsilon)
+        w -= lr / (1 - beta1_pow) * m / u;    beta1_pow *= beta1     (starts at beta1)
+
+    Paddle's documentation puts epsilon in ``u = max(beta2 u, |g|) + ...``;
+    the kernel adds it inside the max (the code wins). Adamax has no
+    multi_precision in Paddle.
+    """
+    owner = "paddle.adamax"
+    del name
+    _check_betas(owner, beta1, beta2, epsilon)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, group_keys=("beta1", "beta2", "epsilon"))
+    groups = _checked_groups(owner, o, beta1=beta1, beta2=beta2, epsilon=epsilon)
+    return o.build(_adamax_rule(owner, beta1, beta2, epsilon, groups, o.slots), skip_nonfinite=skip_nonfinite)
+
+
+class LambState(NamedTuple):
+    """``moment1``, ``moment2`` per parameter; ``beta1_pow``, ``beta2_pow`` and
+    ``decay`` (False where ``exclude_from_weight_decay_fn`` excludes) per leaf."""
+    hyper: dict
+    moment1: object
+    moment2: object
+    beta1_pow: object
+    beta2_pow: object
+    decay: object
+    group: object
+    per_leaf_fields = ("beta1_pow", "beta2_pow", "decay", "group")
+
+
+def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, groups, excludes, slots_of):
+    """Paddle's ``lamb_`` kernel (``impl/lamb_kernel_impl.h``)::
+
+        m1, m2 = Adam's EMAs;  r = (m1 / (1 - beta1_pow)) / (sqrt(m2 / (1 - beta2_pow)) + epsilon) + wd * w
+        ratio = |w| / |r| if both > 0 else 1;  w -= lr * ratio * r;   beta_pow *= beta
+    """
+
+    def init(params):
+        infos = param_infos(params)
+        treedef = jax.tree.structure(params)
+        p1, slot = _group_pows(params, slots_of, groups, "beta1", beta1)
+        p2, _ = _group_pows(params, slots_of, groups, "beta2", beta2)
+        fns = [excludes.get(int(k), exclude_fn) for k in slot]
+        decay = [not (f is not None and bool(f(i))) for i, f in zip(infos, fns)]
+        return LambState(with_groups({"lamb_weight_decay": wd, "beta1": beta1, "beta2": beta2, "epsilon": epsilon},
+                                     groups), _zeros(params), _zeros(params), p1, p2,
+                         treedef.unflatten([jnp.asarray(d) for d in decay]),
+                         treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
+
+    # fused: the trust ratio's norms per leaf as segment sums (another order)
+    @fusable(bit_exact=False)
+    @uses_context(owner, needs=("lr", "mask"))
+    def update(updates, state, params=None, **extra_args):
+        if params is None:
+            raise ValueError(f"{owner}: needs params; call update(grads, state, params).")
+        lr = context_value(extra_args, "lr", owner)
+        mask = context_value(extra_args, "mask", owner)
+        def direction(g, w, m1, m2, b1p, b2p, d, k):
+            h = leaf_hyper(state.hyper, k, groups)
+            b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
+            c = lambda x: _c(x, g)  # noqa: E731
+            m1 = c(b1) * m1 + (1 - c(b1)) * g
+            m2 = c(b2) * m2 + (1 - c(b2)) * g * g
+            k = jnp.where(d, h["lamb_weight_decay"], 0.0)
+            r = (m1 / c(1 - b1p)) / (jnp.sqrt(m2 / c(1 - b2p)) + c(e)) + c(k) * w.astype(g.dtype)
+            return r, m1, m2
+
+        r, m1, m2 = map_unzip(direction, 3, updates, params, state.moment1, state.moment2, state.beta1_pow,
+                              state.beta2_pow, state.decay, state.group)
+        w_sq, r_sq = leaf_sq_norm(params, extra_args), leaf_sq_norm(r, extra_args)
+
+        def scaled(r, wq, rq, l, d, k):
+            h = leaf_hyper(state.hyper, k, groups)
+            pn, tn = jnp.sqrt(wq), jnp.sqrt(rq)
+            ratio = jnp.where((pn > 0) & (tn > 0), pn / jnp.where(tn > 0, tn, 1.0), 1.0)
+            if not always_adapt:  # Paddle skips the adaptation where the decay is 0
+                ratio = jnp.where(jnp.logical_and(d, h["lamb_weight_decay"] != 0), ratio, 1.0)
+            return -((l * ratio).astype(r.dtype) * r)
+
+        def bump(p, on, k, name):
+            return jnp.where(on, p * leaf_hyper(state.hyper, k, groups)[name], p)
+
+        out = jax.tree.map(scaled, r, w_sq, r_sq, lr, state.decay, state.group)
+        return out, state._replace(
+            moment1=m1, moment2=m2,
+            beta1_pow=jax.tree.map(lambda p, on, k: bump(p, on, k, "beta1"), state.beta1_pow, mask, state.group),
+            beta2_pow=jax.tree.map(lambda p, on, k: bump(p, on, k, "beta2"), state.beta2_pow, mask, state.group))
+
+    return transformation(init, update)
+
+
+def lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, epsilon=1e-6, parameters=None,
+         grad_clip=None, exclude_from_weight_decay_fn=None, multi_precision=False, always_adapt=False, name=None,
+         *, skip_nonfinite=False) -> GradientTransformation:
+    """Paddle Lamb (``paddle.optimizer.Lamb`` -> ``lamb_``)::
+
+        g = grad_clip(g)
+        m1, m2 = EMAs of g, g^2;  r = m1^ / (sqrt(m2^) + epsilon) + lamb_weight_decay * w
+        w -= lr * (|w| / |r|) * r           (ratio 1 if a norm is 0)
+
+    with ``m^ = m / (1 - beta_pow)``. ``exclude_from_weight_decay_fn(p)``
+    (``p.name``: a `ParamInfo`) turns the decay off for a parameter; there the
+    trust ratio is 1 unless ``always_adapt`` (Paddle: "skip adaptation on
+    parameters that are excluded from weight decay").
+    """
+    owner = "paddle.lamb"
+    del name
+    check_float(owner, "lamb_weight_decay", lamb_weight_decay)
+    for k, v in (("beta1", beta1), ("beta2", beta2), ("epsilon", epsilon)):
+        check_float(owner, k, v)
+    check_bool(owner, "always_adapt", always_adapt)
+    if exclude_from_weight_decay_fn is not None and not callable(exclude_from_weight_decay_fn):
+        raise TypeError(f"{owner}(exclude_from_weight_decay_fn=...): must be None or callable.")
+    o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision,
+              group_keys=("beta1", "beta2", "epsilon", "lamb_weight_decay", "exclude_from_weight_decay_fn"))
+    groups = o.group_values(("beta1", "beta2", "epsilon", "lamb_weight_decay"))
+    for k, vals in groups.items():
+        for n, v in vals.items():
+            check_float(f"{owner}(parameters[{k}])", n, v)
+    excludes = {g.index: g.extra["exclude_from_weight_decay_fn"] for g in o.groups
+                if "exclude_from_weight_decay_fn" in g.extra}
+    return o.build(_lamb_rule(owner, float(lamb_weight_decay), beta1, beta2, epsilon, exclude_from_weight_decay_fn,
+                              always_adapt, groups, excludes, o.slots), skip_nonfinite=skip_nonfinite)

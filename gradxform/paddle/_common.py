@@ -1,0 +1,387 @@
+"""What every Paddle optimizer shares (``paddle.optimizer.Optimizer``, 3.x):
+the learning rate (a float or an ``LRScheduler``, times each group's
+``learning_rate`` ratio), parameter groups, ``grad_clip`` per group,
+``weight_decay`` as a regularizer per group, ``multi_precision`` master
+weights, and the order Paddle applies them in (``Optimizer.step`` ->
+``_apply_optimize``)::
+
+    for each parameter group:
+        g = grad_clip(g)                       # the group's clip, a global norm per group
+        g = g + regularizer(w)                 # the parameter's group regularizer, else weight_decay
+        lr = float32(scheduler() or lr) * group['learning_rate']
+        rule(w, g, lr)                         # the optimizer's kernel, on float32 master weights
+                                               # for float16/bfloat16 with multi_precision
+
+``parameters`` names the optimized parameters (gradxform sees them only at
+``init``): None (all), a list of names / glob patterns, or Paddle's list of
+group dicts ``{'params': [...], 'learning_rate': ratio, 'weight_decay': ...,
+'grad_clip': ...}`` (names as `gradxform.param_names`; a group without
+'weight_decay' or 'grad_clip' takes the optimizer's, a group weight_decay of
+None too, as Paddle's ``param.regularizer = None`` does; a group
+``grad_clip=None`` clips nothing). A parameter that no entry names is not
+optimized (update zero, state untouched), as in Paddle. A group may also set
+the optimizer's own hyperparameters where Paddle's ``_update_param_group``
+reads them (Adam's ``beta1``, Momentum's ``momentum``, ...; each optimizer
+lists its keys): they become ``<name>_group_<k>`` hyperparameters; any
+other key is a ValueError.
+
+The learning rate: a number, or a `gradxform.schedules` Paddle schedule,
+read at the number of ``optimizer.step()`` calls done (Paddle's user calls
+``scheduler.step()`` after ``opt.step()``), or a `ReduceOnPlateau` (then
+``update`` needs ``loss=``). `get_lr` / `set_lr` are Paddle's: `set_lr`
+under a scheduler is a RuntimeError.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from .._base import GradientTransformation, StepContext, chain, context_value, identity, transformation, uses_context
+from .._elementwise import fusable
+from .._errors import validated
+from .._hyper import _scheduled, get_hyper, get_learning_rate, set_hyper
+from .._optimizer import _donatable, finalize
+from .._ranges import Range, register_range
+from .._state_paths import find_states
+from .._tree import param_names, select_tree
+from ..pieces import track_step
+from ..pieces._step import StepState
+from ..pieces._guards import skip_nonfinite as _skip_nonfinite
+from ..pieces._precision import with_master_weights
+from ..schedules._common import DynamicLR, as_schedule, check_number
+from ._clip import Clip, group_clip
+from ._plateau import ReduceOnPlateau
+from ._regularizer import Decay, as_regularizer, group_regularization
+
+__all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "with_groups", "leaf_hyper", "parse", "get_lr", "set_lr", "check_bool", "check_float",
+           "GroupState", "PADDLE_FP16_WARNING"]
+
+def _declare_ranges():
+    """Paddle's ranges where they differ from the generic ones (`gradxform._ranges`):
+    ``epsilon >= 0`` (Adam, AdamW, Adamax, NAdam, RAdam check ``0 <= epsilon``);
+    RMSProp's ``rho``, ``momentum`` >= 0 (no upper bound, as Paddle); NAdam's
+    ``momentum_decay >= 0``; Rprop's ``0 < etas[0] < 1 < etas[1]`` and rates > 0;
+    and the ones Paddle does not check (Adadelta's ``rho`` in [0, 1], Lamb's
+    ``lamb_weight_decay`` any finite number)."""
+    for owner in ("paddle.adam", "paddle.adamw", "paddle.adamax", "paddle.nadam", "paddle.radam",
+                  "paddle.rmsprop", "paddle.adagrad", "paddle.adadelta", "paddle.lamb"):
+        register_range("epsilon", Range(low=0.0), owner=owner)
+    for name in ("rho", "momentum"):
+        register_range(name, Range(low=0.0), owner="paddle.rmsprop")
+    register_range("rho", Range(low=0.0, high=1.0), owner="paddle.adadelta")  # unchecked by Paddle
+    register_range("lamb_weight_decay", Range(), owner="paddle.lamb")  # unchecked by Paddle
+    register_range("momentum_decay", Range(low=0.0), owner="paddle.nadam")
+    register_range("eta_negative", Range(low=0.0, high=1.0, low_open=True, high_open=True), owner="paddle.rprop")
+    register_range("eta_positive", Range(low=1.0, low_open=True), owner="paddle.rprop")
+    for name in ("lr_min", "lr_max"):
+        register_range(name, Range(low=0.0, low_open=True), owner="paddle.rprop")
+
+
+_declare_ranges()
+
+PADDLE_FP16_WARNING = ("Accumulating with FP16/BF16 in optimizer can lead to poor accuracy or slow convergence. "
+                       "Consider using multi_precision=True option of the optimizer.")
+GROUP_KEYS = ("params", "learning_rate", "weight_decay", "grad_clip")
+
+
+class ParamInfo(NamedTuple):
+    """What a Paddle callable that takes a parameter tensor (``lr_ratio``,
+    ``exclude_from_weight_decay_fn``) gets here: ``p.name`` (the gradxform
+    name), ``p.shape``, ``p.dtype``."""
+    name: str
+    shape: tuple
+    dtype: Any
+
+
+def param_infos(params) -> list[ParamInfo]:
+    return [ParamInfo(n, tuple(np.shape(p)), jnp.result_type(p))
+            for n, p in zip(param_names(params), jax.tree.leaves(params))]
+
+
+def check_bool(owner: str, name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}({name}=...): {name} must be a bool; got {value!r}.")
+    return value
+
+
+def check_float(owner: str, name: str, value, **range_kw) -> float:
+    """``value is None`` is Paddle's "not set" ValueError; then a number in range."""
+    if value is None:
+        raise ValueError(f"{owner}({name}=None): {name} is not set.")
+    check_number(owner, name, value, **range_kw)
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Group:
+    index: int
+    select: Any                 # None (every parameter) | list of names/globs | predicate
+    lr_ratio: float = 1.0
+    reg: Decay | None = None
+    clip: Clip | None = None
+    extra: dict = dataclasses.field(default_factory=dict)  # the optimizer's own hyperparameters for this group
+
+    def matches(self, name: str) -> bool:
+        if self.select is None:
+            return True
+        if callable(self.select):
+            return bool(self.select(name))
+        return any(name == p or fnmatch.fnmatchcase(name, p) for p in self.select)
+
+
+class GroupState(NamedTuple):
+    """``slot``: each leaf's group (-1: not optimized); ``lr_ratio``: its group's
+    ``learning_rate`` ratio (float32)."""
+    hyper: dict
+    slot: object
+    lr_ratio: object
+    per_leaf_fields = ("slot", "lr_ratio")
+
+
+def _selection(owner, i, sel):
+    if callable(sel) or (isinstance(sel, str)):
+        return [sel] if isinstance(sel, str) else sel
+    if isinstance(sel, (list, tuple)) and all(isinstance(x, str) for x in sel):
+        return list(sel)
+    raise TypeError(f"{owner}(parameters=...): group {i} 'params' must be a list of parameter names or glob "
+                    f"patterns, or a predicate over names; got {sel!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class PaddleOptions:
+    owner: str
+    base_lr: float
+    schedule: Callable | None
+    plateau: ReduceOnPlateau | None
+    groups: tuple
+    explicit: bool              # parameters= was given: unnamed leaves are not optimized
+    weight_decay: Decay | None
+    grad_clip: Clip | None
+    multi_precision: bool
+
+    def slots(self, params) -> np.ndarray:
+        names = param_names(params)
+        slot = np.full(len(names), -1, np.int32)
+        for g in self.groups:
+            hits = [i for i, n in enumerate(names) if g.matches(n)]
+            if not hits and g.select is not None and not callable(g.select):
+                raise ValueError(f"{self.owner}(parameters=...): entry {g.index} {g.select!r} matches no "
+                                 f"parameter; parameter names are {names[:8]}{' ...' if len(names) > 8 else ''}.")
+            for i in hits:
+                if slot[i] >= 0:
+                    raise ValueError(f"{self.owner}(parameters=...): some parameters appear in more than one "
+                                     f"parameter group ({names[i]!r}: groups {slot[i]} and {g.index}).")
+                slot[i] = g.index
+        return slot
+
+    # -- pieces -------------------------------------------------------------------
+    def step(self) -> GradientTransformation:
+        """`track_step`, the plateau, then each group's ratio on the learning rate."""
+        return chain(track_step(self.base_lr, schedule=self.schedule),
+                     self.plateau.piece() if self.plateau is not None else identity(), self._group_lr())
+
+    def _group_lr(self) -> GradientTransformation:
+        ratios = {g.index: g.lr_ratio for g in self.groups}
+
+        def init(params):
+            slot = self.slots(params)
+            treedef = jax.tree.structure(params)
+            return GroupState({}, treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]),
+                              treedef.unflatten([jnp.asarray(ratios.get(int(s), 1.0), jnp.float32) for s in slot]))
+
+        @fusable
+        @uses_context(self.owner, needs=("lr",), provides=("lr",))
+        def update(updates, state, params=None, **extra_args):
+            del params
+            lr = context_value(extra_args, "lr", self.owner)
+            # Paddle: float32(lr) * group['learning_rate'] (its scale op, float32)
+            StepContext.of(extra_args).publish(lr=jax.tree.map(lambda l, r: l * r, lr, state.lr_ratio))
+            return updates, state
+
+        return transformation(init, update)
+
+    def group_values(self, names) -> dict:
+        """``{group: {name: value}}`` for the optimizer hyperparameters ``names``
+        that a group sets (Paddle's ``_update_param_group``)."""
+        out = {}
+        for g in self.groups:
+            vals = {n: g.extra[n] for n in names if n in g.extra}
+            if vals:
+                out[g.index] = vals
+        return out
+
+    def group_extra(self, key, default):
+        """``{group: value}`` of a group key that is not a hyperparameter (a flag, a function)."""
+        return {g.index: g.extra.get(key, default) for g in self.groups}
+
+    def clip(self) -> GradientTransformation:
+        return group_clip([g.clip for g in self.groups], self.slots, default=self.grad_clip)
+
+    def regularize(self, kinds=("l1", "l2")) -> GradientTransformation:
+        return group_regularization([g.reg for g in self.groups], self.slots, default=self.weight_decay,
+                                    kinds=kinds)
+
+    def build(self, *rule: GradientTransformation, regularize_kinds=("l1", "l2"),
+              skip_nonfinite: bool = False) -> GradientTransformation:
+        """``step -> clip -> regularize -> rule`` (the rule on float32 master
+        weights under multi_precision), leaves no group names left untouched."""
+        inner = chain(*rule, needs=("lr", "count", "mask"))
+        if self.multi_precision:
+            inner = with_master_weights(inner)
+        tx = chain(self.step(), self.clip(), self.regularize(regularize_kinds) if regularize_kinds else identity(),
+                   inner)
+        if self.explicit:
+            tx = _only_grouped(self.owner, tx)
+        if not self.multi_precision:
+            tx = finalize(tx, skip_nonfinite=skip_nonfinite, owner=self.owner, fp16_warning=PADDLE_FP16_WARNING)
+        else:
+            if skip_nonfinite:
+                tx = _skip_nonfinite(tx)
+            tx = _donatable(validated(tx, master_weights=True), self.owner)
+        return PaddleOptimizer(tx, self.schedule)
+
+
+def _only_grouped(owner: str, inner: GradientTransformation) -> GradientTransformation:
+    """Zeroes the update and keeps the state of every leaf no ``parameters``
+    entry names (read from the `GroupState`'s ``slot``, so it works on fused
+    buffers too)."""
+
+    @fusable
+    def update(updates, state, params=None, **extra_args):
+        groups = find_states(state, GroupState)
+        treedef = jax.tree.structure(updates)
+        selected = treedef.unflatten([s >= 0 for s in treedef.flatten_up_to(groups[0].slot)])
+        out, new_state = inner.update(updates, state, params, **extra_args)
+        out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, selected)
+        return out, select_tree(selected, new_state, state)
+
+    return transformation(inner.init, update)
+
+
+def _clip_arg(owner, where, value):
+    if value is None or isinstance(value, Clip):
+        return value
+    raise TypeError(f"{owner}({where}=...): 'grad_clip' should be None or a paddle clip "
+                    f"(paddle.ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue); got {value!r}.")
+
+
+def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_clip=None,
+          multi_precision: bool = False, group_keys: tuple = ()) -> PaddleOptions:
+    """Checks the base-class arguments at construction (``Optimizer.__init__``);
+    ``group_keys``: the optimizer's own keys a group may set."""
+    if learning_rate is None:
+        raise ValueError(f"{owner}(learning_rate=None): learning_rate is not set.")
+    plateau = sched = None
+    if isinstance(learning_rate, ReduceOnPlateau):
+        plateau, base = learning_rate, learning_rate.base_lr
+    else:
+        base, sched = as_schedule(owner, learning_rate, DynamicLR)
+    wd = as_regularizer(owner, "weight_decay", weight_decay)
+    clip = _clip_arg(owner, "grad_clip", grad_clip)
+    check_bool(owner, "multi_precision", multi_precision)
+    groups, explicit = [_Group(0, None, 1.0, wd, clip)], False
+    if parameters is not None:
+        explicit = True
+        if isinstance(parameters, dict) or isinstance(parameters, str) or not isinstance(parameters, (list, tuple)):
+            raise TypeError(f"{owner}(parameters=...): must be a list of parameter names or a list of group "
+                            f"dicts (not a dict or a string); got {parameters!r}.")
+        if not parameters:
+            raise ValueError(f"{owner}(parameters=[]): the list is empty.")
+        if all(isinstance(g, dict) for g in parameters):
+            groups = []
+            for i, g in enumerate(parameters):
+                bad = [k for k in g if k not in GROUP_KEYS + tuple(group_keys)]
+                if bad:
+                    raise ValueError(f"{owner}(parameters=...): group {i} has key(s) {bad}; a group of this "
+                                     f"optimizer takes {GROUP_KEYS + tuple(group_keys)}.")
+                if "params" not in g:
+                    raise ValueError(f"{owner}(parameters=...): group {i}: params should be set in parameters "
+                                     "if parameter groups are optimized in different options.")
+                ratio = g.get("learning_rate", 1.0)
+                check_number(f"{owner}(parameters[{i}])", "learning_rate", ratio, low=0.0)
+                reg = as_regularizer(f"{owner}(parameters[{i}])", "weight_decay", g.get("weight_decay")) or wd
+                gclip = _clip_arg(f"{owner}(parameters[{i}])", "grad_clip", g["grad_clip"]) if "grad_clip" in g \
+                    else clip
+                extra = {k: g[k] for k in group_keys if k in g}
+                groups.append(_Group(i, _selection(owner, i, g["params"]), float(ratio), reg, gclip, extra))
+        elif all(isinstance(g, str) for g in parameters):
+            groups = [_Group(0, list(parameters), 1.0, wd, clip)]
+        else:
+            raise TypeError(f"{owner}(parameters=...): must be all names or all group dicts; got {parameters!r}.")
+    return PaddleOptions(owner, base, sched, plateau, tuple(groups), explicit, wd, clip, multi_precision)
+
+
+class PaddleOptimizer(optax.GradientTransformationExtraArgs):
+    """A Paddle optimizer: the ``(init, update)`` pair, with Paddle's
+    ``get_lr(state)`` / ``set_lr(state, value)`` as methods (``opt.get_lr()``)."""
+
+    def __new__(cls, tx, schedule=None):
+        self = super().__new__(cls, tx.init, tx.update)
+        self.schedule = schedule
+        return self
+
+    def get_lr(self, state) -> float:
+        return get_lr(state, self)
+
+    def set_lr(self, state, value: float):
+        return set_lr(state, value)
+
+
+def with_groups(hyper: dict, groups: dict) -> dict:
+    """``hyper`` plus ``<name>_group_<k>`` for each group's own value (float32 scalars)."""
+    from .._hyper import hyper_scalar  # noqa: PLC0415
+
+    out = {k: hyper_scalar(v) for k, v in hyper.items()}
+    for k, vals in groups.items():
+        out.update({f"{n}_group_{k}": hyper_scalar(v) for n, v in vals.items()})
+    return out
+
+
+def leaf_hyper(h: dict, slot, groups: dict) -> dict:
+    """The hyperparameters of one leaf of group ``slot``: its group's own
+    ``<name>_group_<k>`` where the group sets one, else the optimizer's."""
+    out = dict(h)
+    for k, vals in groups.items():
+        for n in vals:
+            out[n] = jnp.where(slot == k, h[f"{n}_group_{k}"], out[n])
+    return out
+
+
+def get_lr(state, tx=None) -> float:
+    """Paddle ``optimizer.get_lr()``: the learning rate the next step uses
+    (without the group ratios): the number, the schedule at the number of
+    steps done (``tx``, the optimizer, carries the schedule: pass it, or call
+    ``tx.get_lr(state)``), or `ReduceOnPlateau`'s current value."""
+    from ._plateau import PlateauState  # noqa: PLC0415
+
+    plateau = find_states(state, PlateauState)
+    if plateau:
+        return float(plateau[0].last_lr)
+    sched = getattr(tx, "schedule", None)
+    if _scheduled(state):
+        if sched is None:
+            raise ValueError("paddle.get_lr: the learning rate is a schedule; pass the optimizer "
+                             "(get_lr(state, tx) or tx.get_lr(state)).")
+        steps = find_states(state, StepState)[0].num_update
+        return float(sched.lr_for_update(jnp.asarray(steps) + 1, get_hyper(state, "learning_rate")))
+    return get_learning_rate(state)
+
+
+def set_lr(state, value: float):
+    """Paddle ``optimizer.set_lr(value)``: a new learning rate (no recompile);
+    a RuntimeError when the learning rate is an LRScheduler, a TypeError for
+    a non-number, as Paddle."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"The type of 'value' in optimizer.set_lr must be float, but received {type(value)}.")
+    from ._plateau import PlateauState  # noqa: PLC0415
+
+    if _scheduled(state) or find_states(state, PlateauState):
+        raise RuntimeError("optimizer's learning rate can't be LRScheduler when invoke this API, because this "
+                           "will lead to conflict.")
+    return set_hyper(state, learning_rate=float(value))

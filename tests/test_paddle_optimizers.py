@@ -1,0 +1,298 @@
+"""The Paddle optimizer family against float64 NumPy transcriptions of Paddle's
+kernels (paddle/phi/kernels/..., read for each rule), 12 steps, rtol 1e-5 /
+atol 1e-6 (float32 against float64); groups, need_clip, float16 master
+weights; names, get_lr/set_lr and argument checks."""
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradxform as gx
+from gradxform import paddle as P
+from gradxform import schedules as S
+
+SHAPES = {"b": (4,), "w": (3, 4)}  # flatten order: b, w
+
+
+def setup(seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    w0 = {k: rng.standard_normal(s).astype(dtype) for k, s in SHAPES.items()}
+    gs = [{k: (0.5 * rng.standard_normal(s)).astype(dtype) for k, s in SHAPES.items()} for _ in range(12)]
+    return w0, gs
+
+
+def run(tx, w0, gs):
+    p = {k: jnp.asarray(v) for k, v in w0.items()}
+    s = tx.init(p)
+    step = jax.jit(tx.update)
+    for g in gs:
+        u, s = step({k: jnp.asarray(v) for k, v in g.items()}, s, p)
+        p = gx.apply_updates(p, u)
+    return {k: np.asarray(v) for k, v in p.items()}, s
+
+
+def reference(rule, w0, gs, lr=0.01, wd=0.0, **kw):
+    """Runs ``rule(w, g, lr, t, state, **kw) -> w`` in float64, with L2 ``wd`` added to g first."""
+    w = {k: v.astype(np.float64) for k, v in w0.items()}
+    st = {k: {} for k in w}
+    for t, g in enumerate(gs, 1):
+        for k in w:
+            gk = g[k].astype(np.float64) + wd * w[k]
+            w[k] = rule(w[k], gk, lr, t, st[k], **kw)
+    return w
+
+
+def r_sgd(w, g, lr, t, s):
+    return w - lr * g
+
+
+def r_momentum(w, g, lr, t, s, mu=0.9, nesterov=False, rescale=1.0, l2=0.0):
+    g = rescale * g + l2 * w
+    s["v"] = mu * s.get("v", 0.0) + g
+    return w - (g + mu * s["v"]) * lr if nesterov else w - lr * s["v"]
+
+
+def r_adam(w, g, lr, t, s, b1=0.9, b2=0.999, eps=1e-8, amsgrad=False, coeff=0.0):
+    w = w - lr * coeff * w
+    s["m"] = b1 * s.get("m", 0.0) + (1 - b1) * g
+    s["v"] = b2 * s.get("v", 0.0) + (1 - b2) * g * g
+    v = s["vmax"] = np.maximum(s.get("vmax", 0.0), s["v"]) if amsgrad else s["v"]
+    lr_t = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+    return w - lr_t * s["m"] / (np.sqrt(v) + eps * np.sqrt(1 - b2 ** t))
+
+
+def r_adamax(w, g, lr, t, s, b1=0.9, b2=0.999, eps=1e-8):
+    s["m"] = b1 * s.get("m", 0.0) + (1 - b1) * g
+    s["u"] = np.maximum(np.abs(g), b2 * s.get("u", 0.0) + eps)
+    return w - lr / (1 - b1 ** t) * s["m"] / s["u"]
+
+
+def r_adagrad(w, g, lr, t, s, eps=1e-6, init=0.0):
+    s["h"] = s.get("h", init) + g * g
+    return w - lr * g / (np.sqrt(s["h"]) + eps)
+
+
+def r_adadelta(w, g, lr, t, s, rho=0.95, eps=1e-6):
+    s["eg"] = rho * s.get("eg", 0.0) + (1 - rho) * g * g
+    d = -np.sqrt(s.get("ex", 0.0) + eps) / np.sqrt(s["eg"] + eps) * g
+    s["ex"] = rho * s.get("ex", 0.0) + (1 - rho) * d * d
+    return w + lr * d
+
+
+def r_rmsprop(w, g, lr, t, s, rho=0.95, eps=1e-6, mom=0.0, centered=False):
+    s["ms"] = rho * s.get("ms", 0.0) + (1 - rho) * g * g
+    den = s["ms"] + eps
+    if centered:
+        s["mg"] = rho * s.get("mg", 0.0) + (1 - rho) * g
+        den = den - s["mg"] ** 2
+    s["mom"] = mom * s.get("mom", 0.0) + lr * g / np.sqrt(den)
+    return w - s["mom"]
+
+
+def r_lamb(w, g, lr, t, s, wd=0.01, b1=0.9, b2=0.999, eps=1e-6):
+    s["m"] = b1 * s.get("m", 0.0) + (1 - b1) * g
+    s["v"] = b2 * s.get("v", 0.0) + (1 - b2) * g * g
+    r = (s["m"] / (1 - b1 ** t)) / (np.sqrt(s["v"] / (1 - b2 ** t)) + eps) + wd * w
+    pn, tn = np.linalg.norm(w), np.linalg.norm(r)
+    ratio = pn / tn if pn > 0 and tn > 0 and wd != 0 else 1.0
+    return w - lr * ratio * r
+
+
+def r_nadam(w, g, lr, t, s, b1=0.9, b2=0.999, eps=1e-8, md=0.004):
+    mu_t = b1 * (1 - 0.5 * 0.96 ** (t * md))
+    mu_t1 = b1 * (1 - 0.5 * 0.96 ** ((t + 1) * md))
+    s["mup"] = s.get("mup", 1.0) * mu_t
+    s["m"] = b1 * s.get("m", 0.0) + (1 - b1) * g
+    s["v"] = b2 * s.get("v", 0.0) + (1 - b2) * g * g
+    mh = mu_t1 * s["m"] / (1 - s["mup"] * mu_t1) + (1 - mu_t) * g / (1 - s["mup"])
+    return w - lr * mh / (np.sqrt(s["v"] / (1 - b2 ** t)) + eps)
+
+
+def r_radam(w, g, lr, t, s, b1=0.9, b2=0.999, eps=1e-8):
+    rho_inf = 2 / (1 - b2) - 1
+    rho_t = rho_inf - 2 * t * b2 ** t / (1 - b2 ** t)
+    s["m"] = b1 * s.get("m", 0.0) + (1 - b1) * g
+    s["v"] = b2 * s.get("v", 0.0) + (1 - b2) * g * g
+    mh = s["m"] / (1 - b1 ** t)
+    if rho_t > 5:
+        r = np.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+        return w - lr * mh * r * np.sqrt(1 - b2 ** t) / (np.sqrt(s["v"]) + eps)
+    return w - lr * mh
+
+
+def r_rprop(w, g, lr, t, s, lo=1e-5, hi=50.0, en=0.5, ep=1.2):
+    prod = g * s.get("prev", 0.0)
+    eta = np.where(prod > 0, ep, np.where(prod < 0, en, 1.0))
+    g = np.where(prod < 0, 0.0, g)
+    s["lrs"] = np.clip(s.get("lrs", np.full_like(w, lr)) * eta, lo, hi)
+    s["prev"] = g
+    return w - np.sign(g) * s["lrs"]
+
+
+def r_asgd(w, g, lr, t, s, n=1):
+    y = s.setdefault("y", [np.zeros_like(w) for _ in range(n)])
+    i = (t - 1) % n
+    s["d"] = s.get("d", 0.0) - y[i] + g
+    y[i] = g
+    return w - lr * s["d"] / min(t, n)
+
+
+CASES = [
+    ("sgd", dict(learning_rate=0.1), r_sgd, dict(lr=0.1)),
+    ("sgd_l2", dict(learning_rate=0.1, weight_decay=0.05), r_sgd, dict(lr=0.1, wd=0.05)),
+    ("momentum", dict(learning_rate=0.05), r_momentum, dict(lr=0.05)),
+    ("momentum_nesterov_rescale_l2", dict(learning_rate=0.05, momentum=0.8, use_nesterov=True, rescale_grad=0.5,
+                                          weight_decay=P.L2Decay(0.02)),
+     r_momentum, dict(lr=0.05, mu=0.8, nesterov=True, rescale=0.5, l2=0.02)),
+    ("adam", dict(learning_rate=0.01), r_adam, dict(lr=0.01)),
+    ("adam_amsgrad", dict(learning_rate=0.01, beta1=0.8, beta2=0.99, epsilon=1e-6, amsgrad=True),
+     r_adam, dict(lr=0.01, b1=0.8, b2=0.99, eps=1e-6, amsgrad=True)),
+    ("adamw", dict(learning_rate=0.01, weight_decay=0.1), r_adam, dict(lr=0.01, coeff=0.1)),
+    ("adamax", dict(learning_rate=0.01), r_adamax, dict(lr=0.01)),
+    ("adagrad", dict(learning_rate=0.1, initial_accumulator_value=0.2), r_adagrad, dict(lr=0.1, init=0.2)),
+    ("adadelta", dict(learning_rate=0.5, rho=0.9), r_adadelta, dict(lr=0.5, rho=0.9)),
+    ("rmsprop", dict(learning_rate=0.01, momentum=0.5, centered=True), r_rmsprop,
+     dict(lr=0.01, mom=0.5, centered=True)),
+    ("lamb", dict(learning_rate=0.01), r_lamb, dict(lr=0.01)),
+    ("nadam", dict(learning_rate=0.01), r_nadam, dict(lr=0.01)),
+    ("radam", dict(learning_rate=0.01, beta2=0.9), r_radam, dict(lr=0.01, b2=0.9)),
+    ("rprop", dict(learning_rate=0.01, learning_rate_range=(1e-4, 0.05)), r_rprop, dict(lr=0.01, lo=1e-4, hi=0.05)),
+    ("asgd", dict(learning_rate=0.05, batch_num=3), r_asgd, dict(lr=0.05, n=3)),
+]
+
+
+@pytest.mark.parametrize("label, kw, rule, ref", CASES, ids=[c[0] for c in CASES])
+def test_float64_transcription_12_steps(label, kw, rule, ref):
+    name = label.split("_")[0]
+    w0, gs = setup()
+    got, _ = run(getattr(P, name)(**kw), w0, gs)
+    want = reference(rule, w0, gs, **ref)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=f"{label} {k}")
+
+
+def test_groups_lr_ratio_regularizer_clip_per_group_and_unnamed_frozen():
+    w0, gs = setup()
+    w0["frozen"] = np.ones(2, np.float32)
+    gs = [dict(g, frozen=np.ones(2, np.float32)) for g in gs]
+    tx = P.sgd(0.1, parameters=[{"params": ["w"], "learning_rate": 0.5, "weight_decay": P.L1Decay(0.02)},
+                                {"params": ["b"], "grad_clip": None}],
+               weight_decay=0.05, grad_clip=P.ClipGradByGlobalNorm(0.5))
+    got, _ = run(tx, w0, gs)
+    w = {k: v.astype(np.float64) for k, v in w0.items()}
+    for g in gs:
+        gw = g["w"].astype(np.float64)
+        gw = gw * 0.5 / max(np.linalg.norm(gw), 0.5)  # the group's own global norm
+        w["w"] = w["w"] - 0.05 * (gw + 0.02 * np.sign(w["w"]))
+        w["b"] = w["b"] - 0.1 * (g["b"] + 0.05 * w["b"])
+    for k in ("w", "b"):
+        np.testing.assert_allclose(got[k], w[k], rtol=1e-5, atol=1e-6)
+    assert np.array_equal(got["frozen"], w0["frozen"])
+
+
+def test_need_clip_leaves_a_parameter_out_of_the_norm():
+    g = {"a": jnp.asarray([3.0, 4.0]), "b": jnp.asarray([0.0, 12.0])}
+    c = P.ClipGradByGlobalNorm(1.0, need_clip={"b": False})
+    out, _ = c.update(g, c.init(g))
+    np.testing.assert_allclose(np.asarray(out["a"]), [0.6, 0.8], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(out["b"]), [0.0, 12.0])
+
+
+@pytest.mark.parametrize("name", ["sgd", "momentum", "adam"])
+def test_float16_multi_precision_keeps_a_float32_master(name):
+    w0, gs = setup(dtype=np.float16)
+    tx = getattr(P, name)(learning_rate=0.01, multi_precision=True)
+    got, _ = run(tx, w0, gs)
+    rule = {"sgd": r_sgd, "momentum": r_momentum, "adam": r_adam}[name]
+    want = reference(rule, {k: v.astype(np.float32) for k, v in w0.items()},
+                     [{k: v.astype(np.float32) for k, v in g.items()} for g in gs], lr=0.01)
+    for k in want:
+        assert got[k].dtype == np.float16
+        # one float16 rounding of the float32 master copy
+        np.testing.assert_allclose(got[k].astype(np.float32), want[k], rtol=1e-3, atol=1e-3)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        getattr(P, name)(learning_rate=0.01).init({k: jnp.asarray(v) for k, v in w0.items()})
+    assert any("multi_precision" in str(r.message) for r in rec)
+
+
+def test_registered_names_and_class_name_constructors():
+    for n in ("sgd", "momentum", "adam", "adamw", "adamax", "adagrad", "adadelta", "rmsprop", "lamb", "nadam",
+              "radam", "rprop", "asgd"):
+        assert f"paddle.{n}" in gx.registered_names()
+    assert isinstance(P.L2Decay(0.1), type(P.l2_decay(0.1))) and P.L2Decay(0.1).coeff == 0.1
+    assert P.clip_grad_by_norm(1.0).kind == P.ClipGradByNorm(1.0).kind == "norm"
+
+
+def test_get_lr_and_set_lr_follow_paddle():
+    p = {"w": jnp.ones(3)}
+    st = P.momentum(0.1).init(p)
+    assert P.get_lr(P.set_lr(st, 0.2)) == pytest.approx(0.2)
+    with pytest.raises(TypeError, match="set_lr"):
+        P.set_lr(st, "0.1")
+    opt = P.momentum(S.StepDecay(0.1, step_size=2, gamma=0.5))
+    sched = opt.init(p)
+    with pytest.raises(RuntimeError, match="LRScheduler"):
+        opt.set_lr(sched, 0.2)
+    lrs = []  # Paddle: get_lr() before step t is the scheduler at last_epoch = t
+    for _ in range(5):
+        lrs.append(opt.get_lr(sched))
+        _, sched = opt.update(p, sched, p)
+    np.testing.assert_allclose(lrs, [0.1, 0.1, 0.05, 0.05, 0.025], rtol=1e-6)
+    plateau = P.sgd(S.ReduceOnPlateau(0.1)).init(p)
+    with pytest.raises(RuntimeError, match="LRScheduler"):
+        P.set_lr(plateau, 0.2)
+    assert P.get_lr(plateau) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("fn, kw, exc, match", [
+    (P.sgd, dict(learning_rate=None), ValueError, "learning_rate"),
+    (P.momentum, dict(momentum=None), ValueError, "momentum"),
+    (P.adam, dict(beta1=1.0), ValueError, "beta1"),
+    (P.adam, dict(epsilon=-1.0), ValueError, "epsilon"),
+    (P.adamw, dict(weight_decay=P.L2Decay(0.1)), TypeError, "weight_decay"),
+    (P.rmsprop, dict(learning_rate=0.1, rho=-0.1), ValueError, "rho"),
+    (P.rprop, dict(learning_rate=1.0, learning_rate_range=(1e-5, 0.5)), ValueError, "learning_rate_range"),
+    (P.rprop, dict(etas=(1.2, 0.5)), ValueError, "etas"),
+    (P.sgd, dict(weight_decay="l2"), TypeError, "weight_decay"),
+    (P.sgd, dict(grad_clip=1.0), TypeError, "grad_clip"),
+    (P.sgd, dict(parameters={"params": ["w"]}), TypeError, "parameters"),
+    (P.adam, dict(parameters=[{"params": ["w"], "momentum": 0.5}]), ValueError, "momentum"),
+    (P.adam, dict(parameters=[{"params": ["w"], "beta1": 1.5}]), ValueError, "beta1"),
+    (P.rmsprop, dict(learning_rate=0.1, parameters=[{"params": ["w"], "centered": True}]), ValueError, "centered"),
+    (P.sgd, dict(multi_precision=1), TypeError, "multi_precision"),
+])
+def test_arguments_checked_at_construction(fn, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        fn(**kw)
+
+
+def test_a_group_naming_no_parameter_or_two_groups_sharing_one_is_an_error():
+    p = {"w": jnp.ones(3), "b": jnp.ones(2)}
+    with pytest.raises(ValueError, match="matches no parameter"):
+        P.sgd(0.1, parameters=["nope"]).init(p)
+    with pytest.raises(ValueError, match="more than one"):
+        P.sgd(0.1, parameters=[{"params": ["w"]}, {"params": ["w", "b"]}]).init(p)
+
+
+@pytest.mark.parametrize("name, kw, exact", [
+    ("adam", dict(parameters=[{"params": ["w"], "learning_rate": 0.5, "weight_decay": P.L1Decay(0.01)},
+                              {"params": ["b"]}], weight_decay=0.02, grad_clip=P.ClipGradByValue(0.3)), True),
+    ("momentum", dict(parameters=[{"params": ["w"], "weight_decay": P.L1Decay(0.01)}, {"params": ["b"]}],
+                      weight_decay=P.L2Decay(0.02), use_nesterov=True), True),
+    ("lamb", dict(grad_clip=P.ClipGradByGlobalNorm(0.5)), False),
+    ("adamw", dict(parameters=[{"params": ["w"], "weight_decay": 0.2}, {"params": ["b"]}],
+                   grad_clip=P.ClipGradByGlobalNorm(0.5, need_clip={"b": False})), False),
+])
+def test_groups_and_clips_fuse(name, kw, exact):
+    w0, gs = setup()
+    tx = getattr(P, name)(learning_rate=0.01, **kw)
+    ref, _ = run(tx, w0, gs[:4])
+    got, state = run(gx.fused(tx, strict=True), w0, gs[:4])
+    for k in ref:
+        if exact:  # elementwise pieces with per-group scalars: bit for bit
+            assert np.array_equal(ref[k], got[k]), k
+        else:  # a norm summed over buffers in another order
+            np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-7)
