@@ -25,7 +25,7 @@ def test_unknown_name_suggests_the_closest_names_in_a_short_message():
     ("mindspore.AdamWeightDecay", "mindspore.adam_weight_decay"), ("mindspore.LazyAdam", "mindspore.lazy_adam"),
     ("mindspore.ProximalAdagrad", "mindspore.proximal_adagrad"), ("mindspore.RMSProp", "mindspore.rmsprop"),
     ("mindspore.Momentum", "mindspore.momentum"), ("SGD", "mxnet.sgd"), ("mxnet.NAG", "mxnet.nag"),
-    ("paddle.ASGD", "paddle.asgd"), ("mindspore.adam_weight_decay", "mindspore.adam_weight_decay"),
+    ("paddle.ASGD", "paddle.asgd"), ("paddle.AdamW", "paddle.adamw"), ("mindspore.adam_weight_decay", "mindspore.adam_weight_decay"),
 ])
 def test_framework_class_names_resolve_case_and_underscore_blind(name, key):
     from gradxform._registry import _resolve
