@@ -10,7 +10,8 @@ that JAX continues exactly where MXNet would have gone).
 
 Run from the repository root::
 
-    python examples/resume_from_gluon.py
+    python examples/resume_from_gluon.py           # continues for 4x the recorded steps
+    python examples/resume_from_gluon.py --fast    # only the steps MXNet recorded (a smoke test)
 
 No MXNet is needed: the states file is read with gradxform's restricted
 unpickler.
@@ -42,7 +43,7 @@ def loss_fn(params, x, y):
     return jnp.sum(per_sample)
 
 
-def main():
+def main(fast: bool = False):
     z = np.load(os.path.join(CASE, "trajectory.npz"))
     meta = json.loads(str(z["meta"]))
     k, n, batch = meta["k"], meta["n"], meta["batch_size"]
@@ -75,7 +76,7 @@ def main():
         before = {name: jnp.asarray(z[f"p_{t - 1}_{name}"] if t else z[f"p0_{name}"]) for name in names}
         after = {name: jnp.asarray(z[f"p_{t}_{name}"]) for name in names}
         print(f"{t:4d}  mxnet      {float(loss_fn(before, *batches[t])) / batch:10.6f}  {full_loss(after):9.6f}")
-    for t in range(k, 4 * n):  # continued in JAX; the recorded batches repeat after step n-1
+    for t in range(k, n if fast else 4 * n):  # continued in JAX; the recorded batches repeat after step n-1
         x, y = batches[t % n]
         params, state, loss = step(params, state, x, y)
         diff = ""
@@ -86,4 +87,8 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fast", action="store_true", help="stop where MXNet's recording stops")
+    main(ap.parse_known_args()[0].fast)  # known args only: tests run it with runpy under pytest

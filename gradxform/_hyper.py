@@ -1,5 +1,12 @@
 """Hyperparameters as state: read and change them between steps without a recompile.
 
+They work on any container of an optimizer state: a plain state, a Flax
+``TrainState.opt_state``, and an ``nnx.Optimizer``'s ``opt_state`` (whose
+leaves are ``nnx`` Variables: `set_hyper` writes into them in place and also
+returns the state), and inside ``jit`` (values are then traced: the host-side
+range checks and ``set_learning_rate``'s schedule check are skipped, and
+`get_learning_rate` returns an array).
+
 Every piece keeps its numeric hyperparameters in a ``hyper`` dict field of its
 state, as float32 scalars whatever the parameter dtype (a bfloat16 model keeps
 ``beta2=0.999`` as 0.999, not 1.0). Changing one with `set_hyper` swaps an
@@ -61,6 +68,17 @@ def _hyper_dicts(state) -> list[dict]:
     return [d for _, d in _hyper_paths(state)]
 
 
+def _raw(x):
+    """The array inside an ``nnx`` Variable (``OptArray``), else ``x``."""
+    if not isinstance(x, jax.Array) and callable(getattr(x, "get_value", None)):
+        return x.get_value()
+    return x
+
+
+def _traced(x) -> bool:
+    return isinstance(_raw(x), jax.core.Tracer)
+
+
 def _walk(state, visit) -> None:
     """Calls ``visit(hyper_dict, path)`` for every hyperparameter dict in ``state``."""
     for path, d in _hyper_paths(state):
@@ -84,7 +102,7 @@ def get_hyper(state, name: str):
     if not found:
         raise KeyError(f"get_hyper: no hyperparameter {name!r} in this state; "
                        f"it holds {hyper_names(state)}.")
-    return found[0]
+    return _raw(found[0])
 
 
 def set_hyper(state, **values):
@@ -103,6 +121,7 @@ def set_hyper(state, **values):
         if name not in known:
             raise KeyError(f"set_hyper: no hyperparameter {name!r} in this state; "
                            f"it holds {known}.")
+        value = _raw(value)
         if isinstance(value, (jax.Array, np.ndarray)) and np.ndim(value) != 0:
             raise ValueError(f"set_hyper({name}=...): expected a scalar; got shape {np.shape(value)}.")
         if not isinstance(value, jax.core.Tracer):
@@ -112,7 +131,14 @@ def set_hyper(state, **values):
                             suffix=f" (the range of {owner})" if owner else "")
 
     def new_value(k, v):
-        return jnp.asarray(values[k], dtype=jnp.asarray(v).dtype).reshape(jnp.shape(v)) if k in values else v
+        if k not in values:
+            return v
+        raw = _raw(v)
+        new = jnp.asarray(_raw(values[k]), dtype=jnp.asarray(raw).dtype).reshape(jnp.shape(raw))
+        if raw is not v:  # an nnx Variable: written in place, as nnx.Optimizer holds it
+            v.set_value(new)
+            return v
+        return new
 
     def write(_, node):
         kids = {}
@@ -143,8 +169,12 @@ def tag_owner(state, owner: str):
     return map_states(write, state)
 
 
-def _scheduled(state) -> bool:
-    return any(bool(d["scheduled"]) for d in _hyper_dicts(state) if "scheduled" in d)
+def _scheduled(state):
+    """Whether a schedule sets the learning rate: a bool, or a traced bool inside jit."""
+    flags = [_raw(d["scheduled"]) for d in _hyper_dicts(state) if "scheduled" in d]
+    if any(isinstance(f, jax.core.Tracer) for f in flags):
+        return jnp.any(jnp.stack([jnp.asarray(f, bool).reshape(()) for f in flags]))
+    return any(bool(f) for f in flags)
 
 
 def get_learning_rate(state) -> float:
@@ -154,7 +184,12 @@ def get_learning_rate(state) -> float:
     is the schedule's value at the current update count (MXNet's
     ``optimizer.learning_rate``). Per-parameter ``lr_mult`` is not applied.
     """
-    if _scheduled(state):
+    scheduled = _scheduled(state)
+    if isinstance(scheduled, jax.Array):  # inside jit
+        lr = get_hyper(state, "learning_rate")
+        current = get_hyper(state, "current_lr") if "current_lr" in hyper_names(state) else lr
+        return jnp.where(scheduled, current, lr)
+    if scheduled:
         return float(get_hyper(state, "current_lr"))
     return float(get_hyper(state, "learning_rate"))
 
@@ -162,9 +197,11 @@ def get_learning_rate(state) -> float:
 def set_learning_rate(state, learning_rate: float):
     """Returns ``state`` with a new base learning rate (no recompile).
 
-    As in MXNet, this is refused when the learning rate comes from a schedule.
+    As in MXNet, this is refused when the learning rate comes from a schedule
+    (inside jit that check cannot run: the value is written).
     """
-    if _scheduled(state):
+    scheduled = _scheduled(state)
+    if not isinstance(scheduled, jax.Array) and scheduled:
         raise UserWarning("LRScheduler of the optimizer has already been defined. Note that "
                           "set_learning_rate can mutate the value of the learning rate of the "
                           "optimizer only when the LRScheduler of the optimizer is undefined.")

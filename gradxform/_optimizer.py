@@ -15,7 +15,7 @@ from .pieces.internal import skip_nonfinite as _skip_nonfinite
 from .pieces.internal import masked_by_update_mask
 from .pieces.internal import FP16_WARNING, is_low_precision, with_master_weights
 
-__all__ = ["finalize"]
+__all__ = ["finalize", "guard", "with_guard_option"]
 
 
 def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
@@ -51,11 +51,19 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
             return inner.init(params)
 
         tx = transformation(init, inner.update)
-    if skip_nonfinite:
-        tx = _skip_nonfinite(tx, max_consecutive=max_consecutive)
+    tx = guard(tx, skip_nonfinite, max_consecutive)
     if validate:
         tx = validated(tx, master_weights=multi_precision)
     return _donatable(tx, owner)
+
+
+def guard(tx: GradientTransformation, skip_nonfinite: bool, max_consecutive: int | None = 100):
+    """The one place an optimizer's ``skip_nonfinite=`` is applied
+    (`gradxform.pieces.skip_nonfinite`); every family goes through it, via
+    `finalize` or `with_guard_option`."""
+    if not isinstance(skip_nonfinite, bool):
+        raise TypeError(f"skip_nonfinite must be a bool; got {skip_nonfinite!r}.")
+    return _skip_nonfinite(tx, max_consecutive=max_consecutive) if skip_nonfinite else tx
 
 
 def _donatable(tx: GradientTransformation, owner: str | None = None) -> GradientTransformation:
@@ -81,7 +89,7 @@ def with_guard_option(factory):
     @functools.wraps(factory)
     def wrapper(*args, skip_nonfinite: bool = False, **kwargs):
         tx = factory(*args, **kwargs)
-        return _donatable(_skip_nonfinite(tx)) if skip_nonfinite else tx
+        return _donatable(guard(tx, skip_nonfinite)) if skip_nonfinite else tx
 
     params = list(sig.parameters.values())
     extra = inspect.Parameter("skip_nonfinite", inspect.Parameter.KEYWORD_ONLY, default=False)

@@ -1,36 +1,74 @@
 """``create`` and ``register``: optimizers by name, as ``mx.optimizer.create``.
 
-Names are case-insensitive. A bare name means the MXNet flavour (Gluon's API
-is the default); other families are reached by a namespaced name such as
-``mindspore.rmsprop`` or ``paddle.asgd``.
+Names are case-insensitive and underscores do not count, so each framework's
+class names work beside the snake_case ones: ``'mindspore.AdamWeightDecay'``
+is ``'mindspore.adam_weight_decay'``, ``'mindspore.LazyAdam'`` is
+``'mindspore.lazy_adam'``, ``'SGD'`` is ``'sgd'``. A bare name means the
+MXNet flavour (Gluon's API is the default); other families are reached by a
+namespaced name such as ``mindspore.rmsprop`` or ``paddle.asgd``.
+
+``register`` takes MXNet's idiom as it is: ``@gradxform.register`` bare on a
+function or a class (``@mx.optimizer.Optimizer.register``), then
+``create('MyOptimizer')``; or ``@gradxform.register('name', family=...)``.
+A registered class is called with the keywords and must give a
+transformation, or an object with ``init`` and ``update`` methods.
 """
 from __future__ import annotations
 
+import difflib
 import inspect
 import warnings
 from typing import Callable
 
-from ._base import GradientTransformation
+from ._base import GradientTransformation, transformation
 
 __all__ = ["create", "register", "registered_names"]
 
 _REGISTRY: dict[str, Callable[..., GradientTransformation]] = {}
 DEFAULT_FAMILY = "mxnet"
 
+# what porting users type for another framework's keyword
+_SYNONYMS = {"lr": ("learning_rate",), "weight_decay": ("wd",), "wd": ("weight_decay",),
+             "momentum_decay": ("momentum",), "eps": ("epsilon",), "epsilon": ("eps",),
+             "betas": ("beta1", "beta2"), "b1": ("beta1",), "b2": ("beta2",), "nesterov": ("use_nesterov",),
+             "use_nesterov": ("nesterov",), "grad_clip": ("clip_gradient",), "clip_grad": ("clip_gradient",),
+             "scheduler": ("lr_scheduler", "learning_rate"), "lr_schedule": ("lr_scheduler", "learning_rate"),
+             "parameters": ("params", "groups"), "params": ("groups",)}
 
-def register(name: str | None = None, *, family: str = DEFAULT_FAMILY):
-    """Decorator: registers an optimizer factory as ``family.name`` (and, for
-    the default family, under the bare name). Re-registering a name warns and
-    replaces it, as MXNet does."""
+
+def _norm(key: str) -> str:
+    return key.lower().replace("_", "")
+
+
+def _key(name: str, family: str) -> str:
+    return f"{family}.{name.lower()}"
+
+
+def register(name=None, *, family: str = DEFAULT_FAMILY):
+    """Registers an optimizer factory (a function or a class) as
+    ``family.name`` (and, for the default family, under the bare name).
+
+    Use it bare, ``@register`` (the name is the function's or class's own
+    ``__name__``), or with a name, ``@register('my_sgd', family='mxnet')``.
+    Re-registering a name warns and replaces it, as MXNet does. Returns the
+    factory unchanged."""
 
     def deco(factory):
-        key = f"{family}.{(name or factory.__name__).lower()}"
-        if key in _REGISTRY and _REGISTRY[key] is not factory:
+        if not callable(factory):
+            raise TypeError(f"register: expected a function or class; got {factory!r}.")
+        key = _key(name or factory.__name__, family)
+        old = _REGISTRY.get(key)
+        if old is not None and old is not factory:
             warnings.warn(f"register: {key!r} is being overridden by {factory.__module__}."
                           f"{factory.__qualname__}.", UserWarning, stacklevel=2)
         _REGISTRY[key] = factory
         return factory
 
+    if callable(name) and not isinstance(name, str):  # bare @register
+        factory, name = name, None
+        return deco(factory)
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"register(name=...): must be a string or None; got {name!r}.")
     return deco
 
 
@@ -40,29 +78,84 @@ def registered_names() -> list[str]:
 
 
 def _resolve(name: str) -> str:
+    """The registered key for ``name`` (exact, else case- and underscore-blind),
+    or the namespaced form of ``name`` when nothing is registered under it."""
     key = name.lower()
     if "." not in key:
         key = f"{DEFAULT_FAMILY}.{key}"
+    if key in _REGISTRY:
+        return key
+    family, _, bare = key.partition(".")
+    want = f"{family}.{_norm(bare)}"
+    for k in _REGISTRY:
+        fam, _, b = k.partition(".")
+        if f"{fam}.{_norm(b)}" == want:
+            return k
     return key
+
+
+def _suggest(name: str) -> list[str]:
+    """The registered names closest to ``name`` (bare MXNet names as bare)."""
+    shown = {k.split(".", 1)[1] if k.startswith(DEFAULT_FAMILY + ".") else k: k for k in _REGISTRY}
+    probe = name.lower()
+    pool = {_norm(s): s for s in shown}
+    close = difflib.get_close_matches(_norm(probe), list(pool), n=3, cutoff=0.6)
+    if "." in probe:  # also try the bare part against each family
+        close += [c for c in difflib.get_close_matches(_norm(probe.split(".", 1)[1]), list(pool), n=3, cutoff=0.6)
+                  if c not in close]
+    return [pool[c] for c in close][:3]
+
+
+def keywords_of(factory) -> list[str]:
+    """The keyword arguments ``factory`` takes (its signature's names)."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in sig.parameters.values()
+            if p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+
+
+def unknown_keyword_message(who: str, given: str, known: list[str]) -> str:
+    """``who: unknown keyword 'lr'; did you mean 'learning_rate'? It takes: ...``."""
+    close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
+    close = close or [s for s in _SYNONYMS.get(given, ()) if s in known][:1]
+    hint = f"; did you mean {close[0]!r}?" if close else "."
+    return f"{who}: unknown keyword {given!r}{hint} It takes: {', '.join(known)}."
+
+
+def _as_transformation(obj, key: str) -> GradientTransformation:
+    if isinstance(obj, tuple) and hasattr(obj, "init") and hasattr(obj, "update"):
+        return obj
+    if callable(getattr(obj, "init", None)) and callable(getattr(obj, "update", None)):
+        return transformation(obj.init, obj.update)
+    raise TypeError(f"create({key!r}): the registered factory returned {type(obj).__name__}, which is not a "
+                    "transformation; it must return an (init, update) pair or an object with init(params) and "
+                    "update(updates, state, params=None) methods.")
 
 
 def create(name: str, **kwargs) -> GradientTransformation:
     """Builds the optimizer registered under ``name`` with ``kwargs``.
 
-    Raises ValueError for an unknown name (listing the known ones) and
-    TypeError for a keyword the optimizer does not take.
+    Raises ValueError for an unknown name (suggesting the closest names) and
+    TypeError for a keyword the optimizer does not take (naming its keywords
+    and the closest match).
     """
     if not isinstance(name, str):
         raise TypeError(f"create: name must be a string; got {type(name).__name__}.")
     key = _resolve(name)
     if key not in _REGISTRY:
-        bare = sorted(k.split(".", 1)[1] for k in _REGISTRY if k.startswith(DEFAULT_FAMILY + "."))
-        others = sorted(k for k in _REGISTRY if not k.startswith(DEFAULT_FAMILY + "."))
-        raise ValueError(f"Cannot find optimizer {name!r}. Known names: {', '.join(bare)}"
-                         + (f"; and namespaced: {', '.join(others)}" if others else "") + ".")
+        close = _suggest(name)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
+        raise ValueError(f"Cannot find optimizer {name!r}{hint} (gradxform.registered_names() lists all "
+                         f"{len(_REGISTRY)}.)")
     factory = _REGISTRY[key]
     try:
         inspect.signature(factory).bind(**kwargs)
     except TypeError as err:
+        known = keywords_of(factory)
+        bad = [k for k in kwargs if k not in known]
+        if bad and known:
+            raise TypeError(unknown_keyword_message(f"create({name!r})", bad[0], known)) from None
         raise TypeError(f"create({name!r}): {err}") from None
-    return factory(**kwargs)
+    return _as_transformation(factory(**kwargs), key)

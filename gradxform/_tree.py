@@ -1,4 +1,4 @@
-"""Parameter names, per-parameter multipliers and per-leaf selection.
+"""Parameter names and per-leaf selection of state (choosing parameters by name: `gradxform._selectors`).
 
 A parameter's name is its pytree key path joined by ``/``: dict keys and
 attribute names as they are, list and tuple positions as their index, e.g.
@@ -8,16 +8,12 @@ parameters of a dict (it sorts the keys), so leaf ``i`` is MXNet index ``i``.
 """
 from __future__ import annotations
 
-import fnmatch
-from typing import Callable, Mapping
-
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ._state_paths import map_param_trees
 
-__all__ = ["key_name", "param_names", "multipliers", "select_tree"]
+__all__ = ["key_name", "param_names", "select_tree"]
 
 
 def key_name(key) -> str:
@@ -32,48 +28,6 @@ def param_names(tree) -> list[str]:
     """Names of the leaves of ``tree`` in flatten order."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
     return ["/".join(key_name(k) for k in path) for path, _ in leaves]
-
-
-def multipliers(names: list[str], mapping: Mapping[str, float] | Callable[[str], float] | None,
-                default: Callable[[str], float] | float = 1.0, what: str = "lr_mult") -> np.ndarray:
-    """Resolves a name -> multiplier mapping to one float32 value per leaf.
-
-    ``mapping`` keys are exact names or glob patterns (``fnmatch``); an exact
-    name wins over patterns, and among patterns the first match in the
-    mapping's order wins. Unmatched leaves get ``default`` (a number, or a
-    function of the name). A callable ``mapping`` is called with each name.
-    """
-    out = np.empty(len(names), np.float32)
-    for i, name in enumerate(names):
-        value = default(name) if callable(default) else default
-        if callable(mapping):
-            value = mapping(name)
-        elif mapping:
-            if name in mapping:
-                value = mapping[name]
-            else:
-                for pattern, v in mapping.items():
-                    if isinstance(pattern, str) and fnmatch.fnmatchcase(name, pattern):
-                        value = v
-                        break
-        value = float(value)
-        if not np.isfinite(value) or value < 0:
-            raise ValueError(f"{what}[{name!r}] must be a finite number >= 0; got {value}.")
-        out[i] = value
-    return out
-
-
-def check_mapping_keys(names: list[str], mapping, what: str) -> None:
-    """A key that matches no parameter is almost always a typo: say so."""
-    if not mapping or callable(mapping):
-        return
-    for pattern in mapping:
-        if isinstance(pattern, int):
-            continue
-        if pattern not in names and not any(fnmatch.fnmatchcase(n, pattern) for n in names):
-            raise ValueError(
-                f"{what}: {pattern!r} matches no parameter; parameter names are "
-                f"{names[:8]}{' ...' if len(names) > 8 else ''}.")
 
 
 def select_tree(mask, new, old):

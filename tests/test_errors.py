@@ -164,7 +164,6 @@ def test_validated_is_usable_on_any_transformation():
     ("adam", dict(beta2=1.0), "mxnet.adam(beta2=...): beta2 must be in [0, 1); got 1.0."),
     ("adam", dict(epsilon=0.0), "mxnet.adam(epsilon=...): epsilon must be in (0, inf); got 0.0."),
     ("sgd", dict(wd=-1e-4), "mxnet.sgd(wd=...): wd must be in [0, inf); got -0.0001."),
-    ("rmsprop", dict(clip_gradient=0.0), "mxnet.rmsprop(clip_gradient=...): clip_gradient must be in (0, inf)"),
     ("adagrad", dict(learning_rate=float("nan")), "mxnet.adagrad(learning_rate=...): learning_rate must be in"),
 ])
 def test_hyperparameters_out_of_range_at_construction(name, kwargs, match):

@@ -112,3 +112,26 @@ def test_on_completed_steps_with_track_step():
 def test_schedule_arguments_checked_at_construction(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
         make()
+
+
+def test_user_callables_are_adapted_and_a_stateful_object_is_left_as_it_was():
+    import optax
+    from gradxform.schedules._user import UserSchedule, untraceable_reason, wrap
+
+    assert wrap(optax.constant_schedule(0.1), S.NUM_UPDATE).indexed_by == S.COMPLETED   # optax: from 0
+    assert wrap(lambda n: 0.1, S.NUM_UPDATE).indexed_by == S.NUM_UPDATE
+    assert isinstance(wrap(lambda n, base: base, S.NUM_UPDATE), S.FunctionSchedule)   # (step, base_lr)
+
+    class Counting:
+        def __init__(self):
+            self.calls, self.base_lr = 0, 0.1
+
+        def __call__(self, n):
+            self.calls += 1          # state: no control flow, but not a pure function either
+            return self.base_lr * n
+
+    obj = Counting()
+    assert "attributes" in untraceable_reason(UserSchedule(obj, indexed_by=S.NUM_UPDATE))
+    assert obj.calls == 0 and obj.base_lr == 0.1      # the trace's writes were undone
+    v = UserSchedule(lambda n: 0.5 * n, indexed_by=S.COMPLETED).lr_for_update(np.arange(1, 4))
+    np.testing.assert_allclose(v, [0.0, 0.5, 1.0])     # vectorised (group learning rates)

@@ -6,6 +6,7 @@ Parameters are passed to ``init``, not at construction; MindSpore's
 `gradxform.mindspore._groups`). Every learning rate may be a number, a list / 1-D
 array, or a `gradxform.schedules` schedule (FTRL: a number only).
 """
+from ._common import accepts_params
 from ._groups import beta_gamma_filter
 from .._optimizer import with_guard_option
 from .._registry import register
@@ -14,11 +15,11 @@ from ._adam import adam, adam_offload, adam_weight_decay, lamb, lazy_adam, offlo
 from ._adaptive import adagrad, ftrl, proximal_adagrad, rmsprop
 from ._momentum import lars, momentum, sgd
 
-# every gradxform optimizer takes skip_nonfinite=...
+# every gradxform optimizer takes skip_nonfinite=...; MindSpore's params (positional or params=)
 (momentum, sgd, lars, adam, adam_weight_decay, lazy_adam, adam_offload, lamb, adagrad, proximal_adagrad,
- ftrl, rmsprop, adafactor) = map(with_guard_option, (momentum, sgd, lars, adam, adam_weight_decay, lazy_adam,
-                                                     adam_offload, lamb, adagrad, proximal_adagrad, ftrl,
-                                                     rmsprop, adafactor))
+ ftrl, rmsprop, adafactor) = (accepts_params(with_guard_option(f)) for f in (
+    momentum, sgd, lars, adam, adam_weight_decay, lazy_adam, adam_offload, lamb, adagrad, proximal_adagrad, ftrl,
+    rmsprop, adafactor))
 
 __all__ = [
     "momentum", "sgd", "lars", "adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb",

@@ -11,6 +11,8 @@ the beta/gamma filter or per group, gradient centralization, the static
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from typing import Any, Callable
 
 from .._base import GradientTransformation, chain, identity
@@ -22,7 +24,67 @@ from .._ranges import check_hyper
 from ..schedules.internal import as_schedule, check_number
 from ..schedules.internal import DynamicLR
 
-__all__ = ["MSOptions", "parse", "check_float", "check_bool"]
+__all__ = ["MSOptions", "parse", "check_float", "check_bool", "accepts_params"]
+
+
+def _params_as_groups(owner: str, params):
+    """MindSpore's ``params``: a list of group dicts (MindSpore's group
+    params), a list of parameter objects with a ``.name`` (only those are
+    optimized, as in MindSpore: one group of them), or the parameter pytree
+    itself (None: every parameter; gradxform sees them at ``init``)."""
+    from .._selectors import names_of  # noqa: PLC0415
+
+    if isinstance(params, (list, tuple)) and params and all(isinstance(g, dict) for g in params):
+        return list(params)
+    names = names_of(params)
+    if names is not None:
+        return [{"params": names}]
+    if isinstance(params, dict) or hasattr(params, "shape") or isinstance(params, (list, tuple)):
+        return None
+    raise TypeError(f"{owner}(params=...): must be a list of group dicts, a list of parameters with a .name, "
+                    f"or the parameter pytree; got {type(params).__name__}.")
+
+
+def _looks_like_params(x) -> bool:
+    from .._selectors import names_of  # noqa: PLC0415
+
+    if isinstance(x, dict):
+        return True
+    return isinstance(x, (list, tuple)) and bool(x) and (all(isinstance(g, dict) for g in x)
+                                                        or names_of(x) is not None)
+
+
+def accepts_params(factory):
+    """MindSpore's own call forms for a factory that takes ``groups``:
+    ``momentum(params, learning_rate, momentum, ...)`` positionally, as
+    ``nn.Momentum(params, ...)``, and the keyword ``params=`` (see
+    `_params_as_groups`). A first positional argument is ``params`` when it
+    is a list of group dicts, a list of parameter objects, or a dict (a
+    pytree); a number, list of numbers or schedule is still the learning rate."""
+    sig = inspect.signature(factory)
+    if "groups" not in sig.parameters or "params" in sig.parameters:
+        return factory
+    owner = f"mindspore.{factory.__name__}"
+
+    @functools.wraps(factory)
+    def wrapper(*args, params=None, **kwargs):
+        if args and _looks_like_params(args[0]):
+            if params is not None:
+                raise TypeError(f"{owner}: params given twice (positionally and as params=).")
+            params, args = args[0], args[1:]
+        if params is not None:
+            groups = _params_as_groups(owner, params)
+            if groups is not None:
+                if kwargs.get("groups") is not None:
+                    raise TypeError(f"{owner}: give the group list as params= or as groups=, not both.")
+                kwargs["groups"] = groups
+        return factory(*args, **kwargs)
+
+    ps = list(sig.parameters.values())
+    at = next(i for i, p in enumerate(ps) if p.name == "groups")
+    extra = inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, default=None)
+    wrapper.__signature__ = sig.replace(parameters=ps[:at] + [extra] + ps[at:])
+    return wrapper
 
 
 def check_float(owner: str, name: str, value, *, ints: bool = False, **range_kw) -> float:

@@ -8,8 +8,12 @@ instead of passed (gradxform sees the parameters only at ``init``)::
               {"params": lambda name: "conv" not in name, "lr": 0.01},
               {"order_params": [...]}]
 
-``params`` selects by exact name, glob pattern (``fnmatch``), a list of
-those, or a predicate over names (names as `gradxform.param_names`). A
+``params`` selects by anything a `gradxform._selectors.Selector` takes: an
+exact name, a glob, a Gluon regex, a predicate over names or over parameter
+objects (``lambda x: 'conv' in x.name``), MindSpore ``Parameter`` objects
+(anything with a ``.name``: ``list(filter(lambda x: 'conv' in x.name,
+net.trainable_params()))``), or a list of those (names as
+`gradxform.param_names`). ``order_params`` takes names or such objects. A
 parameter selected by two groups is an error; a pattern that matches nothing
 is an error; a parameter that no group selects is not optimized (update zero,
 state untouched), as in MindSpore, where only grouped parameters belong to
@@ -27,7 +31,6 @@ groups leaves by them and runs these pieces unchanged on its flat buffers.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -37,6 +40,7 @@ import numpy as np
 from .._base import GradientTransformation, StepContext, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
+from .._selectors import Selector, describe_names, names_of
 from .._state_paths import find_states
 from .._tree import param_names
 from ..schedules.internal import as_schedule, check_number
@@ -64,11 +68,7 @@ class GroupSpec:
     grad_centralization: bool = False
 
     def matches(self, name: str) -> bool:
-        s = self.select
-        if callable(s):
-            return bool(s(name))
-        pats = [s] if isinstance(s, str) else list(s)
-        return any(name == p or fnmatch.fnmatchcase(name, p) for p in pats)
+        return Selector(self.select)(name)
 
 
 def parse_groups(owner: str, groups, *, allow_lr=True, allow_gc=True, list_cls=None):
@@ -88,17 +88,19 @@ def parse_groups(owner: str, groups, *, allow_lr=True, allow_gc=True, list_cls=N
             if len(g) > 1:
                 raise ValueError(f"{owner}(groups=...): the 'order_params' dict (group {i}) must hold "
                                  f"only that key; got {sorted(g)}.")
-            if isinstance(g["order_params"], str) or not isinstance(g["order_params"], (list, tuple)):
-                raise TypeError(f"{owner}(groups=...): order_params must be a list of names.")
-            order = list(g["order_params"])
+            op = g["order_params"]
+            if isinstance(op, str) or not isinstance(op, (list, tuple)):
+                raise TypeError(f"{owner}(groups=...): order_params must be a list of names or parameters.")
+            order = names_of(op) or list(op)
             continue
         if "params" not in g:
             raise ValueError(f"{owner}(groups=...): group {i} needs a 'params' selection.")
         sel = g["params"]
-        if not (callable(sel) or isinstance(sel, str)
-                or (isinstance(sel, (list, tuple)) and sel and all(isinstance(x, str) for x in sel))):
-            raise TypeError(f"{owner}(groups=...): group {i} 'params' must be a name, a glob pattern, a "
-                            f"list of those, or a predicate over names; got {sel!r}.")
+        try:
+            Selector(sel)
+        except (TypeError, ValueError):
+            raise TypeError(f"{owner}(groups=...): group {i} 'params' must be a name, a glob, a Gluon regex, "
+                            f"a predicate, parameter objects with a .name, or a list of those; got {sel!r}.") from None
         lr_base = lr_sched = None
         if "lr" in g:
             if not allow_lr:
@@ -123,10 +125,11 @@ def assign_groups(owner: str, specs, order, names: list[str]) -> np.ndarray:
     """Each leaf's position in ``specs`` (-1: in no group), with the checks of the module docstring."""
     slot = np.full(len(names), -1, np.int32)
     for k, spec in enumerate(specs):
-        hits = [i for i, n in enumerate(names) if spec.matches(n)]
-        if not hits and not callable(spec.select):
+        sel = Selector(spec.select)
+        hits = np.flatnonzero(sel.select(names)).tolist()
+        if not hits and not sel.is_predicate:
             raise ValueError(f"{owner}: group {spec.index} 'params' {spec.select!r} matches no parameter; "
-                             f"parameter names are {names[:8]}{' ...' if len(names) > 8 else ''}.")
+                             f"parameter names are {describe_names(names)}.")
         for i in hits:
             if slot[i] >= 0:
                 raise ValueError(f"{owner}: parameter {names[i]!r} is in group {specs[slot[i]].index} and "
@@ -223,7 +226,7 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
     def init(params):
         names, slot = _slots(owner, specs, order, params)
         if specs is None and decay_filter is not None:
-            flags = np.array([bool(decay_filter(n)) for n in names], bool)
+            flags = Selector(decay_filter, what="decay_filter").select(names)  # names or x.name
         else:
             flags = np.ones(len(names), bool)
         hyper = {"weight_decay": hyper_scalar(weight_decay)}

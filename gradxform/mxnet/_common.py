@@ -2,29 +2,83 @@
 
 MXNet's ``Optimizer.__init__`` takes ``learning_rate, wd, rescale_grad,
 clip_gradient, lr_scheduler, multi_precision, begin_num_update,
-param_idx2name``; Gluon adds per-parameter ``lr_mult``/``wd_mult``. Here each
-becomes a piece (or an option of `track_step`), and every optimizer module
-assembles its rule from them in the order MXNet applies them.
+param_idx2name, param_dict`` (2.x adds ``aggregate_num, use_fused_step``);
+Gluon adds per-parameter ``lr_mult``/``wd_mult``. Here each becomes a piece
+(or an option of `track_step`), and every optimizer module assembles its
+rule from them in the order MXNet applies them.
+
+Porting notes, as MXNet reads these keywords:
+
+* ``clip_gradient <= 0`` (or None) means no clipping, as MXNet's kernels read
+  it (``clip_gradient=-1`` is their default; 1.9.1's Python-side rules would
+  clip to ``[-c, c]`` instead, which no one means).
+* ``param_dict`` (index or name -> a parameter object with ``lr_mult`` and
+  ``wd_mult`` attributes, e.g. Gluon's ``Parameter``, or a dict with those
+  keys): those multipliers win over ``lr_mult``/``wd_mult`` entries for the
+  same parameter, as in MXNet's ``_get_lr``/``_get_wd``.
+* ``aggregate_num`` and ``use_fused_step`` (MXNet 2.x) choose how MXNet
+  batches its kernel calls, never the numbers; they are accepted and change
+  nothing here. gradxform's own multi-tensor path is `gradxform.fused`,
+  which the `gradxform.Trainer` uses by default (``fused=``).
+* ``lr_scheduler``: any schedule (`gradxform.schedules._user`); a bare
+  callable counts MXNet's ``num_update`` (1 on the first update). A callable
+  ``learning_rate`` (an optax schedule, say) counts from 0.
+
+Every factory's ``help()`` lists these keywords: `with_common_keywords`
+writes them into its signature.
 """
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import math
 from typing import Any, Callable
 
 from .._base import GradientTransformation, chain
 from .._hyper import check_range
 from .._ranges import check_hyper
-from .._tree import check_mapping_keys, multipliers
+from .._selectors import check_keys, multipliers
 from .._optimizer import finalize
 from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale, track_step
 
-__all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS"]
+__all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS", "with_common_keywords"]
 
 COMMON_DEFAULTS: dict[str, Any] = dict(
     wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None, multi_precision=False,
     begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False,
+    param_dict=None, aggregate_num=None, use_fused_step=None,
 )
+
+
+def with_common_keywords(factory):
+    """Writes the common keywords into ``factory``'s signature (keyword-only,
+    with their defaults) in place of its ``**kwargs``, so ``help()`` and
+    ``create``'s keyword check see them all. Returns ``factory`` itself."""
+    sig = inspect.signature(factory)
+    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    if len(own) == len(sig.parameters):
+        return factory
+    names = {p.name for p in own}
+    common = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v)
+              for k, v in COMMON_DEFAULTS.items() if k not in names]
+    factory.__signature__ = sig.replace(parameters=own + common)
+    return factory
+
+
+def _own_keywords(owner: str) -> list[str]:
+    from .._registry import _REGISTRY, keywords_of  # noqa: PLC0415
+
+    factory = _REGISTRY.get(owner)
+    return keywords_of(factory) if factory is not None else ["learning_rate", *COMMON_DEFAULTS]
+
+
+def _param_dict_mult(obj, what: str, where) -> float:
+    value = obj.get(what, 1.0) if isinstance(obj, dict) else getattr(obj, what, 1.0)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"param_dict[{where!r}].{what}: must be a number; got {value!r}.") from None
 
 
 def _module_wd_default(name: str) -> float:
@@ -47,6 +101,7 @@ class MXNetOptions:
     wd_mult: Any
     param_idx2name: Any
     skip_nonfinite: bool
+    param_dict: Any = None
 
     # -- per-parameter multipliers --------------------------------------------
     def _resolver(self, mapping, module_rule: bool, what: str):
@@ -61,7 +116,7 @@ class MXNetOptions:
                 mx_names = list(names)
             if mapping and not callable(mapping):
                 known = list(dict.fromkeys(mx_names + list(names)))
-                check_mapping_keys(known, {k: v for k, v in mapping.items() if not isinstance(k, int)}, what)
+                check_keys(known, {k: v for k, v in mapping.items() if not isinstance(k, int)}, what)
             default = _module_wd_default if (module_rule and idx2name) else 1.0
             by_name = {k: v for k, v in (mapping or {}).items() if not isinstance(k, int)} \
                 if not callable(mapping) else mapping
@@ -73,6 +128,15 @@ class MXNetOptions:
                         if not 0 <= k < len(names):
                             raise ValueError(f"{what}: index {k} is out of range for {len(names)} parameters.")
                         out[k] = float(v)
+            if self.param_dict:
+                # MXNet: a parameter object's own multiplier wins (_get_lr / _get_wd)
+                for k, obj in self.param_dict.items():
+                    i = k if isinstance(k, int) else (mx_names.index(k) if k in mx_names else
+                                                      names.index(k) if k in names else None)
+                    if i is None or not 0 <= i < len(names):
+                        raise ValueError(f"param_dict: {k!r} is not a parameter index or name here; "
+                                         f"{len(names)} parameters, named {names[:8]}.")
+                    out[i] = _param_dict_mult(obj, what, k)
             return out
 
         return resolve
@@ -117,20 +181,42 @@ def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNe
     an ``lr_scheduler``, the scheduler's own ``base_lr``; an explicit value
     becomes the scheduler's base, as MXNet overwrites ``base_lr`` with it.
     """
-    unknown = sorted(set(kwargs) - set(COMMON_DEFAULTS))
+    unknown = [k for k in kwargs if k not in COMMON_DEFAULTS]
     if unknown:
-        raise TypeError(f"{owner}: unknown keyword argument {unknown[0]!r}; the common keywords are "
-                        f"{sorted(COMMON_DEFAULTS)} plus learning_rate and the optimizer's own.")
+        from .._registry import unknown_keyword_message  # noqa: PLC0415
+        raise TypeError(unknown_keyword_message(owner, unknown[0], _own_keywords(owner)))
     o = dict(COMMON_DEFAULTS, **kwargs)
+    if o["clip_gradient"] is not None and not isinstance(o["clip_gradient"], bool) \
+            and isinstance(o["clip_gradient"], (int, float)) and o["clip_gradient"] <= 0:
+        o["clip_gradient"] = None  # MXNet's kernels: clip_gradient <= 0 turns clipping off
+    from ..schedules.internal import COMPLETED, NUM_UPDATE, as_update_schedule  # noqa: PLC0415
+    if callable(learning_rate):  # an optax-style schedule as the learning rate (count from 0)
+        if o["lr_scheduler"] is not None:
+            raise TypeError(f"{owner}: give a schedule as learning_rate or as lr_scheduler, not both.")
+        o["lr_scheduler"] = as_update_schedule(learning_rate, COMPLETED, owner=owner, arg="learning_rate")
+        learning_rate = None
+    elif o["lr_scheduler"] is not None:
+        if learning_rate is not None and not callable(getattr(o["lr_scheduler"], "lr_for_update", None)) \
+                and isinstance(getattr(o["lr_scheduler"], "base_lr", None), (int, float)):
+            o["lr_scheduler"].base_lr = learning_rate  # as MXNet's Optimizer.__init__ does
+        o["lr_scheduler"] = as_update_schedule(o["lr_scheduler"], NUM_UPDATE, owner=owner, arg="lr_scheduler")
     if learning_rate is None:
-        learning_rate = getattr(o["lr_scheduler"], "base_lr", 0.01) if o["lr_scheduler"] else 0.01
+        base = getattr(o["lr_scheduler"], "base_lr", None) if o["lr_scheduler"] else None
+        learning_rate = 0.01 if base is None else base
     for name, value in (("learning_rate", learning_rate), ("wd", o["wd"]), ("rescale_grad", o["rescale_grad"])):
         check_hyper(owner, name, value)
     check_hyper(owner, "clip_gradient", o["clip_gradient"], allow_none=True)
     check_range(owner, "begin_num_update", o["begin_num_update"], low=0)
-    if o["lr_scheduler"] is not None and not callable(o["lr_scheduler"]):
-        raise TypeError(f"{owner}(lr_scheduler=...): must be a schedule (a callable of the update "
-                        f"count); got {o['lr_scheduler']!r}.")
+    agg = o["aggregate_num"]
+    if agg is not None and (isinstance(agg, bool) or not isinstance(agg, (int, float))
+                            or not (agg >= 1 and (float(agg).is_integer() or math.isinf(agg)))):
+        raise ValueError(f"{owner}(aggregate_num=...): must be None, an int >= 1 or inf; got {agg!r}.")
+    if o["use_fused_step"] not in (None, True, False):
+        raise TypeError(f"{owner}(use_fused_step=...): must be None or a bool; got {o['use_fused_step']!r}.")
+    pd = o["param_dict"]
+    if pd is not None and not isinstance(pd, dict):
+        raise TypeError(f"{owner}(param_dict=...): must be a dict of index or name -> parameter; "
+                        f"got {type(pd).__name__}.")
     idx2name = o["param_idx2name"]
     if idx2name not in (None, True, False) and not isinstance(idx2name, dict):
         raise TypeError(f"{owner}(param_idx2name=...): must be a dict of index -> name, or True; "
@@ -145,7 +231,7 @@ def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNe
                         lr_scheduler=o["lr_scheduler"], multi_precision=bool(o["multi_precision"]),
                         begin_num_update=int(o["begin_num_update"]), lr_mult=o["lr_mult"],
                         wd_mult=o["wd_mult"], param_idx2name=idx2name or None,
-                        skip_nonfinite=bool(o["skip_nonfinite"]))
+                        skip_nonfinite=bool(o["skip_nonfinite"]), param_dict=pd or None)
 
 
 def check_unit(owner: str, **values) -> None:

@@ -15,6 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import GradientTransformation, apply_updates
+from .._hyper import set_hyper
+from .._registry import create
+from ..schedules.internal import take_host_schedule
 from .._state_paths import find_states, map_states
 from ..pieces.internal import StepState
 
@@ -32,8 +35,9 @@ class Updater:
     new weight is also returned, which is the only way for a JAX array.
     """
 
-    def __init__(self, optimizer: GradientTransformation):
+    def __init__(self, optimizer: GradientTransformation, host_schedule=None):
         self.optimizer = optimizer
+        self.host_schedule = host_schedule  # an untraceable schedule, evaluated here per update
         self.states: dict[Any, Any] = {}
         self.num_update = 0
         self._pending: dict[Any, list[np.ndarray]] = {}
@@ -62,6 +66,11 @@ class Updater:
         shared = self.num_update
         state = map_states(lambda _, s: s._replace(num_update=jnp.maximum(s.num_update, shared)),
                            self.states[index], StepState)
+        if self.host_schedule is not None:
+            # MXNet: _update_count(index), then lr_scheduler(num_update)
+            counts = [int(c) for s in find_states(state, StepState) for c in jax.tree.leaves(s.count)]
+            num_update = max([shared] + [c + 1 for c in counts])
+            state = set_hyper(state, learning_rate=self.host_schedule.lr_at(num_update))
         new_w, state = self._step(jnp.asarray(grad, w.dtype), state, w)
         self.states[index] = state
         self.num_update = max([self.num_update] + _num_updates(state))
@@ -101,6 +110,15 @@ class Updater:
         self.num_update = num_update
 
 
-def get_updater(optimizer: GradientTransformation) -> Updater:
-    """Returns an `Updater` for ``optimizer`` (``mx.optimizer.get_updater``)."""
+def get_updater(optimizer, optimizer_params: dict | None = None) -> Updater:
+    """Returns an `Updater` for ``optimizer`` (``mx.optimizer.get_updater``):
+    a transformation, or a name and its keywords (as `gradxform.create`).
+    Given by name, an ``lr_scheduler`` that JAX cannot trace (a Python class
+    with control flow or state, as MXNet's and GluonCV's) is evaluated here on
+    the host at each update's ``num_update`` and fed in as the learning rate."""
+    if isinstance(optimizer, str):
+        params, host = take_host_schedule(optimizer_params)
+        return Updater(create(optimizer, **params), host)
+    if optimizer_params:
+        raise ValueError("get_updater(optimizer_params=...): only with an optimizer name.")
     return Updater(optimizer)

@@ -245,13 +245,16 @@ def leaf_flags(tree, extra_args: dict, predicate: Callable[[str], bool]):
     """``predicate(name)`` of each parameter name, static: a tree of Python
     bools, or under `fused` per buffer one bool where all its leaves agree
     and else a bool per element."""
+    from .._selectors import Selector  # noqa: PLC0415  (a predicate may read x.name: MindSpore's filters)
+
+    predicate = Selector.of(predicate)
     segs = buffer_segments(extra_args)
     if segs is None:
         names = param_names(tree)
-        return jax.tree.structure(tree).unflatten([bool(predicate(n)) for n in names])
+        return jax.tree.structure(tree).unflatten([bool(b) for b in predicate.select(names)])
     out = []
     for s in segs:
-        flags = np.asarray([bool(predicate(n)) for n in s.names])
+        flags = np.asarray(predicate.select(list(s.names)))
         out.append(bool(flags[0]) if (flags == flags[0]).all() else s.spread(flags))
     return jax.tree.structure(tree).unflatten(out)
 

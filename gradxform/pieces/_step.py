@@ -12,13 +12,15 @@ from .._base import (GradientTransformation, StepContext, chain, checkable, cont
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._state_paths import map_states
-from .._tree import multipliers, param_names
+from .._selectors import multipliers
+from .._tree import param_names
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
 
 __all__ = ["StepState", "normalize_step_states", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier"]
 
-# A per-parameter multiplier: a mapping from a name or glob pattern to a number,
-# or a function ``names -> np.ndarray`` that resolves all leaves at once.
+# A per-parameter multiplier: a mapping from a selection (name, glob, Gluon regex:
+# `gradxform._selectors.Selector`) to a number, or a function ``names -> np.ndarray``
+# that resolves all leaves at once.
 Multiplier = Optional[object]
 
 

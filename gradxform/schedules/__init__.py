@@ -6,6 +6,7 @@ ReduceOnPlateau as a piece. The MXNet classes are also importable as
 `gradxform.lr_scheduler`."""
 from ._common import (COMPLETED, NUM_UPDATE, REPLACE, SCALE, Constant, FunctionSchedule, Schedule, as_schedule,
                       as_update_schedule, on_completed_steps)
+from ._user import HostScheduleError, UserSchedule, mxnet_style, optax_style
 from ._mindspore import (CosineDecayLR, DynamicLR, ExponentialDecayLR, InverseDecayLR, NaturalExpDecayLR,
                          PolynomialDecayLR, WarmUpLR)
 from ._mxnet import CosineScheduler, FactorScheduler, LRScheduler, MultiFactorScheduler, PolyScheduler
@@ -17,6 +18,8 @@ from ..paddle._plateau import ReduceOnPlateau
 __all__ = [
     "Schedule", "FunctionSchedule", "Constant", "as_schedule", "as_update_schedule", "on_completed_steps",
     "NUM_UPDATE", "COMPLETED", "REPLACE", "SCALE",
+    # a user's own callables (gradxform.schedules._user)
+    "UserSchedule", "mxnet_style", "optax_style", "HostScheduleError",
     # MXNet (mxnet.lr_scheduler; also gradxform.lr_scheduler)
     "LRScheduler", "FactorScheduler", "MultiFactorScheduler", "PolyScheduler", "CosineScheduler",
     # MindSpore (mindspore.nn.learning_rate_schedule) and its list learning rate

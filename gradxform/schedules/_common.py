@@ -134,17 +134,18 @@ class FunctionSchedule(Schedule):
         return self.fn(step, base_lr)
 
 
-def as_update_schedule(sched, indexed_by: str = NUM_UPDATE, rebase: str | None = None):
-    """``sched`` if it is a `Schedule` (anything with ``lr_for_update``), else
-    the callable as a `FunctionSchedule` indexed by ``indexed_by``; None stays None."""
-    if sched is None or callable(getattr(sched, "lr_for_update", None)):
-        return sched
-    if not callable(sched):
-        raise TypeError(f"a schedule must be a gradxform Schedule or a callable (step, base_lr) -> lr; "
-                        f"got {sched!r}.")
-    if rebase is None:
-        rebase = REPLACE if indexed_by == NUM_UPDATE else SCALE
-    return FunctionSchedule(sched, indexed_by=indexed_by, rebase=rebase)
+def as_update_schedule(sched, indexed_by: str = NUM_UPDATE, rebase: str | None = None, *,
+                       owner: str = "track_step", arg: str = "schedule"):
+    """``sched`` as a `Schedule`: itself if it is one (anything with
+    ``lr_for_update``); a user's callable adapted by
+    `gradxform.schedules._user.adapt` (a bare callable counts as
+    ``indexed_by`` says; one JAX cannot trace raises at construction);
+    None stays None. ``rebase`` is accepted for compatibility (a callable's
+    own convention decides it)."""
+    del rebase
+    from ._user import adapt  # noqa: PLC0415  (_user builds on this module)
+
+    return adapt(sched, default=indexed_by, owner=owner, arg=arg)
 
 
 def on_completed_steps(sched: Callable) -> Callable:
@@ -189,12 +190,16 @@ def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Callable | 
         s = list_cls(arr)
         return s.base_lr, s
     if callable(learning_rate):
-        base = getattr(learning_rate, "base_lr", None)
+        # any schedule (see gradxform.schedules._user): a bare callable counts
+        # from 0 on the first update, as optax, MindSpore and Paddle do
+        sched = as_update_schedule(learning_rate, COMPLETED, owner=owner, arg="learning_rate")
+        base = getattr(sched, "base_lr", None)
         if base is None:
-            raise TypeError(f"{owner}(learning_rate=...): a schedule must have a base_lr (use a "
-                            f"gradxform.schedules class); got {learning_rate!r}.")
-        # a callable that is not a Schedule follows this family's conventions
-        return float(base), as_update_schedule(learning_rate, COMPLETED)
+            # no base of its own: the value at the first update stands for it
+            base = float(sched.lr_for_update(jnp.asarray(1, jnp.int32)))
+            if hasattr(sched, "fn") and not isinstance(sched, FunctionSchedule):
+                sched.base_lr = base or None
+        return float(base), sched
     raise TypeError(f"{owner}(learning_rate=...): must be a number, a list or 1-D array, or a "
                     f"schedule; got {type(learning_rate).__name__}.")
 

@@ -74,6 +74,7 @@ from ..pieces.internal import check_guard, dynamic_loss_scale, get_loss_scale, s
 from ..pieces.internal import skip_nonfinite as guard_nonfinite
 from .._fused import FlatTree, bit_exact, flatten_state, fused as fuse, unflatten_state, why_not_fused
 from .._registry import _resolve, create
+from ..schedules.internal import host_done, take_host_schedule
 from .._tree import param_names
 from ..checkpoint import load_state, save_state
 from . import _allreduce as ar
@@ -163,7 +164,9 @@ class Trainer:
     def __init__(self, params, optimizer, optimizer_params=None, *, devices=None,
                  compression_params=None, skip_nonfinite=False, loss_scale=None, fused=None,
                  fused_max_leaf_size: int | None = 1 << 16):
+        self._host_lr = None  # an untraceable schedule, evaluated here before each update
         if isinstance(optimizer, str):
+            optimizer_params, self._host_lr = take_host_schedule(optimizer_params)
             tx = create(optimizer, **(optimizer_params or {}))
             self._opt_name = _resolve(optimizer)
         elif hasattr(optimizer, "init") and hasattr(optimizer, "update"):
@@ -316,6 +319,8 @@ class Trainer:
         """Sets a new base learning rate without a recompile of the step.
 
         Raises UserWarning, as Gluon does, when the optimizer has a schedule."""
+        if self._host_lr is not None:
+            raise UserWarning("LRScheduler of the optimizer has already been defined.")
         set_learning_rate(self._hyper_view(), lr)  # host-side checks and Gluon's error
         self._set_hyper(learning_rate=lr)
 
@@ -338,6 +343,10 @@ class Trainer:
         if self._place.single:
             return self._state
         return jax.tree.map(lambda x: ar.unreplicate(x) if np.ndim(x) <= 1 else x, self._state)
+
+    def _feed_host_lr(self) -> None:
+        if self._host_lr is not None:  # the next update's learning rate, from the host schedule
+            self._set_hyper(learning_rate=self._host_lr.next_lr(lambda: host_done(self._hyper_view())))
 
     def _set_hyper(self, **values):
         key = ("set", tuple(sorted(values)))
@@ -450,6 +459,7 @@ class Trainer:
         self._leave_fused_if_stale(present)
         program = self._program(("update", present, mapped), lambda: ar.build_update(
             self._tx, present, mapped, has_rescale=self._has_rescale, devices=self._devices))
+        self._feed_host_lr()
         self._params, self._state = program(self._params, self._state, g_leaves, rescale)
         self._after_step()
 
@@ -472,6 +482,7 @@ class Trainer:
         self._leave_fused_if_stale(present)
         program = self._program(("step", present), lambda: ar.build_step(
             self._tx, present, self._compression, has_rescale=self._has_rescale, devices=self._devices))
+        self._feed_host_lr()
         self._params, self._state, residual = program(
             self._params, self._state, g_leaves, self._residual_of(present), rescale)
         self._set_residual(present, residual)
@@ -496,6 +507,7 @@ class Trainer:
         def run(batch, batch_size):
             rescale = self._rescale(batch_size, "compile_step")
             program = self._program(("compiled", loss_fn), build)  # rebuilt if the layout changed
+            self._feed_host_lr()
             self._params, self._state, self._residual, loss = program(
                 self._params, self._state, self._residual, ar.split_batch(batch, self._n), rescale)
             self._after_step()
@@ -542,6 +554,8 @@ class Trainer:
         params, state = self._place.put((params, state))
         residual = self._place.put_per_device(residual) if self._compression else []
         self._params, self._state, self._residual = params, state, residual
+        if self._host_lr is not None:
+            self._host_lr.num_update = None  # read again from the loaded state
 
     @staticmethod
     def _tree(params, state, residual) -> dict:

@@ -1,0 +1,242 @@
+"""Schedules a user already has: MXNet-style callables, optax schedules, and
+Python objects that JAX cannot trace.
+
+What a schedule may be (wherever an optimizer takes one: MXNet's
+``lr_scheduler=``, any family's ``learning_rate=``, a MindSpore group's
+``'lr'``, `gradxform.pieces.track_step`'s ``schedule=``):
+
+1. a `gradxform.schedules` class (MXNet, MindSpore, Paddle): it carries its
+   framework's step convention (``indexed_by``);
+2. a JAX-traceable callable of one argument, the step index, with an
+   optional ``base_lr`` attribute: MXNet's ``LRScheduler`` protocol
+   ``f(num_update)``, or an optax schedule ``f(count)``;
+3. a callable ``f(step, base_lr)`` of two arguments (gradxform's older
+   function protocol; indexed as in 4);
+4. an object JAX cannot trace (Python ``if``/``min``/``while`` on the step,
+   or attributes it changes when called: MXNet's and GluonCV's scheduler
+   classes). `gradxform.Trainer` and `gradxform.mxnet.get_updater` evaluate
+   it on the host before each update and feed the value in as the
+   ``learning_rate`` hyperparameter (no recompile). Anywhere else (an
+   optimizer you jit yourself) it raises at construction, naming these two
+   ways out.
+
+**Which step a bare callable counts.** MXNet's ``num_update`` is 1 on the
+first update; optax's ``count``, MindSpore's ``global_step`` and Paddle's
+``last_epoch`` are 0 on the first update. A bare callable (no
+``indexed_by``) follows the keyword it is given to: ``lr_scheduler=`` is
+MXNet's keyword, so MXNet's convention (1 on the first update);
+``learning_rate=`` and a group's ``'lr'`` take optax's (0 on the first
+update). A function defined in optax always counts from 0. Say it
+explicitly with `mxnet_style(f)` or `optax_style(f)`.
+
+**What a changed base learning rate does.** With a ``base_lr`` (its own
+attribute, or the optimizer's explicit ``learning_rate``, which MXNet writes
+into ``scheduler.base_lr`` at construction, as here), a later
+``set_hyper(learning_rate=x)`` multiplies the schedule by ``x / base_lr``
+(exactly 1 while ``x`` is that base); without one it is ignored.
+"""
+from __future__ import annotations
+
+import inspect
+import warnings
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from .._ranges import NON_NEGATIVE, check_value
+from ._common import COMPLETED, NUM_UPDATE, REPLACE, SCALE, FunctionSchedule, Schedule
+
+__all__ = ["UserSchedule", "mxnet_style", "optax_style", "adapt", "HostScheduleError", "HostSchedule",
+           "take_host_schedule"]
+
+_CONVENTIONS = (NUM_UPDATE, COMPLETED)
+
+
+class HostScheduleError(TypeError):
+    """A schedule that JAX cannot trace was given where the optimizer runs
+    inside ``jit`` (see the module docstring for the two ways out)."""
+
+
+class UserSchedule(Schedule):
+    """A user's one-argument callable ``fn(index) -> lr`` as a `Schedule`
+    with a stated convention (``indexed_by``: `NUM_UPDATE` or `COMPLETED`).
+
+    Called with an int32 index (a vector under group learning rates: ``fn``
+    is then vmapped). ``base_lr``: see the module docstring."""
+
+    rebase = SCALE
+
+    def __init__(self, fn: Callable, *, indexed_by: str, base_lr: float | None = None):
+        if indexed_by not in _CONVENTIONS:
+            raise ValueError(f"UserSchedule(indexed_by=...): must be {NUM_UPDATE!r} or {COMPLETED!r}; "
+                             f"got {indexed_by!r}.")
+        if not callable(fn):
+            raise TypeError(f"a schedule must be callable; got {fn!r}.")
+        self.fn, self.indexed_by = fn, indexed_by
+        base = getattr(fn, "base_lr", None) if base_lr is None else base_lr
+        self.base_lr = float(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else None
+
+    def __call__(self, step, base_lr=None):
+        t = jnp.asarray(step, jnp.int32)
+        if t.ndim == 0:
+            v = jnp.asarray(self.fn(t), jnp.float32)
+        else:
+            v = jax.vmap(lambda s: jnp.asarray(self.fn(s), jnp.float32))(t.reshape(-1)).reshape(t.shape)
+        v = jnp.broadcast_to(v, t.shape)
+        if base_lr is None or not self.base_lr:
+            return v
+        return v * (jnp.asarray(base_lr, jnp.float32) / jnp.float32(self.base_lr))
+
+    def __repr__(self):
+        style = "mxnet_style" if self.indexed_by == NUM_UPDATE else "optax_style"
+        return f"{style}({self.fn!r})"
+
+
+def mxnet_style(fn: Callable, *, base_lr: float | None = None) -> UserSchedule:
+    """``fn(num_update) -> lr`` with MXNet's count: 1 on the first update
+    (``mx.lr_scheduler.LRScheduler.__call__``)."""
+    return UserSchedule(fn, indexed_by=NUM_UPDATE, base_lr=base_lr)
+
+
+def optax_style(fn: Callable, *, base_lr: float | None = None) -> UserSchedule:
+    """``fn(count) -> lr`` counted from 0 on the first update (optax; also
+    MindSpore's ``global_step`` and Paddle's ``last_epoch``)."""
+    return UserSchedule(fn, indexed_by=COMPLETED, base_lr=base_lr)
+
+
+def _required_positional(fn) -> int:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return 1
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(1 for p in sig.parameters.values() if p.kind in kinds and p.default is inspect.Parameter.empty)
+
+
+def _from_optax(fn) -> bool:
+    return str(getattr(fn, "__module__", "") or "").split(".")[0] == "optax"
+
+
+def wrap(sched, default: str) -> Schedule | None:
+    """``sched`` as a `Schedule`, untested for traceability (see `adapt`)."""
+    if sched is None or callable(getattr(sched, "lr_for_update", None)):
+        return sched
+    if not callable(sched):
+        raise TypeError(f"a schedule must be a gradxform schedule or a callable of the step; got {sched!r}.")
+    if _from_optax(sched):
+        return UserSchedule(sched, indexed_by=COMPLETED)
+    if _required_positional(sched) >= 2:  # fn(step, base_lr)
+        return FunctionSchedule(sched, indexed_by=default, rebase=REPLACE if default == NUM_UPDATE else SCALE)
+    return UserSchedule(sched, indexed_by=default)
+
+
+def _snapshot(obj) -> dict | None:
+    d = getattr(obj, "__dict__", None)
+    return dict(d) if isinstance(d, dict) else None
+
+
+def untraceable_reason(sched: Schedule) -> str | None:
+    """Why ``sched`` cannot run inside jit (None when it can): tracing it
+    fails, or calling it changes its own attributes (a stateful object)."""
+    if not isinstance(sched, (UserSchedule, FunctionSchedule)):
+        return None  # gradxform's own schedules are closed forms
+    fn = sched.fn
+    before = _snapshot(fn)
+    reason = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            jax.eval_shape(lambda c, b: sched.lr_for_update(c, b), jax.ShapeDtypeStruct((), jnp.int32),
+                           jax.ShapeDtypeStruct((), jnp.float32))
+    except Exception as err:  # noqa: BLE001  (any failure to trace: evaluate on the host)
+        reason = f"tracing it raised {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}".rstrip(": ")
+    after = _snapshot(fn)
+    if before is not None and after is not None and (set(before) != set(after) or any(
+            after[k] is not v for k, v in before.items())):
+        fn.__dict__.clear()
+        fn.__dict__.update(before)  # undo what the trace wrote (tracers)
+        reason = reason or "calling it changes its own attributes (a stateful object)"
+    return reason
+
+
+def adapt(sched, *, default: str, owner: str, arg: str, optimizer: str | None = None) -> Schedule | None:
+    """The schedule an optimizer uses for ``sched`` (see the module docstring),
+    checked at construction: a schedule JAX cannot trace raises
+    `HostScheduleError` naming the two ways out."""
+    out = wrap(sched, default)
+    reason = untraceable_reason(out) if out is not None else None
+    if reason:
+        name = optimizer or owner
+        raise HostScheduleError(
+            f"{owner}({arg}=...): {sched!r} cannot run inside jit ({reason}). Two ways out: "
+            f"(1) give it by name to gradxform.Trainer(params, {name!r}, {{{arg!r}: schedule, ...}}) or "
+            f"gradxform.mxnet.get_updater({name!r}, {{{arg!r}: schedule, ...}}), which evaluate it on the "
+            "host before each update and feed the value in as the learning rate (no recompile); or "
+            "(2) build the optimizer without it and, before each jitted step, set "
+            "state = gradxform.set_learning_rate(state, schedule(step)) (a hyperparameter: no recompile).")
+    return out
+
+
+class HostSchedule:
+    """An untraceable schedule evaluated on the host, one call per update,
+    with the convention of the keyword it came from (`UserSchedule`)."""
+
+    def __init__(self, sched: UserSchedule | FunctionSchedule, arg: str, begin_num_update: int = 0):
+        self.sched, self.arg = sched, arg
+        self.begin = int(begin_num_update)
+        self.num_update: int | None = None  # updates done; None: read it from the state first
+
+    def lr_at(self, num_update: int) -> float:
+        """The learning rate of the update whose count (it included) is ``num_update``."""
+        s = self.sched
+        index = num_update if s.indexed_by == NUM_UPDATE else num_update - 1
+        value = s.fn(index) if isinstance(s, UserSchedule) else s.fn(index, s.base_lr)
+        value = float(value)
+        check_value(f"schedule {s.fn!r}", "learning_rate", value, NON_NEGATIVE)
+        return value
+
+    def next_lr(self, done: Callable[[], int]) -> float:
+        """The learning rate of the next update (and counts it); ``done()``
+        gives the updates done so far when this object does not know yet."""
+        if self.num_update is None:
+            self.num_update = int(done())
+        self.num_update += 1
+        return self.lr_at(self.num_update)
+
+
+def take_host_schedule(optimizer_params: dict | None) -> tuple[dict, HostSchedule | None]:
+    """Splits an untraceable ``lr_scheduler`` (or callable ``learning_rate``)
+    out of ``optimizer_params`` for a caller that evaluates it on the host
+    (`gradxform.Trainer`, `gradxform.mxnet.get_updater`). Returns the
+    parameters to build the optimizer with (``learning_rate``: the value at
+    the first update) and the `HostSchedule`, or ``(params, None)``."""
+    params = dict(optimizer_params or {})
+    for arg, default in (("lr_scheduler", NUM_UPDATE), ("learning_rate", COMPLETED)):
+        given = params.get(arg)
+        if given is None or isinstance(given, (int, float, list, tuple)) or hasattr(given, "shape"):
+            continue
+        if not callable(given) or callable(getattr(given, "lr_for_update", None)) and \
+                not isinstance(given, (UserSchedule, FunctionSchedule)):
+            continue
+        sched = wrap(given, default)
+        if untraceable_reason(sched) is None:
+            continue
+        del params[arg]
+        lr = params.get("learning_rate")
+        if arg == "lr_scheduler" and isinstance(lr, (int, float)) and hasattr(sched.fn, "base_lr"):
+            sched.fn.base_lr = lr  # as MXNet's Optimizer.__init__ does
+        host = HostSchedule(sched, arg, params.get("begin_num_update", 0) or 0)
+        params["learning_rate"] = host.lr_at(host.begin + 1)
+        return params, host
+    return params, None
+
+
+def host_done(state: Any) -> int:
+    """Updates done, as the optimizer state records them (``num_update`` of
+    its step counter; 0 when it has none)."""
+    from .._state_paths import find_states  # noqa: PLC0415
+    from ..pieces.internal import StepState  # noqa: PLC0415
+
+    found = find_states(state, StepState)
+    return max((int(jnp.max(jnp.asarray(s.num_update))) for s in found), default=0)
