@@ -363,3 +363,26 @@ def test_zero_size_leaves(name):
             assert np.all(np.isfinite(np.asarray(leaf, np.float64))), f"{name}: {jax.tree_util.keystr(path)}"
     # the ordinary leaves still train
     assert not np.array_equal(np.asarray(params["dense"]["kernel"]), np.asarray(PARAMS["dense"]["kernel"])), name
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_inside_a_users_own_pmap_loop(name):
+    """The data-parallel loop users write themselves: per-device gradients, `lax.pmean`, then
+    ``tx.update`` on each device's replica; every replica equals the one-device run on the mean."""
+    f = fixture(name)
+    n = 2
+    per_device = [grads_at(0), jax.tree.map(lambda g: -0.5 * g, grads_at(1))]
+    stacked = jax.tree.map(lambda *g: jnp.stack(g), *per_device)
+    mean = jax.tree.map(lambda *g: (g[0] + g[1]) / 2, *per_device)
+
+    def step(params, state, grads):
+        grads = jax.lax.pmean(grads, "devices")
+        updates, state = f.tx.update(grads, state, params)
+        return gx.apply_updates(params, updates), state
+
+    replicate = lambda t: jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (n,) + np.shape(x)), t)  # noqa: E731
+    init = jax.pmap(f.tx.init, devices=jax.devices()[:n])(replicate(PARAMS))
+    p, s = jax.pmap(step, axis_name="devices", devices=jax.devices()[:n])(replicate(PARAMS), init, stacked)
+    pe, se = f.step(PARAMS, f.tx.init(PARAMS), mean)
+    for i in range(n):
+        close(jax.tree.map(lambda x: x[i], p), pe, f.case.rtol, f.case.atol)

@@ -229,17 +229,21 @@ def unreplicate(tree):
 _GRAD_PROGRAMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def grad_program(loss_fn: Callable, params_mapped: bool, devices=None, *, with_state: bool = False):
-    """``pmap(value_and_grad(loss_fn))``, cached per loss function. Given
-    `FlatTree` parameters, the loss sees ``params.unravel()`` and the
-    gradients come back as an ordinary tree (taken with respect to that tree,
-    so no buffer is sliced into leaves). ``params_mapped``: the params are a
-    Trainer's own (`STORED`); ``with_state``: a third argument, the
-    Trainer's optimizer state, reaches the loss as ``loss_fn(p, (batch, state))``."""
+def grad_program(loss_fn: Callable, params_mapped: bool, devices=None, *, with_state: bool = False,
+                 has_aux: bool = False):
+    """``value_and_grad(loss_fn, has_aux=has_aux)`` once per device, cached per
+    loss function. Given `FlatTree` parameters, the loss sees
+    ``params.unravel()`` and the gradients come back as an ordinary tree
+    (taken with respect to that tree, so no buffer is sliced into leaves).
+    ``params_mapped``: the params are a Trainer's own (`STORED`);
+    ``with_state``: a third argument, the Trainer's optimizer state, reaches
+    the loss as ``loss_fn(p, (batch, state))``. With ``has_aux`` the loss
+    function returns ``(loss, aux)`` and each device's aux comes back
+    stacked on a leading axis."""
     programs = _GRAD_PROGRAMS.setdefault(loss_fn, {})
-    key = (params_mapped, with_state, _devices_key(devices))
+    key = (params_mapped, with_state, has_aux, _devices_key(devices))
     if key not in programs:
-        grad_fn = jax.value_and_grad(loss_fn)
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=has_aux)
 
         def body(params, batch, *state):
             p = params.unravel() if isinstance(params, FlatTree) else params
@@ -365,28 +369,30 @@ def build_step(tx, present, compression, *, has_rescale, devices):
                  donate_argnums=(0, 1, 3), devices=devices)
 
 
-def build_compiled(tx, loss_fn, compression, *, has_rescale, devices, loss_scaled=False):
+def build_compiled(tx, loss_fn, compression, *, has_rescale, devices, loss_scaled=False, has_aux=False):
     """forward, backward, all-reduce and update in one program; parameters,
-    state and residuals are donated. Returns the loss summed over all devices.
+    state and residuals are donated. Returns the loss summed over all devices
+    (with ``has_aux``: and each device's aux, stacked on a leading axis).
     With ``loss_scaled`` the loss is multiplied by the state's dynamic loss
     scale before the backward pass (the optimizer divides it out). Given
     `FlatTree` parameters the loss function reads ``params.unravel()`` (views
     of the buffers) and the gradient comes back as flat buffers."""
     def body(params, state, r_leaves, batch, rescale):
         def loss_of(p):
-            loss = loss_fn(p.unravel() if isinstance(p, FlatTree) else p, batch)
-            return (scale_loss(loss, state) if loss_scaled else loss), loss
+            out = loss_fn(p.unravel() if isinstance(p, FlatTree) else p, batch)
+            loss, aux = out if has_aux else (out, None)
+            return (scale_loss(loss, state) if loss_scaled else loss), (loss, aux)
 
-        (_, loss), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
+        (_, (loss, aux)), grads = jax.value_and_grad(loss_of, has_aux=True)(params)
         g_leaves = jax.tree.leaves(grads)
         summed, r_leaves = reduce_leaves(g_leaves, r_leaves, compression)
         present = (True,) * len(g_leaves)
         params, state = apply_step(tx, params, state, summed, present, rescale,
                                    has_rescale=has_rescale)
-        return params, state, r_leaves, jax.lax.psum(loss, AXIS)
+        return params, state, r_leaves, jax.lax.psum(loss, AXIS), aux
 
-    return spmap(body, in_axes=(STORED, STORED, STORED, 0, None), out_axes=(STORED, STORED, STORED, None),
-                 donate_argnums=(0, 1, 2), devices=devices)
+    return spmap(body, in_axes=(STORED, STORED, STORED, 0, None),
+                 out_axes=(STORED, STORED, STORED, None, 0), donate_argnums=(0, 1, 2), devices=devices)
 
 
 def build_set_hyper(names, devices):

@@ -4,19 +4,21 @@ The class docstring says how to use it; these are the design notes.
 
 **Devices and processes.** The parameters and the optimizer state live
 on every device (``devices``, default all local devices), stacked along
-a leading axis; the programs are `jax.pmap`s over that axis (see
-`gradxform.trainer._allreduce` for the pmap/shard_map note). On one
-device in one process they are `jax.jit` programs on a single copy
-instead (same results; a one-device pmap made XLA copy every donated
-buffer), and gradients still come with a leading axis of 1. After
+a leading axis sharded one slice per device of a one-axis `jax.sharding.Mesh`;
+the programs are `jax.jit` of `jax.shard_map` over that mesh (no
+`jax.pmap`: see `gradxform.trainer._allreduce`). On one device in one
+process they are `jax.jit` programs on a single copy instead (same
+results; a leading axis of 1 made XLA copy every donated buffer), and
+gradients still come with a leading axis of 1. After
 `jax.distributed.initialize`, the same code sums over every process's
 devices: each process passes its own gradients or its own share of the
 batch, and every process ends with the same parameters. With explicit
 ``devices`` in several processes, pass the same global list in each.
 
 **Gradients** come per device: a tree with the parameters' structure
-whose leaves have a leading axis of the number of local devices, as a
-pmapped gradient function returns them::
+whose leaves have a leading axis of the number of local devices (or a
+global array with one slice per device of the mesh), as a user's own
+pmapped gradient function returns them, taken as they are::
 
     grads = jax.pmap(jax.grad(loss_fn))(replicated_params, split_batch(batch, n_local))
 
@@ -63,6 +65,7 @@ for good (``trainer.fused`` turns False; numbers are unaffected).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import jax
@@ -75,6 +78,7 @@ from ..pieces.internal import skip_nonfinite as guard_nonfinite
 from .._fused import FlatTree, bit_exact, flatten_state, fused as fuse, unflatten_state, why_not_fused
 from .._registry import _resolve, create
 from ..schedules.internal import host_done, take_host_schedule
+from .._state_paths import replace_fields, state_paths
 from .._tree import param_names
 from ..checkpoint import load_state, save_state
 from . import _allreduce as ar
@@ -126,6 +130,15 @@ class Trainer:
       optimizer_params: keywords for `gradxform.create`; must be empty when
         ``optimizer`` is a transformation (as in Gluon).
       devices: the devices to replicate over (default: all local devices).
+      kvstore: Gluon's kvstore type. Every synchronous one ('device'
+        (default), 'local', 'nccl', 'horovod', 'dist_sync',
+        'dist_device_sync') sums the gradients over all devices of all
+        processes; 'dist_async' is refused. None or a single device in one
+        process means no kvstore, so ``compression_params`` is ignored with
+        a warning, as Gluon does.
+      update_on_kvstore: None or False (every device updates its own copy).
+        True (MXNet's update on the kvstore servers: the optimizer state
+        sharded over the devices) raises NotImplementedError: not built yet.
       compression_params: see above; None for none.
       skip_nonfinite: a step whose summed gradient has a NaN/Inf changes
         nothing (parameters, state and residuals), and one whose optimizer
@@ -163,7 +176,7 @@ class Trainer:
 
     def __init__(self, params, optimizer, optimizer_params=None, *, devices=None,
                  compression_params=None, skip_nonfinite=False, loss_scale=None, fused=None,
-                 fused_max_leaf_size: int | None = 1 << 16):
+                 fused_max_leaf_size: int | None = 1 << 16, kvstore="device", update_on_kvstore=None):
         self._host_lr = None  # an untraceable schedule, evaluated here before each update
         if isinstance(optimizer, str):
             optimizer_params, self._host_lr = take_host_schedule(optimizer_params)
@@ -209,7 +222,17 @@ class Trainer:
                 raise ValueError("Trainer(devices=...): none of the devices belongs to this process.")
         self._local_devices = tuple(local)
         self._n = len(local)
+        self._n_global = len(self._devices) if self._devices is not None else jax.device_count()
         self._compression = parse_compression(compression_params)
+        self._kvstore = _check_kvstore(kvstore, update_on_kvstore)
+        if self._compression is not None and (self._kvstore is None or (
+                self._n == 1 and jax.process_count() == 1 and not self._kvstore.startswith("dist"))):
+            # Gluon creates no kvstore for one device outside a distributed run (nor for
+            # kvstore=None), and compression lives in the kvstore: gradients stay exact
+            warnings.warn("Trainer(compression_params=...): no gradient compression without a kvstore "
+                          f"(kvstore={kvstore!r} on {self._n} device(s) in one process), as in Gluon; the "
+                          "gradients are used uncompressed.", UserWarning, stacklevel=2)
+            self._compression = None
         self._place = ar.Placement(self._n, self._devices)
 
         state = self._tx.init(params)
@@ -355,19 +378,29 @@ class Trainer:
         self._state = self._programs[key](self._state, {k: np.float32(v) for k, v in values.items()})
 
     # -- gradients ------------------------------------------------------------
-    def grads(self, loss_fn: Callable, batch, *, with_loss: bool = False):
+    def grads(self, loss_fn: Callable, batch, *, with_loss: bool = False, has_aux: bool = False):
         """Per-device gradients of ``loss_fn(params, shard)`` at the current
         parameters, this process's ``batch`` split evenly over the local
-        devices (see `per_device_grads`)."""
+        devices (see `per_device_grads`).
+
+        Returns ``grads``; ``(loss, grads)`` with ``with_loss``. With
+        ``has_aux`` the loss function returns ``(loss, aux)`` (model state
+        such as BatchNorm statistics, metrics) and, as `jax.grad` does, this
+        returns ``(grads, aux)``, or ``((loss, aux), grads)`` with
+        ``with_loss``; every leaf has a leading device axis."""
         batch = ar.split_batch(batch, self._n)
         if self._loss_scaled:
-            scaled = self._scaled_losses.setdefault(loss_fn, _scaled_loss(loss_fn))
-            loss, grads = ar.grad_program(scaled, True, self._devices, with_state=True)(
+            key = (loss_fn, has_aux)
+            scaled = self._scaled_losses.setdefault(key, _scaled_loss(loss_fn, has_aux))
+            value, grads = ar.grad_program(scaled, True, self._devices, with_state=True, has_aux=has_aux)(
                 self._params, batch, self._state)
-            loss = loss / self._loss_scale_mapped()
+            unscale = lambda x: x / self._loss_scale_mapped()  # noqa: E731
+            value = (unscale(value[0]), value[1]) if has_aux else unscale(value)
         else:
-            loss, grads = ar.grad_program(loss_fn, True, self._devices)(self._params, batch)
-        return (loss, grads) if with_loss else grads
+            value, grads = ar.grad_program(loss_fn, True, self._devices, has_aux=has_aux)(self._params, batch)
+        if with_loss:
+            return value, grads
+        return (grads, value[1]) if has_aux else grads
 
     def _split_grads(self, grads, where: str, *, need_mapped: bool):
         """(present flags, present leaves, per-device?) after host-side checks."""
@@ -381,7 +414,8 @@ class Trainer:
             if g is None:
                 continue
             s = tuple(np.shape(g))
-            this = True if s == (self._n,) + shape else False if s == shape and not need_mapped else None
+            per_device = s in ((self._n,) + shape, (self._n_global,) + shape)  # local stack, or global array
+            this = True if per_device else False if s == shape and not need_mapped else None
             if this is None:
                 raise ValueError(
                     f"Trainer.{where}: the gradient of parameter {name!r} has shape {s}; expected "
@@ -488,30 +522,36 @@ class Trainer:
         self._set_residual(present, residual)
         self._after_step()
 
-    def compile_step(self, loss_fn: Callable) -> Callable:
-        """One pmapped program: forward, backward, all-reduce, update.
+    def compile_step(self, loss_fn: Callable, *, has_aux: bool = False) -> Callable:
+        """One program: forward, backward, all-reduce, update.
 
         Returns ``run(batch, batch_size) -> loss``: ``batch`` is this process's
         batch (split over the local devices), ``loss`` the sum of
-        ``loss_fn(params, shard)`` over all devices. Parameters, optimizer
-        state and residuals are donated to the program, so no second copy is
-        held. Same result as ``step(trainer.grads(loss_fn, batch), batch_size)``.
+        ``loss_fn(params, shard)`` over all devices. With ``has_aux`` the loss
+        function returns ``(loss, aux)``, as for `jax.value_and_grad`, and
+        ``run`` returns ``(loss, aux)``, each device's aux stacked on a leading
+        axis (reduce it yourself, e.g. ``jax.tree.map(lambda x: x.mean(0), aux)``
+        for BatchNorm statistics). Parameters, optimizer state and residuals
+        are donated to the program, so no second copy is held. Same result as
+        ``step(trainer.grads(loss_fn, batch), batch_size)``.
         """
+        key = ("compiled", loss_fn, has_aux)
+
         def build():
             return ar.build_compiled(
                 self._tx, loss_fn, self._compression, has_rescale=self._has_rescale, devices=self._devices,
-                loss_scaled=self._loss_scaled)
+                loss_scaled=self._loss_scaled, has_aux=has_aux)
 
-        self._program(("compiled", loss_fn), build)
+        self._program(key, build)
 
         def run(batch, batch_size):
             rescale = self._rescale(batch_size, "compile_step")
-            program = self._program(("compiled", loss_fn), build)  # rebuilt if the layout changed
+            program = self._program(key, build)  # rebuilt if the layout changed
             self._feed_host_lr()
-            self._params, self._state, self._residual, loss = program(
+            self._params, self._state, self._residual, loss, aux = program(
                 self._params, self._state, self._residual, ar.split_batch(batch, self._n), rescale)
             self._after_step()
-            return loss
+            return (loss, aux) if has_aux else loss
 
         return run
 
@@ -545,6 +585,7 @@ class Trainer:
         like = self._tree(params, state, residual)
         loaded = load_state(fname, like=like, meta=self._meta())
         params, state, residual = loaded["params"], loaded["state"], loaded["residual"]
+        state = self._keep_multipliers(state)
         if self._fused:  # groups follow the loaded counts and multipliers
             state = flatten_state(self._leaf_tx, state, params, max_leaf_size=self._max_leaf)
             layout = state.layout
@@ -557,15 +598,51 @@ class Trainer:
         if self._host_lr is not None:
             self._host_lr.num_update = None  # read again from the loaded state
 
+    def _keep_multipliers(self, state):
+        """``state`` with this Trainer's current ``lr_mult``/``wd_mult``: Gluon's
+        ``load_states`` restores the optimizer's state but keeps the multipliers
+        of the parameters it is given (they are set on the Parameters)."""
+        current = self._place.one(self._leaf_form()[1])
+        edits = {path: {f: getattr(node, f) for f in _MULTIPLIER_FIELDS if hasattr(node, f)}
+                 for path, node in state_paths(current)}
+        return replace_fields(state, {p: e for p, e in edits.items() if e})
+
     @staticmethod
     def _tree(params, state, residual) -> dict:
         return {"params": params, "state": state, "residual": list(residual)}
 
 
+_MULTIPLIER_FIELDS = ("lr_mult", "wd_mult")
+_KVSTORES = ("device", "local", "nccl", "horovod", "dist_sync", "dist_device_sync", "dist_sync_device")
 
-def _scaled_loss(loss_fn):
-    """``(params, (batch, state)) -> loss * loss_scale(state)`` for `Trainer.grads`."""
+
+def _check_kvstore(kvstore, update_on_kvstore):
+    """Gluon's ``kvstore`` / ``update_on_kvstore``: every synchronous kvstore
+    sums the gradients over all devices of all processes (the mesh's
+    all-reduce); None means no kvstore (then no compression, as Gluon)."""
+    if kvstore is not None and not isinstance(kvstore, str):
+        raise TypeError(f"Trainer(kvstore=...): expected a kvstore type name or None; got {kvstore!r}.")
+    if kvstore is not None and kvstore not in _KVSTORES:
+        hint = " (asynchronous updates have no equivalent here; use 'dist_sync')" if "async" in kvstore else ""
+        raise ValueError(f"Trainer(kvstore=...): {kvstore!r} is not supported{hint}; expected one of "
+                         f"{', '.join(map(repr, _KVSTORES))} or None.")
+    if update_on_kvstore not in (None, False, True):
+        raise TypeError(f"Trainer(update_on_kvstore=...): expected None, True or False; got {update_on_kvstore!r}.")
+    if update_on_kvstore:
+        raise NotImplementedError(
+            "Trainer(update_on_kvstore=True): sharding the optimizer state over the devices (MXNet's update on "
+            "the kvstore servers) is not built yet; pass update_on_kvstore=None (every device holds the whole "
+            "optimizer state and updates its own copy, with the same numbers).")
+    return kvstore
+
+
+def _scaled_loss(loss_fn, has_aux: bool = False):
+    """``(params, (batch, state)) -> loss * loss_scale(state)`` (with
+    ``has_aux``: ``(scaled loss, aux)``) for `Trainer.grads`."""
     def scaled(params, batch_and_state):
         batch, state = batch_and_state
+        if has_aux:
+            loss, aux = loss_fn(params, batch)
+            return scale_loss(loss, state), aux
         return scale_loss(loss_fn(params, batch), state)
     return scaled

@@ -1,0 +1,123 @@
+"""gradxform.Trainer: Gluon's keywords and semantics that are not about the numbers of one step
+(kvstore, update_on_kvstore, compression without a kvstore, multipliers kept by load_states), model
+state beside the loss (``has_aux``), and the mesh behind it (no ``jax.pmap``; a user's own pmapped
+gradients taken as they are). 4 fake CPU devices (conftest)."""
+import ast
+import pathlib
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gradxform import get_hyper
+from gradxform.trainer import Trainer, split_batch
+from test_trainer import BATCHES, DEV1, SGD, assert_equal, init_params, loss_fn
+
+ADAM_MULTS = ("adam", {"learning_rate": 0.05, "wd": 1e-3, "lr_mult": {"dense/*": 2.0}, "wd_mult": {"*bias": 0.0}})
+
+
+def loss_with_aux(p, batch):
+    """The summed loss, and per-device statistics of the hidden layer (as BatchNorm's running mean)."""
+    x, y = batch
+    h = jnp.tanh(x @ p["dense"]["kernel"] + p["dense"]["bias"])
+    return jnp.sum((h @ p["out"] - y) ** 2), {"mean": jnp.mean(h, axis=0), "count": jnp.asarray(x.shape[0])}
+
+
+def test_no_pmap_in_the_library():
+    """The Trainer runs on jax.jit over a device mesh: no code (docstrings aside) names jax.pmap."""
+    package = pathlib.Path(__file__).resolve().parents[1] / "gradxform"
+    uses = [f"{f.name}:{node.lineno}" for f in package.rglob("*.py") for node in ast.walk(ast.parse(f.read_text()))
+            if isinstance(node, ast.Attribute) and node.attr == "pmap"]
+    assert uses == []
+
+
+def test_compile_step_has_aux_returns_each_devices_aux_and_same_params():
+    plain, with_aux = Trainer(init_params(), *SGD), Trainer(init_params(), *SGD)
+    run_plain, run_aux = plain.compile_step(loss_fn), with_aux.compile_step(loss_with_aux, has_aux=True)
+    for batch in BATCHES[:3]:
+        loss = run_plain(batch, 8)
+        loss_a, aux = run_aux(batch, 8)
+        assert float(loss) == float(loss_a)
+        n = jax.local_device_count()
+        assert aux["mean"].shape == (n, 4) and aux["count"].shape == (n,)
+        assert np.asarray(aux["count"]).tolist() == [8 // n] * n
+    assert_equal(plain.params, with_aux.params)
+    # the aux is of the parameters the step started from: device 0's mean of the last batch at those
+    x, _ = split_batch(BATCHES[3], jax.local_device_count())
+    params = with_aux.params
+    _, aux = run_aux(BATCHES[3], 8)
+    h = jnp.tanh(x[0] @ params["dense"]["kernel"] + params["dense"]["bias"])
+    np.testing.assert_allclose(np.asarray(aux["mean"][0]), np.asarray(jnp.mean(h, 0)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("loss_scale", [None, "dynamic"])
+def test_grads_has_aux_follows_jax_grad(loss_scale):
+    t = Trainer(init_params(), *SGD, loss_scale=loss_scale)
+    grads, aux = t.grads(loss_with_aux, BATCHES[0], has_aux=True)
+    assert_equal(grads, t.grads(loss_fn, BATCHES[0]))
+    (loss, aux2), grads2 = t.grads(loss_with_aux, BATCHES[0], has_aux=True, with_loss=True)
+    assert_equal((grads, aux), (grads2, aux2))
+    np.testing.assert_allclose(np.asarray(loss), np.asarray(t.grads(loss_fn, BATCHES[0], with_loss=True)[0]))
+    t.step(grads, 8)
+
+
+def test_kvstore_keywords_as_gluon_spells_them():
+    for kv in ("device", "local", "dist_sync", "nccl", None):
+        Trainer(init_params(), *SGD, kvstore=kv, update_on_kvstore=None)
+    with pytest.raises(ValueError, match="dist_sync"):
+        Trainer(init_params(), *SGD, kvstore="dist_async")
+    with pytest.raises(ValueError, match="kvstore"):
+        Trainer(init_params(), *SGD, kvstore="devcie")
+    with pytest.raises(NotImplementedError, match="update_on_kvstore=None"):
+        Trainer(init_params(), *SGD, update_on_kvstore=True)
+    with pytest.raises(TypeError, match="update_on_kvstore"):
+        Trainer(init_params(), *SGD, update_on_kvstore="yes")
+
+
+def test_compression_only_where_gluon_has_a_kvstore():
+    comp = {"type": "2bit", "threshold": 0.05}
+    with pytest.warns(UserWarning, match="no gradient compression without a kvstore"):
+        one = Trainer(init_params(), *SGD, devices=DEV1, compression_params=comp)
+    plain = Trainer(init_params(), *SGD, devices=DEV1)
+    for batch in BATCHES[:3]:
+        for t in (one, plain):
+            t.step(t.grads(loss_fn, batch), 8)
+    assert_equal(one.params, plain.params)  # exact gradients, as Gluon's kvstore-less single device
+    with pytest.warns(UserWarning, match="kvstore=None"):
+        Trainer(init_params(), *SGD, kvstore=None, compression_params=comp)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Trainer(init_params(), *SGD, compression_params=comp)  # 4 devices: compressed, no warning
+
+
+def test_load_states_keeps_the_current_multipliers(tmp_path):
+    a = Trainer(init_params(), *ADAM_MULTS)
+    for batch in BATCHES[:2]:
+        a.step(a.grads(loss_fn, batch), 8)
+    a.save_states(tmp_path / "s")
+    name, kw = ADAM_MULTS
+    b = Trainer(init_params(), name, dict(kw, lr_mult={"dense/*": 0.5}, wd_mult={"*bias": 1.0}))
+    b.load_states(tmp_path / "s")
+    from gradxform._state_paths import state_paths  # noqa: PLC0415
+    mults = {f: [node for _, node in state_paths(b.state) if hasattr(node, f)] for f in ("lr_mult", "wd_mult")}
+    lr = jax.tree.leaves(mults["lr_mult"][0].lr_mult)
+    wd = jax.tree.leaves(mults["wd_mult"][0].wd_mult)
+    assert sorted(float(x) for x in lr) == [0.5, 0.5, 1.0]  # dense/bias, dense/kernel, out
+    assert sorted(float(x) for x in wd) == [1.0, 1.0, 1.0]
+    assert get_hyper(b.state, "learning_rate") == np.float32(0.05)
+    assert_equal(b.params, a.params)  # parameters and moments are the file's
+
+
+def test_a_users_own_pmap_gradients_are_taken_as_they_are():
+    """The gradients of ``jax.pmap(jax.grad(loss))`` over replicated parameters, as a pmap training loop
+    has them, drive ``step`` exactly as the Trainer's own ``grads`` do."""
+    n = jax.local_device_count()
+    ours, theirs = Trainer(init_params(), *SGD), Trainer(init_params(), *SGD)
+    grad_fn = jax.pmap(jax.grad(loss_fn))
+    for batch in BATCHES[:3]:
+        ours.step(ours.grads(loss_fn, batch), 8)
+        replicated = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (n,) + x.shape), theirs.params)
+        theirs.step(grad_fn(replicated, split_batch(batch, n)), 8)
+    assert_equal(ours.params, theirs.params)
