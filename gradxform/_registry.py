@@ -22,7 +22,7 @@ from typing import Callable
 
 from ._base import GradientTransformation, transformation
 
-__all__ = ["create", "register", "registered_names"]
+__all__ = ["create", "register", "registered_names", "register_family"]
 
 _REGISTRY: dict[str, Callable[..., GradientTransformation]] = {}
 DEFAULT_FAMILY = "mxnet"
@@ -70,6 +70,21 @@ def register(name=None, *, family: str = DEFAULT_FAMILY):
     if name is not None and not isinstance(name, str):
         raise TypeError(f"register(name=...): must be a string or None; got {name!r}.")
     return deco
+
+
+def register_family(family: str, modules, wrap: Callable | None = None) -> dict[str, Callable]:
+    """Registers every factory that each of ``modules`` names in its
+    ``OPTIMIZERS`` tuple as ``family.<name>``, after ``wrap`` (a family's
+    shared keywords). Returns ``{name: registered factory}`` for the
+    family's ``__init__`` to re-export. So adding an optimizer touches its
+    family module (the function and its ``OPTIMIZERS`` entry), its
+    tests/cases.py row and the generated README table, nothing else."""
+    out = {}
+    for module in modules:
+        for name in module.OPTIMIZERS:
+            factory = getattr(module, name)
+            out[name] = register(family=family)(wrap(factory) if wrap else factory)
+    return out
 
 
 def registered_names() -> list[str]:

@@ -14,6 +14,8 @@ from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
 
 __all__ = ["adafactor", "AdaFactorState"]
+OPTIMIZERS = ("adafactor",)  # registered as 'mindspore.<name>' by the family's __init__
+
 
 
 class AdaFactorState(NamedTuple):

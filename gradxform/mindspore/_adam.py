@@ -22,6 +22,8 @@ from ._common import check_bool, check_float, parse
 
 __all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState",
            "BetaPowerState", "beta_power_correction"]
+OPTIMIZERS = ("adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb")  # registered as 'mindspore.<name>' by the family's __init__
+
 
 
 def _c(h, x):

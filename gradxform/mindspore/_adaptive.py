@@ -20,6 +20,8 @@ from .._hyper import hyper_scalar
 from ._common import check_bool, check_float, parse
 
 __all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "MindSporeFtrlState", "RMSPropState"]
+OPTIMIZERS = ("adagrad", "proximal_adagrad", "ftrl", "rmsprop")  # registered as 'mindspore.<name>' by the family's __init__
+
 
 
 class AccumState(NamedTuple):

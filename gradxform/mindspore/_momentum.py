@@ -25,6 +25,8 @@ from ..schedules.internal import DynamicLR
 from ._common import check_bool, check_float, parse
 
 __all__ = ["momentum", "sgd", "lars", "SGDMomentumState", "LarsState"]
+OPTIMIZERS = ("momentum", "sgd", "lars")  # registered as 'mindspore.<name>' by the family's __init__
+
 
 
 def momentum(learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nesterov=False, *,

@@ -30,6 +30,8 @@ from ..schedules.internal import COMPLETED, DynamicLR, as_update_schedule, check
 from ._common import check_bool, check_float, parse
 
 __all__ = ["thor", "ThorState", "KINDS"]
+OPTIMIZERS = ("thor",)  # registered as 'mindspore.<name>' by the family's __init__
+
 
 OWNER = "mindspore.thor"
 KINDS = ("dense", "conv", "embedding", "layernorm")

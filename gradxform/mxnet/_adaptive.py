@@ -27,6 +27,8 @@ from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_sq
 from ._common import check_unit, parse_options
 
 __all__ = ["adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl"]
+OPTIMIZERS = ("adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl")  # registered as 'mxnet.<name>' by the family's __init__
+
 
 
 def _zeros(params):

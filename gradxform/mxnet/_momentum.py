@@ -22,6 +22,8 @@ from ..pieces.internal import leaf_sq_norm
 from ._common import check_unit, parse_options
 
 __all__ = ["sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld"]
+OPTIMIZERS = ("sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld")  # registered as 'mxnet.<name>' by the family's __init__
+
 
 
 def sgd(learning_rate=None, momentum=0.0, lazy_update=False, **kwargs) -> GradientTransformation:

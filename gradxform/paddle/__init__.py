@@ -3,24 +3,18 @@ of Paddle 3.3 (SGD, Momentum, Adam, AdamW, Adamax, Adagrad, Adadelta, RMSProp,
 Lamb, NAdam, RAdam, Rprop, ASGD) with Paddle's keywords and defaults, its
 gradient clips and regularizers (Paddle's class names, and snake_case), and
 Paddle's ``get_lr`` / ``set_lr``. Shared machinery: `gradxform.paddle._common`."""
-from .._registry import register
-from ._adam import adam, adamax, adamw, lamb
-from ._adaptive import adadelta, adagrad, nadam, radam, rmsprop, rprop
-from ._asgd import asgd
+from .._registry import register_family
+from . import _adam, _adaptive, _asgd
 from ._clip import (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, clip_grad_by_global_norm,
                     clip_grad_by_norm, clip_grad_by_value)
 from ._common import ParamInfo, get_lr, set_lr
 from ._regularizer import L1Decay, L2Decay, l1_decay, l2_decay
+from . import _sgd
 
+_OPTIMIZERS = register_family("paddle", (_sgd, _adam, _adaptive, _asgd))
+globals().update(_OPTIMIZERS)
 __all__ = [
-    "sgd", "momentum", "adam", "adamw", "adamax", "adagrad", "adadelta", "rmsprop", "lamb", "nadam", "radam",
-    "rprop", "asgd", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "clip_grad_by_global_norm",
+    *_OPTIMIZERS, "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "clip_grad_by_global_norm",
     "clip_grad_by_norm", "clip_grad_by_value", "L1Decay", "L2Decay", "l1_decay", "l2_decay", "ParamInfo",
     "get_lr", "set_lr",
 ]
-
-from ._sgd import momentum, sgd  # noqa: E402
-
-for _f in (sgd, momentum, adam, adamw, adamax, adagrad, adadelta, rmsprop, lamb, nadam, radam, rprop, asgd):
-    register(family="paddle")(_f)
-del _f

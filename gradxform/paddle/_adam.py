@@ -26,6 +26,8 @@ from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
 
 __all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]
+OPTIMIZERS = ("adam", "adamw", "adamax", "lamb")  # registered as 'paddle.<name>' by the family's __init__
+
 
 
 def _c(h, x):

@@ -20,6 +20,8 @@ from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 
 __all__ = ["adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop", "AdagradState", "AdadeltaState",
            "RMSPropState", "NAdamState", "RAdamState", "RpropState"]
+OPTIMIZERS = ("adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop")  # registered as 'paddle.<name>' by the family's __init__
+
 
 
 def _state(name: str, acc: tuple, pows: tuple = ()):

@@ -18,6 +18,8 @@ from ..schedules.internal import check_number
 from ._common import parse
 
 __all__ = ["asgd", "ASGDState"]
+OPTIMIZERS = ("asgd",)  # registered as 'paddle.<name>' by the family's __init__
+
 
 
 class ASGDState(NamedTuple):

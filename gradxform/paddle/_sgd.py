@@ -16,6 +16,8 @@ from ..pieces import scale_by_lr
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 
 __all__ = ["sgd", "momentum", "MomentumState"]
+OPTIMIZERS = ("sgd", "momentum")  # registered as 'paddle.<name>' by the family's __init__
+
 
 
 class MomentumState(NamedTuple):

@@ -33,20 +33,11 @@ without that hyperparameter (a plain optax one) gets its gradients
 multiplied by ``1 / batch_size`` instead.
 
 **Compression.** ``compression_params={'type': '2bit', 'threshold': t}``
-is MXNet's 2-bit compression with error feedback, applied on each device
-(residual ``r``, one per device and parameter, zero at first) to its own
-gradient ``g`` before the all-reduce::
-
-    r += g
-    q  = +t where r >= t;  -t where r <= -t;  0 elsewhere
-    r -= q                  # what was not sent waits for the next step
-    summed = sum over all devices of q
-
-``{'type': '1bit', 'threshold': t}`` (MXNet 2.x; default t = 0) sends
-``q = +1 where r > t, else -1`` the same way. The values, not MXNet's
-bit packing, are summed (see `gradxform.trainer._compression`). A step
-whose raw gradient is non-finite on any device leaves every residual as
-it was. The residuals are saved by ``save_states``.
+(or ``'1bit'``) is MXNet's compression with error feedback, applied on
+each device to its own gradient before the all-reduce; the rule is in
+`gradxform.trainer._compression`. A step whose raw gradient is
+non-finite on any device leaves every residual as it was. The residuals
+are saved by ``save_states``.
 
 **The fused layout** runs the per-leaf rules per element with the same
 scalars (by default only chains without a reordered sum take it; with
@@ -65,7 +56,6 @@ for good (``trainer.fused`` turns False; numbers are unaffected).
 """
 from __future__ import annotations
 
-import warnings
 from typing import Callable
 
 import jax
@@ -83,6 +73,7 @@ from .._tree import param_names
 from ..checkpoint import load_state, save_state
 from . import _allreduce as ar
 from ._compression import parse_compression, zeros_residual
+from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss
 
 __all__ = ["Trainer"]
 
@@ -224,15 +215,8 @@ class Trainer:
         self._n = len(local)
         self._n_global = len(self._devices) if self._devices is not None else jax.device_count()
         self._compression = parse_compression(compression_params)
-        self._kvstore = _check_kvstore(kvstore, update_on_kvstore)
-        if self._compression is not None and (self._kvstore is None or (
-                self._n == 1 and jax.process_count() == 1 and not self._kvstore.startswith("dist"))):
-            # Gluon creates no kvstore for one device outside a distributed run (nor for
-            # kvstore=None), and compression lives in the kvstore: gradients stay exact
-            warnings.warn("Trainer(compression_params=...): no gradient compression without a kvstore "
-                          f"(kvstore={kvstore!r} on {self._n} device(s) in one process), as in Gluon; the "
-                          "gradients are used uncompressed.", UserWarning, stacklevel=2)
-            self._compression = None
+        self._kvstore = check_kvstore(kvstore, update_on_kvstore)
+        self._compression = compression_in_kvstore(self._compression, kvstore, self._n)
         self._place = ar.Placement(self._n, self._devices)
 
         state = self._tx.init(params)
@@ -391,7 +375,7 @@ class Trainer:
         batch = ar.split_batch(batch, self._n)
         if self._loss_scaled:
             key = (loss_fn, has_aux)
-            scaled = self._scaled_losses.setdefault(key, _scaled_loss(loss_fn, has_aux))
+            scaled = self._scaled_losses.setdefault(key, scaled_loss(loss_fn, has_aux))
             value, grads = ar.grad_program(scaled, True, self._devices, with_state=True, has_aux=has_aux)(
                 self._params, batch, self._state)
             unscale = lambda x: x / self._loss_scale_mapped()  # noqa: E731
@@ -613,36 +597,3 @@ class Trainer:
 
 
 _MULTIPLIER_FIELDS = ("lr_mult", "wd_mult")
-_KVSTORES = ("device", "local", "nccl", "horovod", "dist_sync", "dist_device_sync", "dist_sync_device")
-
-
-def _check_kvstore(kvstore, update_on_kvstore):
-    """Gluon's ``kvstore`` / ``update_on_kvstore``: every synchronous kvstore
-    sums the gradients over all devices of all processes (the mesh's
-    all-reduce); None means no kvstore (then no compression, as Gluon)."""
-    if kvstore is not None and not isinstance(kvstore, str):
-        raise TypeError(f"Trainer(kvstore=...): expected a kvstore type name or None; got {kvstore!r}.")
-    if kvstore is not None and kvstore not in _KVSTORES:
-        hint = " (asynchronous updates have no equivalent here; use 'dist_sync')" if "async" in kvstore else ""
-        raise ValueError(f"Trainer(kvstore=...): {kvstore!r} is not supported{hint}; expected one of "
-                         f"{', '.join(map(repr, _KVSTORES))} or None.")
-    if update_on_kvstore not in (None, False, True):
-        raise TypeError(f"Trainer(update_on_kvstore=...): expected None, True or False; got {update_on_kvstore!r}.")
-    if update_on_kvstore:
-        raise NotImplementedError(
-            "Trainer(update_on_kvstore=True): sharding the optimizer state over the devices (MXNet's update on "
-            "the kvstore servers) is not built yet; pass update_on_kvstore=None (every device holds the whole "
-            "optimizer state and updates its own copy, with the same numbers).")
-    return kvstore
-
-
-def _scaled_loss(loss_fn, has_aux: bool = False):
-    """``(params, (batch, state)) -> loss * loss_scale(state)`` (with
-    ``has_aux``: ``(scaled loss, aux)``) for `Trainer.grads`."""
-    def scaled(params, batch_and_state):
-        batch, state = batch_and_state
-        if has_aux:
-            loss, aux = loss_fn(params, batch)
-            return scale_loss(loss, state), aux
-        return scale_loss(loss_fn(params, batch), state)
-    return scaled
