@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from gradxform.pieces import centralize_gradients
+from trajectories import run_jitted
 
 
 def test_subtracts_mean_over_all_but_output_axis():
@@ -58,8 +59,6 @@ def test_mindspore_group_gc_skips_what_mindspore_skips():
     16-channel kernel and a (8, 32) dense kernel are centralized (the case
     momentum_groups_gc has no golden: MindSpore's CPU has no Centralization
     kernel). float64 transcription, 6 steps, rtol 1e-5 / atol 1e-6."""
-    import jax
-    import gradxform as gx
     from gradxform import mindspore as M
 
     shapes = {"conv1/weight": (4, 16, 1, 2), "conv1/bias": (4,), "conv2/weight": (4, 3, 2, 2),
@@ -69,12 +68,7 @@ def test_mindspore_group_gc_skips_what_mindspore_skips():
     gs = [{k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()} for _ in range(6)]
     tx = M.momentum(0.1, 0.9, groups=[{"params": lambda n: "conv" in n, "grad_centralization": True},
                                       {"params": lambda n: "conv" not in n}])
-    p = {k: jnp.asarray(v) for k, v in w0.items()}
-    s = tx.init(p)
-    step = jax.jit(tx.update)
-    for g in gs:
-        u, s = step({k: jnp.asarray(v) for k, v in g.items()}, s, p)
-        p = gx.apply_updates(p, u)
+    p, _ = run_jitted(tx, w0, gs)
     want = _ms_gc_reference(w0, gs, 0.1, 0.9, lambda k: "conv" in k)
     for k in shapes:
         np.testing.assert_allclose(np.asarray(p[k]), want[k], rtol=1e-5, atol=1e-6, err_msg=k)

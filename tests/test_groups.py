@@ -1,12 +1,12 @@
 """Parameter groups (gradxform.mindspore._groups) through gradxform.mindspore.momentum:
 per-group lr (fixed and list), weight decay, the beta/gamma filter, order_params,
 ungrouped parameters frozen, and the errors. NumPy reference, 10 steps, rtol 1e-6."""
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import gradxform as gx
+from trajectories import run_jitted
 from gradxform import mindspore as M
 from gradxform.mindspore._groups import beta_gamma_filter
 
@@ -20,14 +20,7 @@ def setup(seed=0):
     return w0, gs
 
 
-def run(tx, w0, gs):
-    p = {k: jnp.asarray(v) for k, v in w0.items()}
-    s = tx.init(p)
-    step = jax.jit(tx.update)
-    for g in gs:
-        u, s = step({k: jnp.asarray(v) for k, v in g.items()}, s, p)
-        p = gx.apply_updates(p, u)
-    return {k: np.asarray(v) for k, v in p.items()}, s
+run = run_jitted
 
 
 def momentum_ref(w0, gs, lr_of, wd_of, gc=()):

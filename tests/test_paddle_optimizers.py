@@ -4,12 +4,12 @@ atol 1e-6 (float32 against float64); groups, need_clip, float16 master
 weights; names, get_lr/set_lr and argument checks."""
 import warnings
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import gradxform as gx
+from trajectories import run_jitted
 from gradxform import paddle as P
 from gradxform import schedules as S
 
@@ -23,14 +23,7 @@ def setup(seed=0, dtype=np.float32):
     return w0, gs
 
 
-def run(tx, w0, gs):
-    p = {k: jnp.asarray(v) for k, v in w0.items()}
-    s = tx.init(p)
-    step = jax.jit(tx.update)
-    for g in gs:
-        u, s = step({k: jnp.asarray(v) for k, v in g.items()}, s, p)
-        p = gx.apply_updates(p, u)
-    return {k: np.asarray(v) for k, v in p.items()}, s
+run = run_jitted
 
 
 def reference(rule, w0, gs, lr=0.01, wd=0.0, **kw):

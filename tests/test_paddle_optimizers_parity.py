@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import gradxform as gx
+from trajectories import paddle_schedule
 from gradxform import paddle as P
-from gradxform import schedules as S
 
 GOLD = os.path.join(os.path.dirname(__file__), "goldens", "paddle")
 CASES = sorted(f[4:-4] for f in os.listdir(GOLD) if f.startswith("opt_") and f.endswith(".npz"))
@@ -35,12 +35,7 @@ TOL = {}
 OVERRIDE = {"momentum_rescale_grad": dict(rescale_grad=1.0), "sgd_bf16_multi_precision": dict(multi_precision=False)}
 
 
-def _sched(m):
-    kw = dict(m["kwargs"])
-    for k, v in list(kw.items()):
-        if isinstance(v, dict) and "type" in v:
-            kw[k] = _sched(v)
-    return getattr(S, m["type"])(**kw)
+_sched = paddle_schedule
 
 
 def _reg(wd):

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import gradxform as gx
+from trajectories import paddle_schedule
 from gradxform import paddle as P
-from gradxform import schedules as S
 
 GOLD = os.path.join(os.path.dirname(__file__), "goldens", "paddle")
 CASES = sorted(f[:-4] for f in os.listdir(GOLD) if f.endswith(".npz") and f.startswith("asgd_"))
@@ -21,12 +21,7 @@ CLIPS = {"ClipGradByGlobalNorm": P.clip_grad_by_global_norm, "ClipGradByNorm": P
          "ClipGradByValue": P.clip_grad_by_value}
 
 
-def _sched(m):
-    kw = dict(m["kwargs"])
-    for k, v in list(kw.items()):
-        if isinstance(v, dict) and "type" in v:
-            kw[k] = _sched(v)
-    return getattr(S, m["type"])(**kw)
+_sched = paddle_schedule
 
 
 def build(meta):

@@ -1,7 +1,6 @@
 """Issue 16: a porting user's schedules and idioms, as their users write them, with
 numbers checked against each framework's rule (float32: the lr is one float32
 multiply away from the update, so rtol 1e-6 unless said otherwise)."""
-import math
 import re
 
 import jax

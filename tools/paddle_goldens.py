@@ -16,7 +16,6 @@ Per-case npz layout:
     s_<state>_<i>  final accumulators d / y / m (+ master weight when multi_precision)
 """
 import json
-import math
 import os
 import sys
 

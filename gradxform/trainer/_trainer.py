@@ -63,7 +63,7 @@ import numpy as np
 import optax
 
 from .._hyper import check_range, get_hyper, get_learning_rate, hyper_names, set_learning_rate
-from ..pieces.internal import check_guard, dynamic_loss_scale, get_loss_scale, scale_loss
+from ..pieces.internal import check_guard, dynamic_loss_scale, get_loss_scale
 from ..pieces.internal import skip_nonfinite as guard_nonfinite
 from .._fused import FlatTree, bit_exact, flatten_state, fused as fuse, unflatten_state, why_not_fused
 from .._registry import _resolve, create
