@@ -121,3 +121,34 @@ def test_a_users_own_pmap_gradients_are_taken_as_they_are():
         replicated = jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (n,) + x.shape), theirs.params)
         theirs.step(grad_fn(replicated, split_batch(batch, n)), 8)
     assert_equal(ours.params, theirs.params)
+
+
+def test_load_states_reads_a_gluon_states_file_and_continues_mxnets_run():
+    """A Gluon ``Trainer.save_states`` file written by MXNet 1.9.1 (tests/fixtures/mxnet/adam), loaded
+    straight into a Trainer: the next steps are MXNet's (rtol 1e-5 / atol 1e-6, as the migration tests)."""
+    import test_migrate_gluon as gluon  # noqa: PLC0415
+
+    z, meta = gluon.load("adam")
+    k, batch_size = meta["k"], meta["batch_size"]
+    # the Trainer sets rescale_grad = 1 / batch_size each step, as Gluon's Trainer.step does
+    tx = gluon.make_tx(meta, rescale_grad=1.0)
+    t = Trainer(gluon.params_at(z, meta, k - 1), tx, devices=DEV1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the file's rescale_grad is 1/batch_size, the optimizer's 1
+        t.load_states(gluon.states_file("adam", meta))
+    for step in range(k, meta["n"]):
+        g = {n: np.asarray(z[f"g_{step}_{n}"])[None] for n in meta["names"]}
+        t.step(g, batch_size)
+        gluon.assert_params(z, meta, step, t.params)
+
+
+def test_load_states_takes_a_migrated_state_tree_and_refuses_another_structure():
+    a = Trainer(init_params(), *SGD)
+    a.step(a.grads(loss_fn, BATCHES[0]), 8)
+    b = Trainer(a.params, *SGD)
+    b.load_states(a.state)
+    for t in (a, b):
+        t.step(t.grads(loss_fn, BATCHES[1]), 8)
+    assert_equal(a.params, b.params)
+    with pytest.raises(ValueError, match="structure"):
+        b.load_states({"not": "a state"})

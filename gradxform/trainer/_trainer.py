@@ -68,11 +68,11 @@ from ..pieces.internal import skip_nonfinite as guard_nonfinite
 from .._fused import FlatTree, bit_exact, flatten_state, fused as fuse, unflatten_state, why_not_fused
 from .._registry import _resolve, create
 from ..schedules.internal import host_done, take_host_schedule
-from .._state_paths import replace_fields, state_paths
 from .._tree import param_names
 from ..checkpoint import load_state, save_state
 from . import _allreduce as ar
 from ._compression import parse_compression, zeros_residual
+from ._resume import is_file, is_gluon_states, keep_multipliers, migrated_state
 from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss
 
 __all__ = ["Trainer"]
@@ -557,19 +557,29 @@ class Trainer:
     def load_states(self, fname) -> None:
         """Loads a ``save_states`` file; training then continues bit for bit.
 
+        Also takes a Gluon ``.states`` file (detected; read by
+        `gradxform.migrate.from_gluon_states` for this Trainer's optimizer) or
+        a migrated state tree: the Trainer keeps its parameters, residuals
+        restart at zero. As in Gluon, the current ``lr_mult``/``wd_mult`` stay.
+
         Raises `gradxform.checkpoint.CheckpointError` ('truncated', 'corrupt'
-        or 'mismatch': another optimizer, parameter structure or compression)
-        and changes nothing when the file cannot be used.
+        or 'mismatch': another optimizer, parameter structure or compression),
+        `gradxform.migrate.MigrateError` for an unusable Gluon file, ValueError
+        for a state tree of another structure; changes nothing then.
         """
         params, state, residual = jax.eval_shape(self._leaf_form)
         if not self._place.single:  # one copy of params and state; residuals stay per device
             params, state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), (params, state))
         else:
             residual = [jax.ShapeDtypeStruct((1,) + r.shape, r.dtype) for r in residual]
-        like = self._tree(params, state, residual)
-        loaded = load_state(fname, like=like, meta=self._meta())
-        params, state, residual = loaded["params"], loaded["state"], loaded["residual"]
-        state = self._keep_multipliers(state)
+        if not is_file(fname) or is_gluon_states(fname):
+            params = self.params
+            state = migrated_state(fname, params, state, self._optimizer, guarded=self._guarded)
+            residual = [np.zeros(r.shape, r.dtype) for r in residual]
+        else:
+            loaded = load_state(fname, like=self._tree(params, state, residual), meta=self._meta())
+            params, state, residual = loaded["params"], loaded["state"], loaded["residual"]
+        state = keep_multipliers(state, self._place.one(self._leaf_form()[1]))
         if self._fused:  # groups follow the loaded counts and multipliers
             state = flatten_state(self._leaf_tx, state, params, max_leaf_size=self._max_leaf)
             layout = state.layout
@@ -582,18 +592,8 @@ class Trainer:
         if self._host_lr is not None:
             self._host_lr.num_update = None  # read again from the loaded state
 
-    def _keep_multipliers(self, state):
-        """``state`` with this Trainer's current ``lr_mult``/``wd_mult``: Gluon's
-        ``load_states`` restores the optimizer's state but keeps the multipliers
-        of the parameters it is given (they are set on the Parameters)."""
-        current = self._place.one(self._leaf_form()[1])
-        edits = {path: {f: getattr(node, f) for f in _MULTIPLIER_FIELDS if hasattr(node, f)}
-                 for path, node in state_paths(current)}
-        return replace_fields(state, {p: e for p, e in edits.items() if e})
-
     @staticmethod
     def _tree(params, state, residual) -> dict:
         return {"params": params, "state": state, "residual": list(residual)}
 
 
-_MULTIPLIER_FIELDS = ("lr_mult", "wd_mult")

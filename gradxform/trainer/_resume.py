@@ -1,0 +1,64 @@
+"""What ``Trainer.load_states`` reads besides its own checkpoints: a Gluon
+``.states`` file or a migrated state tree, and Gluon's rule that loading keeps
+the current per-parameter multipliers."""
+from __future__ import annotations
+
+import os
+
+import jax
+import numpy as np
+
+from .._state_paths import replace_fields, state_paths
+
+__all__ = ["is_file", "is_gluon_states", "migrated_state", "keep_multipliers"]
+
+MULTIPLIER_FIELDS = ("lr_mult", "wd_mult")
+
+
+def is_file(x) -> bool:
+    return isinstance(x, (str, os.PathLike)) or hasattr(x, "read")
+
+
+def is_gluon_states(fname) -> bool:
+    """A Gluon ``.states`` file is a pickle (protocol 2+: starts with 0x80);
+    a gradxform checkpoint starts with its magic."""
+    if hasattr(fname, "read"):
+        return False
+    try:
+        with open(fname, "rb") as f:
+            return f.read(1) == b"\x80"
+    except OSError:
+        return False  # load_state reports it
+
+
+def migrated_state(source, params, like, tx, *, guarded: bool):
+    """The optimizer state from a Gluon ``.states`` file (read for ``tx`` by
+    `gradxform.migrate.from_gluon_states`) or a migrated state tree, checked
+    against ``like`` (the Trainer's per-leaf state: structure and shapes).
+    ``guarded``: the Trainer wraps ``tx`` (skip_nonfinite, loss_scale), whose
+    state a Gluon file cannot hold."""
+    if is_file(source):
+        if guarded:
+            raise ValueError("Trainer.load_states: a Gluon .states file holds the optimizer's own state; load "
+                             "it into a Trainer without skip_nonfinite/loss_scale, or migrate it with "
+                             "gradxform.migrate.from_gluon_states and wrap the result yourself.")
+        from ..migrate import from_gluon_states  # noqa: PLC0415  (the readers load only when used)
+        source = from_gluon_states(source, params, tx)
+    want, got = jax.tree.structure(like), jax.tree.structure(source)
+    if want != got:
+        raise ValueError(f"Trainer.load_states: the state tree has structure {got}; this Trainer's "
+                         f"optimizer state has {want}.")
+    for (path, w), g in zip(jax.tree_util.tree_leaves_with_path(like), jax.tree.leaves(source)):
+        if tuple(np.shape(g)) != tuple(w.shape):
+            raise ValueError(f"Trainer.load_states: state{jax.tree_util.keystr(path)} has shape "
+                             f"{tuple(np.shape(g))}; expected {tuple(w.shape)}.")
+    return jax.tree.map(lambda g, w: np.asarray(g, w.dtype), source, like)
+
+
+def keep_multipliers(state, current):
+    """``state`` with ``current``'s ``lr_mult``/``wd_mult``: Gluon's
+    ``load_states`` restores the optimizer's state but keeps the multipliers
+    of the parameters it is given (they are set on the Parameters)."""
+    edits = {path: {f: getattr(node, f) for f in MULTIPLIER_FIELDS if hasattr(node, f)}
+             for path, node in state_paths(current)}
+    return replace_fields(state, {p: e for p, e in edits.items() if e})
