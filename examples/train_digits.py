@@ -18,10 +18,7 @@ every run reaches about 98% test accuracy (97.5% at worst over seeds 0-3).
 ``--optimizer`` takes any registered name with its default settings (and
 ``--lr``); names whose factory has required arguments get them from
 ``REQUIRED`` (``mindspore.momentum``, ``mindspore.lamb``; ``mindspore.lars``
-wraps MindSpore's Momentum). Two names do not train here, by design:
-``mindspore.adam_offload`` keeps Adam's moments in pinned host memory, which
-the Trainer's device placement does not take (use ``mindspore.adam``: the
-same numbers); ``adamax`` reaches NaN within the first epoch at its default
+wraps MindSpore's Momentum). ``adamax`` reaches NaN within the first epoch at its default
 lr 0.002, faithfully: MXNet's Adamax divides by ``max(b2 * u, |g|)`` with no
 epsilon, so a parameter whose gradient is exactly 0 from the first step on
 (a dead ReLU unit's bias) gives 0/0. The accuracy panel's axis adapts to the
@@ -145,10 +142,6 @@ REQUIRED = {
     "mindspore.lars": lambda: {"optimizer": gradxform.create("mindspore.momentum", learning_rate=0.1,
                                                              momentum=0.9)},
 }
-NOT_HERE = {
-    "mindspore.adam_offload": "keeps its moments in pinned host memory, which the Trainer's device "
-                              "placement does not take; mindspore.adam gives the same numbers",
-}
 
 def train(label, name, kwargs, data, *, epochs, batch_size, devices, seed):
     xtr, ytr, xte, yte = data
@@ -221,8 +214,6 @@ def main(args) -> int:
     data = load_data()
     steps = epochs * (len(data[0]) // args.batch_size)
     runs = configs(steps)
-    if args.optimizer in NOT_HERE:
-        raise SystemExit(f"--optimizer {args.optimizer}: {NOT_HERE[args.optimizer]}.")
     if args.optimizer not in runs:
         runs[args.optimizer] = (args.optimizer, REQUIRED.get(args.optimizer, dict)())
     if args.lr is not None:

@@ -11,9 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import gradxform
 from gradxform import get_hyper
 from gradxform.trainer import Trainer, split_batch
-from test_trainer import BATCHES, DEV1, SGD, assert_equal, init_params, loss_fn
+from test_trainer import BATCHES, DEV1, SGD, assert_close, assert_equal, init_params, loss_fn
 
 ADAM_MULTS = ("adam", {"learning_rate": 0.05, "wd": 1e-3, "lr_mult": {"dense/*": 2.0}, "wd_mult": {"*bias": 0.0}})
 
@@ -152,3 +153,18 @@ def test_load_states_takes_a_migrated_state_tree_and_refuses_another_structure()
     assert_equal(a.params, b.params)
     with pytest.raises(ValueError, match="structure"):
         b.load_states({"not": "a state"})
+
+
+def test_adam_offload_trains_in_a_trainer_on_one_device():
+    """Its moments live in host memory ('pinned_host'); the Trainer places them there and gives the numbers
+    of the plain transformation (run eagerly here: another program, so 1 float32 ulp apart at most)."""
+    t = Trainer(init_params(), "mindspore.adam_offload", {"learning_rate": 0.01}, devices=DEV1)
+    tx = gradxform.create("mindspore.adam_offload", learning_rate=0.01)
+    params = init_params()
+    state = tx.init(params)
+    for batch in BATCHES[:3]:
+        g = jax.grad(loss_fn)(params, batch)
+        t.step(jax.tree.map(lambda x: x[None], g), 1)
+        updates, state = tx.update(g, state, params)
+        params = gradxform.apply_updates(params, updates)
+    assert_close(t.params, params, rtol=2.5e-7, atol=0)

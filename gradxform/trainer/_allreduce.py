@@ -172,7 +172,13 @@ class Placement:
             self.device = devices[0] if devices is not None else jax.local_devices()[0]
             # a copy: the Trainer donates its arrays, never the caller's
             copy = jax.jit(lambda t: jax.tree.map(jnp.copy, t))
-            self._copy = lambda t: copy(jax.device_put(t, self.device))
+            self._copy = lambda t: copy(jax.tree.map(self._to_device, t))
+
+    def _to_device(self, x):
+        """``x`` on the one device, in the memory it is in (host-offloaded
+        optimizer state, e.g. mindspore.adam_offload's moments, stays in host memory)."""
+        kind = x.sharding.memory_kind if isinstance(x, jax.Array) else None
+        return jax.device_put(x, jax.sharding.SingleDeviceSharding(self.device, memory_kind=kind))
 
     def put(self, tree):
         """One copy per device of ``tree``."""
