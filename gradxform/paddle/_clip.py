@@ -18,7 +18,6 @@ second only matters in Paddle's static graphs.
 """
 from __future__ import annotations
 
-import fnmatch
 from typing import NamedTuple
 
 import jax
@@ -30,6 +29,7 @@ from .._base import transformation
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
+from .._selectors import Selector
 from .._tree import param_names
 from ..pieces.internal import leaf_sq_norm
 from ..schedules.internal import check_number
@@ -40,19 +40,24 @@ __all__ = ["Clip", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", 
 
 def need_clip_flags(owner: str, need_clip, names: list[str]) -> np.ndarray:
     """Paddle's ``param.need_clip`` per leaf: ``need_clip`` None (every leaf), a
-    predicate over names, or a mapping ``{name or glob: bool}`` (unmatched: True)."""
+    predicate over names, or a mapping ``{selection: bool}`` (a `Selector`:
+    name, glob, regex; an exact name first, else the first key that selects
+    the leaf; unmatched: True)."""
     if need_clip is None:
         return np.ones(len(names), bool)
     if callable(need_clip):
-        return np.asarray([bool(need_clip(n)) for n in names], bool)
+        return Selector(need_clip, what=f"{owner}(need_clip=...)").select(names)
     if isinstance(need_clip, dict):
-        out = []
-        for n in names:
-            v = need_clip.get(n)
-            if v is None:
-                v = next((b for pat, b in need_clip.items() if fnmatch.fnmatchcase(n, pat)), True)
-            out.append(bool(v))
-        return np.asarray(out, bool)
+        out = np.ones(len(names), bool)
+        decided = np.zeros(len(names), bool)
+        exact = {n: need_clip[n] for n in names if n in need_clip}
+        for i, n in enumerate(names):
+            if n in exact:
+                out[i], decided[i] = bool(exact[n]), True
+        for key, value in need_clip.items():
+            hit = Selector(key, what=f"{owner}(need_clip=...)").select(names) & ~decided
+            out[hit], decided = bool(value), decided | hit
+        return out
     raise TypeError(f"{owner}(need_clip=...): must be None, a predicate over parameter names or a dict "
                     f"{{name or glob: bool}}; got {need_clip!r}.")
 

@@ -34,7 +34,6 @@ under a scheduler is a RuntimeError.
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -48,6 +47,7 @@ from .._errors import validated
 from .._hyper import _scheduled, get_hyper, get_learning_rate, set_hyper
 from .._optimizer import _donatable, finalize
 from .._ranges import Range, register_range
+from .._selectors import Selector
 from .._state_paths import find_states
 from .._tree import param_names, select_tree
 from ..pieces import track_step
@@ -127,12 +127,12 @@ class _Group:
     clip: Clip | None = None
     extra: dict = dataclasses.field(default_factory=dict)  # the optimizer's own hyperparameters for this group
 
-    def matches(self, name: str) -> bool:
+    def matches(self, names: list[str]) -> np.ndarray:
+        """One bool per name: the group's ``params`` as a `Selector` (names,
+        globs, regexes, predicates, parameter objects with a ``.name``)."""
         if self.select is None:
-            return True
-        if callable(self.select):
-            return bool(self.select(name))
-        return any(name == p or fnmatch.fnmatchcase(name, p) for p in self.select)
+            return np.ones(len(names), bool)
+        return Selector(self.select, what=f"parameters[{self.index}]['params']").select(names)
 
 
 class GroupState(NamedTuple):
@@ -169,7 +169,7 @@ class PaddleOptions:
         names = param_names(params)
         slot = np.full(len(names), -1, np.int32)
         for g in self.groups:
-            hits = [i for i, n in enumerate(names) if g.matches(n)]
+            hits = [int(i) for i in np.flatnonzero(g.matches(names))]
             if not hits and g.select is not None and not callable(g.select):
                 raise ValueError(f"{self.owner}(parameters=...): entry {g.index} {g.select!r} matches no "
                                  f"parameter; parameter names are {names[:8]}{' ...' if len(names) > 8 else ''}.")
