@@ -42,6 +42,7 @@ from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._selectors import Selector, describe_names, names_of
 from .._state_paths import find_states
+from ..pieces.internal import only_slotted
 from .._tree import param_names
 from ..schedules.internal import as_schedule, check_number
 
@@ -274,18 +275,12 @@ def unselected_frozen(owner: str, specs, order, inner: GradientTransformation) -
     buffers without names, and the per-leaf slot is then one per group."""
     if specs is None:
         return inner
-    from .._tree import select_tree  # noqa: PLC0415
 
-    @fusable  # reads the selection from group_slot
-    def update(updates, state, params=None, **extra_args):
+    def slots(state):
         groups = find_states(state, GroupState)
         if not groups:
             raise ValueError(f"{owner}: parameter groups need a group_learning_rate or group_weight_decay "
                              "piece in the chain (its state says which parameters are grouped).")
-        treedef = jax.tree.structure(updates)
-        selected = treedef.unflatten([s >= 0 for s in treedef.flatten_up_to(groups[0].group_slot)])
-        out, new_state = inner.update(updates, state, params, **extra_args)
-        out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, selected)
-        return out, select_tree(selected, new_state, state)
+        return groups[0].group_slot
 
-    return transformation(inner.init, update)
+    return only_slotted(inner, slots)

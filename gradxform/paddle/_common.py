@@ -49,9 +49,10 @@ from .._optimizer import _donatable, finalize
 from .._ranges import Range, register_range
 from .._selectors import Selector
 from .._state_paths import find_states
-from .._tree import param_names, select_tree
+from .._tree import param_names
 from ..pieces import track_step
 from ..pieces.internal import StepState
+from ..pieces.internal import only_slotted
 from ..pieces.internal import skip_nonfinite as _skip_nonfinite
 from ..pieces.internal import with_master_weights
 from ..schedules.internal import DynamicLR, as_schedule, check_number
@@ -237,7 +238,7 @@ class PaddleOptions:
         tx = chain(self.step(), self.clip(), self.regularize(regularize_kinds) if regularize_kinds else identity(),
                    inner)
         if self.explicit:
-            tx = _only_grouped(self.owner, tx)
+            tx = only_slotted(tx, _group_slots)
         if not self.multi_precision:
             tx = finalize(tx, skip_nonfinite=skip_nonfinite, owner=self.owner, fp16_warning=PADDLE_FP16_WARNING)
         else:
@@ -247,21 +248,10 @@ class PaddleOptions:
         return PaddleOptimizer(tx, self.schedule)
 
 
-def _only_grouped(owner: str, inner: GradientTransformation) -> GradientTransformation:
-    """Zeroes the update and keeps the state of every leaf no ``parameters``
-    entry names (read from the `GroupState`'s ``slot``, so it works on fused
-    buffers too)."""
-
-    @fusable
-    def update(updates, state, params=None, **extra_args):
-        groups = find_states(state, GroupState)
-        treedef = jax.tree.structure(updates)
-        selected = treedef.unflatten([s >= 0 for s in treedef.flatten_up_to(groups[0].slot)])
-        out, new_state = inner.update(updates, state, params, **extra_args)
-        out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, selected)
-        return out, select_tree(selected, new_state, state)
-
-    return transformation(inner.init, update)
+def _group_slots(state):
+    """Each leaf's ``parameters`` entry (-1: none names it, so it is frozen),
+    from the `GroupState`: one per buffer under `gradxform.fused`."""
+    return find_states(state, GroupState)[0].slot
 
 
 def _clip_arg(owner, where, value):

@@ -10,7 +10,25 @@ from .._state_paths import map_param_trees
 from .._tree import select_tree
 from ._segments import buffer_segments, row_sums
 
-__all__ = ["gated", "lazy_rows", "masked_by_update_mask"]
+__all__ = ["gated", "lazy_rows", "masked_by_update_mask", "only_slotted"]
+
+
+def only_slotted(inner: GradientTransformation, read_slots) -> GradientTransformation:
+    """Runs ``inner``; every leaf whose group slot is negative (no parameter
+    group names it) gets a zero update and keeps ``inner``'s state.
+    ``read_slots(state)`` gives the per-leaf slots (a tree of int scalars,
+    one per leaf, so it works on fused buffers too), read from a state
+    rather than from names: under `gradxform.fused` updates have none."""
+
+    @fusable  # the slots are per leaf, hence per group
+    def update(updates, state, params=None, **extra_args):
+        treedef = jax.tree.structure(updates)
+        selected = treedef.unflatten([s >= 0 for s in treedef.flatten_up_to(read_slots(state))])
+        out, new_state = inner.update(updates, state, params, **extra_args)
+        out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, selected)
+        return out, select_tree(selected, new_state, state)
+
+    return transformation(inner.init, update)
 
 
 def gated(inner: GradientTransformation, key) -> GradientTransformation:
