@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import gradxform as gx
+from trajectories import run_jitted
 from gradxform import mindspore as M
 from gradxform import schedules as S
 
@@ -24,14 +25,7 @@ def data(seed=0, zero_rows=False):
     return w0, gs
 
 
-def run(tx, w0, gs):
-    params = {k: jnp.asarray(v) for k, v in w0.items()}
-    state = tx.init(params)
-    step = jax.jit(tx.update)
-    for g in gs:
-        u, state = step({k: jnp.asarray(v) for k, v in g.items()}, state, params)
-        params = gx.apply_updates(params, u)
-    return {k: np.asarray(v) for k, v in params.items()}, state
+run = run_jitted
 
 
 def reference(w0, gs, step, init, decay=0.0, ls=1.0, filt=lambda n: "beta" not in n and "gamma" not in n):
