@@ -80,7 +80,7 @@ from ._elementwise import declaration, fusable, not_fusable, per_leaf_fields
 from ._state_paths import with_fields
 from .pieces.internal import SEGMENTS_KEY, layout_segments
 
-__all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "fusable", "not_fusable", "flatten_state",
+__all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_lengths", "fusable", "not_fusable", "flatten_state",
            "packed", "packing", "ravel", "unflatten_state", "why_not_fused"]
 
 
@@ -397,6 +397,23 @@ def _unflatten_state(flat, template, layout: Layout):
         return f
 
     return walk(template, flat)
+
+
+def buffer_lengths(tx: GradientTransformation, layout: Layout):
+    """A tree shaped like ``fused(tx)``'s inner state for ``layout``: at each
+    flat buffer (a params-shaped tree of the per-leaf state, one buffer per
+    group) its length, and -1 at every other leaf (per-group values,
+    hyperparameters, keys). What the Trainer shards over devices."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        template = jax.eval_shape(tx.init, _abstract_params(layout))
+
+    def lengths(t):  # a placeholder tree (master weights of a float32 leaf) has its own sizes
+        sizes = [int(np.prod(np.shape(x), dtype=np.int64)) for x in layout.treedef.flatten_up_to(t)]
+        return tuple(sum(sizes[i] for i in g) for g in layout.groups)
+
+    marks = _walk(template, lambda _, x: (-1,) * len(layout.groups), lengths, layout.treedef)
+    return jax.tree.map(lambda m: m if type(m) is int else -1, marks)
 
 
 def _abstract_params(layout: Layout):

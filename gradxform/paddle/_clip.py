@@ -31,7 +31,7 @@ from .._hyper import hyper_scalar
 from .._ranges import check_hyper
 from .._selectors import Selector
 from .._tree import param_names
-from ..pieces.internal import leaf_sq_norm
+from ..pieces.internal import leaf_sq_norm, whole_buffers
 from ..schedules.internal import check_number
 
 __all__ = ["Clip", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "clip_grad_by_global_norm",
@@ -120,7 +120,8 @@ def group_clip(clips: list, slots_of, *, default=None) -> optax.GradientTransfor
             sel = [jnp.logical_and(s == k, n) for s, n in zip(slots, needs)]
             if c.kind == "global":
                 cn = h[key(k, c, "clip_norm")]
-                sq = [jnp.where(m, jnp.sum(jnp.square(g.astype(jnp.float32))), 0.0) for g, m in zip(leaves, sel)]
+                whole = whole_buffers(leaves, extra_args)  # a sharded step's buffers, gathered
+                sq = [jnp.where(m, jnp.sum(jnp.square(g.astype(jnp.float32))), 0.0) for g, m in zip(whole, sel)]
                 norm = jnp.sqrt(sum(sq)) if sq else jnp.zeros((), jnp.float32)
                 f = cn / jnp.maximum(norm, cn)
                 out = [jnp.where(m, g * f.astype(g.dtype), g) for g, m in zip(out, sel)]

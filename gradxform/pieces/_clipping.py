@@ -8,6 +8,7 @@ from .._base import GradientTransformation, identity, transformation
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from ._scaling import HyperState
+from ._segments import whole_buffers
 
 __all__ = ["clip_by_value", "clip_by_global_norm", "global_norm"]
 
@@ -36,9 +37,10 @@ def clip_by_value(clip_gradient: float | None, *, name: str = "clip_gradient") -
     return transformation(init, update)
 
 
-def global_norm(tree) -> jax.Array:
-    """The L2 norm of all leaves together, accumulated in float32."""
-    leaves = jax.tree.leaves(tree)
+def global_norm(tree, extra_args: dict | None = None) -> jax.Array:
+    """The L2 norm of all leaves together, accumulated in float32 (under a
+    sharded step, given its ``extra_args``: of the whole buffers)."""
+    leaves = whole_buffers(tree, extra_args) if extra_args else jax.tree.leaves(tree)
     if not leaves:
         return jnp.zeros((), jnp.float32)
     return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
@@ -55,8 +57,8 @@ def clip_by_global_norm(max_norm: float, *, name: str = "max_norm") -> GradientT
 
     @fusable(bit_exact=False)  # fused: the norm of the buffers, summed in another order
     def update(updates, state, params=None, **extra_args):
-        del params, extra_args
-        norm = global_norm(updates)
+        del params
+        norm = global_norm(updates, extra_args)
         factor = jnp.minimum(1.0, state.hyper[name] / (norm + 1e-8))
         return jax.tree.map(lambda u: u * factor.astype(u.dtype), updates), state
 

@@ -38,6 +38,7 @@ import numpy as np
 from .._base import GradientTransformation, transformation
 from .._elementwise import fusable
 from .._state_paths import find_states
+from ._segments import on_every_shard
 from .._hyper import check_range, hyper_scalar, register_check
 
 __all__ = [
@@ -105,16 +106,18 @@ def all_finite(*trees) -> jax.Array:
 
 
 def step_is_finite(grads, updates, new_state, *, check_updates: bool = True,
-                   check_state: bool = True) -> jax.Array:
+                   check_state: bool = True, extra_args: dict | None = None) -> jax.Array:
     """The one test both guards apply to a step: a scalar bool, True when the
     gradients, the inner updates (if ``check_updates``) and every floating leaf
     of the inner transformation's new state (if ``check_state``) are finite.
 
     ``check_state`` catches finite-but-huge gradients: ``g = 1e38`` gives
     finite updates but ``g * g`` = +Inf in an accumulator of squares, which
-    would stay Inf (or turn NaN) for the rest of the run.
+    would stay Inf (or turn NaN) for the rest of the run. Under a sharded
+    step (``extra_args``' context) the answer covers every device's shard.
     """
-    return all_finite(grads, updates if check_updates else None, new_state if check_state else None)
+    ok = all_finite(grads, updates if check_updates else None, new_state if check_state else None)
+    return on_every_shard(ok, extra_args)
 
 
 def _check_limit(owner, max_consecutive):
@@ -184,7 +187,7 @@ def skip_nonfinite(inner: GradientTransformation, *, max_consecutive: int | None
     def update(updates, state, params=None, **extra_args):
         new_updates, new_inner = inner.update(updates, state.inner, params, **extra_args)
         ok = step_is_finite(updates, new_updates, new_inner, check_updates=check_updates,
-                            check_state=check_state)
+                            check_state=check_state, extra_args=extra_args)
         return _zeros_unless(ok, new_updates), SkipNonfiniteState(
             _guard_step(state.guard, ok), _select(ok, new_inner, state.inner))
 
@@ -257,7 +260,7 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
         new_updates, new_inner = inner.update(grads, state.inner, params, **extra_args)
         # the gradients as received and unscaled (a scale below 1 can overflow a finite one)
         ok = step_is_finite((updates, grads), new_updates, new_inner, check_updates=check_updates,
-                            check_state=check_state)
+                            check_state=check_state, extra_args=extra_args)
         good = state.good_steps + 1
         grow = ok & (good.astype(jnp.float32) >= h["growth_interval"])
         grown = state.scale * h["growth_factor"]

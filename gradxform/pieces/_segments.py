@@ -44,8 +44,8 @@ import numpy as np
 from .._base import StepContext
 from .._tree import param_names
 
-__all__ = ["SEGMENTS_KEY", "Segments", "layout_segments", "buffer_segments", "leaf_sum", "leaf_sq_norm",
-           "leaf_flags", "spread_leaf_values", "row_sums"]
+__all__ = ["SEGMENTS_KEY", "Segments", "ShardedSegments", "layout_segments", "buffer_segments", "leaf_sum",
+           "leaf_sq_norm", "leaf_flags", "spread_leaf_values", "row_sums", "whole_buffers", "on_every_shard"]
 
 SEGMENTS_KEY = "segments"
 
@@ -199,6 +199,94 @@ class Segments:
         start, length = self.spread(starts.astype(np.int32)), self.spread(row_len.astype(np.int32))
         ids = self.spread(first_row.astype(np.int32)) + (pos - start) // length
         return jax.ops.segment_sum(x, ids, int(rows.sum()), indices_are_sorted=True)[ids]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardedSegments:
+    """A `Segments` whose buffer is split over the devices of a mesh axis:
+    each device holds ``chunk`` consecutive elements (the last shard padded
+    by repeating the buffer's last element, so a padding element computes
+    exactly what that element computes and is finite when it is). Used by
+    the Trainer's sharded optimizer state (``update_on_kvstore=True``).
+
+    A reduction gathers the buffer whole and reduces it as the unsharded
+    `Segments` does, in the same order, then keeps this device's shard of
+    any per-element result: the numbers are those of the unsharded fused
+    step, bit for bit, at the cost of one all-gather of the reduced buffer
+    (LARS, LAMB and the global-norm clips are the only users)."""
+    whole: Segments
+    axis: str
+    num_shards: int
+
+    leaves = property(lambda self: self.whole.leaves)
+    shapes = property(lambda self: self.whole.shapes)
+    names = property(lambda self: self.whole.names)
+    sizes = property(lambda self: self.whole.sizes)
+
+    @property
+    def length(self) -> int:
+        return int(sum(self.sizes))
+
+    @property
+    def chunk(self) -> int:
+        return -(-self.length // self.num_shards)
+
+    def gather(self, x: jax.Array) -> jax.Array:
+        """The whole buffer from every device's shard ``x``."""
+        if jnp.ndim(x) == 0:
+            return x
+        return jax.lax.all_gather(x, self.axis, tiled=True)[:self.length]
+
+    def local(self, x) -> jax.Array:
+        """This device's shard of a whole per-element array ``x`` (0-d: as it is)."""
+        return shard_of(x, self.axis, self.num_shards)
+
+    def sums(self, x: jax.Array) -> jax.Array:
+        return self.whole.sums(self.gather(x))
+
+    def spread(self, values) -> jax.Array:
+        return self.local(self.whole.spread(values))
+
+    def reduce(self, x: jax.Array) -> jax.Array:
+        return self.local(self.whole.reduce(self.gather(x)))
+
+    def row_sums(self, x: jax.Array) -> jax.Array:
+        return self.local(self.whole.row_sums(self.gather(x)))
+
+
+def shard_of(x, axis: str, num_shards: int) -> jax.Array:
+    """This device's (``jax.lax.axis_index(axis)``) shard of the 1-D ``x``:
+    ``ceil(len / num_shards)`` elements, the last shard padded with copies of
+    the last element; a 0-d ``x`` is returned as it is."""
+    x = jnp.asarray(x)
+    if x.ndim == 0 or x.shape[0] == 0:
+        return x
+    n = x.shape[0]
+    chunk = -(-n // num_shards)
+    if chunk * num_shards != n:
+        x = jnp.pad(x, (0, chunk * num_shards - n), mode="edge")
+    return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis) * chunk, chunk)
+
+
+def whole_buffers(tree, extra_args: dict) -> list:
+    """The leaves of ``tree``, or under a sharded step (`ShardedSegments` in
+    the context) each buffer gathered whole: for a reduction over all
+    elements (a global norm) that must see them in the unsharded order."""
+    segs = buffer_segments(extra_args)
+    leaves = jax.tree.leaves(tree)
+    if not segs or not isinstance(segs[0], ShardedSegments):
+        return leaves
+    return [s.gather(x) for x, s in zip(_buffers(tree, segs), segs)]
+
+
+def on_every_shard(flag: jax.Array, extra_args: dict) -> jax.Array:
+    """``flag`` (a scalar bool computed on this device's shards) and-ed over
+    every shard of a sharded step (an exact integer all-reduce); as it is otherwise."""
+    segs = buffer_segments(extra_args) if extra_args else None
+    if not segs or not isinstance(segs[0], ShardedSegments):
+        return flag
+    bad = jax.lax.psum(1 - jnp.asarray(flag, jnp.int32), segs[0].axis)
+    return bad == 0
 
 
 def layout_segments(layout) -> tuple:

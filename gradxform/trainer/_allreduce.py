@@ -316,9 +316,13 @@ def reduce_leaves(g_leaves, r_leaves, compression):
     return summed, residual
 
 
-def apply_step(tx, params, state, g_leaves, present, rescale, *, has_rescale: bool):
+def apply_step(tx, params, state, g_leaves, present, rescale, *, has_rescale: bool, zero=None):
     """Inside pmap: one optimizer update with the (summed) gradient leaves of
-    the ``present`` parameters; stale parameters and their state stay."""
+    the ``present`` parameters; stale parameters and their state stay. With
+    ``zero`` (a `gradxform.trainer._zero.ShardedState`) the state is this
+    device's shards and every parameter is present."""
+    if zero is not None:
+        return zero.apply(params, state, g_leaves, rescale, has_rescale=has_rescale)
     p_leaves, treedef = jax.tree.flatten(params)
     it = iter(g_leaves)
     full = [next(it) if here else jnp.zeros_like(p) for here, p in zip(present, p_leaves)]
@@ -354,28 +358,29 @@ def build_reduce(compression, devices, layout=None):
     return spmap(body, in_axes=(0, STORED), out_axes=(0, STORED), devices=devices)
 
 
-def build_update(tx, present, grads_mapped, *, has_rescale, devices):
+def build_update(tx, present, grads_mapped, *, has_rescale, devices, zero=None):
     def body(params, state, g_leaves, rescale):
         return apply_step(tx, params, state, in_params_form(params, g_leaves), present, rescale,
-                          has_rescale=has_rescale)
+                          has_rescale=has_rescale, zero=zero)
 
     return spmap(body, in_axes=(STORED, STORED, 0 if grads_mapped else None, None),
                  out_axes=(STORED, STORED), donate_argnums=(0, 1), devices=devices)
 
 
-def build_step(tx, present, compression, *, has_rescale, devices):
+def build_step(tx, present, compression, *, has_rescale, devices, zero=None):
     """all-reduce + update in one program (``Trainer.step``)."""
     def body(params, state, g_leaves, r_leaves, rescale):
         summed, r_leaves = reduce_leaves(in_params_form(params, g_leaves), r_leaves, compression)
         params, state = apply_step(tx, params, state, summed, present, rescale,
-                                   has_rescale=has_rescale)
+                                   has_rescale=has_rescale, zero=zero)
         return params, state, r_leaves
 
     return spmap(body, in_axes=(STORED, STORED, 0, STORED, None), out_axes=(STORED, STORED, STORED),
                  donate_argnums=(0, 1, 3), devices=devices)
 
 
-def build_compiled(tx, loss_fn, compression, *, has_rescale, devices, loss_scaled=False, has_aux=False):
+def build_compiled(tx, loss_fn, compression, *, has_rescale, devices, loss_scaled=False, has_aux=False,
+                   zero=None):
     """forward, backward, all-reduce and update in one program; parameters,
     state and residuals are donated. Returns the loss summed over all devices
     (with ``has_aux``: and each device's aux, stacked on a leading axis).
@@ -394,7 +399,7 @@ def build_compiled(tx, loss_fn, compression, *, has_rescale, devices, loss_scale
         summed, r_leaves = reduce_leaves(g_leaves, r_leaves, compression)
         present = (True,) * len(g_leaves)
         params, state = apply_step(tx, params, state, summed, present, rescale,
-                                   has_rescale=has_rescale)
+                                   has_rescale=has_rescale, zero=zero)
         return params, state, r_leaves, jax.lax.psum(loss, AXIS), aux
 
     return spmap(body, in_axes=(STORED, STORED, STORED, 0, None),

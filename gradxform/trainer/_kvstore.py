@@ -8,7 +8,7 @@ import jax
 
 from ..pieces.internal import scale_loss
 
-__all__ = ["check_kvstore", "compression_in_kvstore", "scaled_loss"]
+__all__ = ["check_kvstore", "compression_in_kvstore", "scaled_loss", "wants_sharding"]
 
 _KVSTORES = ("device", "local", "nccl", "horovod", "dist_sync", "dist_device_sync", "dist_sync_device")
 
@@ -25,12 +25,31 @@ def check_kvstore(kvstore, update_on_kvstore):
                          f"{', '.join(map(repr, _KVSTORES))} or None.")
     if update_on_kvstore not in (None, False, True):
         raise TypeError(f"Trainer(update_on_kvstore=...): expected None, True or False; got {update_on_kvstore!r}.")
-    if update_on_kvstore:
-        raise NotImplementedError(
-            "Trainer(update_on_kvstore=True): sharding the optimizer state over the devices (MXNet's update on "
-            "the kvstore servers) is not built yet; pass update_on_kvstore=None (every device holds the whole "
-            "optimizer state and updates its own copy, with the same numbers).")
     return kvstore
+
+
+def wants_sharding(kvstore, update_on_kvstore, shard_optimizer_state, num_devices: int) -> bool:
+    """Whether the optimizer state is sharded over the devices.
+
+    ``shard_optimizer_state`` is the plain spelling of Gluon's
+    ``update_on_kvstore=True`` (MXNet's kvstore servers each updated a
+    slice of the parameters); giving both with different values is an
+    error. As in Gluon, there is no kvstore (so nothing to shard) with
+    ``kvstore=None`` or on a single device: asked for there, it warns and
+    keeps the whole state."""
+    if shard_optimizer_state not in (None, False, True):
+        raise TypeError("Trainer(shard_optimizer_state=...): expected None, True or False; "
+                        f"got {shard_optimizer_state!r}.")
+    if None not in (update_on_kvstore, shard_optimizer_state) and update_on_kvstore != shard_optimizer_state:
+        raise ValueError(f"Trainer: update_on_kvstore={update_on_kvstore!r} and shard_optimizer_state="
+                         f"{shard_optimizer_state!r} disagree; they are two spellings of one choice, give one.")
+    wanted = bool(update_on_kvstore or shard_optimizer_state)
+    if wanted and (kvstore is None or num_devices == 1):
+        warnings.warn("Trainer(update_on_kvstore=True): no kvstore to update on "
+                      f"(kvstore={kvstore!r} on {num_devices} device(s)), as in Gluon; every device keeps "
+                      "the whole optimizer state.", UserWarning, stacklevel=3)
+        return False
+    return wanted
 
 
 def compression_in_kvstore(compression, kvstore, num_local_devices: int):

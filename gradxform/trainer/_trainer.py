@@ -1,58 +1,8 @@
 """Gluon's `Trainer` (mxnet/gluon/trainer.py) over JAX devices and processes.
 
-The class docstring says how to use it; these are the design notes.
-
-**Devices and processes.** The parameters and the optimizer state live
-on every device (``devices``, default all local devices), stacked along
-a leading axis sharded one slice per device of a one-axis `jax.sharding.Mesh`;
-the programs are `jax.jit` of `jax.shard_map` over that mesh (no
-`jax.pmap`: see `gradxform.trainer._allreduce`). On one device in one
-process they are `jax.jit` programs on a single copy instead (same
-results; a leading axis of 1 made XLA copy every donated buffer), and
-gradients still come with a leading axis of 1. After
-`jax.distributed.initialize`, the same code sums over every process's
-devices: each process passes its own gradients or its own share of the
-batch, and every process ends with the same parameters. With explicit
-``devices`` in several processes, pass the same global list in each.
-
-**Gradients** come per device: a tree with the parameters' structure
-whose leaves have a leading axis of the number of local devices (or a
-global array with one slice per device of the mesh), as a user's own
-pmapped gradient function returns them, taken as they are::
-
-    grads = jax.pmap(jax.grad(loss_fn))(replicated_params, split_batch(batch, n_local))
-
-which is what `per_device_grads` (one copy of the parameters) and
-``trainer.grads`` (the Trainer's own replicas) compute. As with Gluon's
-``loss.backward()``, let the loss be the sum over examples; ``step``
-divides by ``batch_size``: it sets the optimizer's ``rescale_grad``
-hyperparameter to ``scale / batch_size`` (``scale`` = the
-``rescale_grad`` the optimizer was created with) by `gradxform.set_hyper`
-inside the step, so a new batch size never recompiles. A transformation
-without that hyperparameter (a plain optax one) gets its gradients
-multiplied by ``1 / batch_size`` instead.
-
-**Compression.** ``compression_params={'type': '2bit', 'threshold': t}``
-(or ``'1bit'``) is MXNet's compression with error feedback, applied on
-each device to its own gradient before the all-reduce; the rule is in
-`gradxform.trainer._compression`. A step whose raw gradient is
-non-finite on any device leaves every residual as it was. The residuals
-are saved by ``save_states``.
-
-**The fused layout** runs the per-leaf rules per element with the same
-scalars (by default only chains without a reordered sum take it; with
-``fused=True`` a norm is summed in another order). The two layouts are
-two compiled programs, and XLA may contract a*b+c into an FMA in one
-and not the other: measured, they agree to 1 float32 ulp at most.
-`compile_step` hands ``loss_fn`` views of the buffers
-(``params.unravel()``) and gets flat gradients back (a custom VJP
-concatenates the leaves' cotangents once); `step`/`update` take ordinary
-gradient trees and concatenate them inside the program (one pass over
-the gradients). ``params``, ``state`` and ``save_states`` are always in
-the per-leaf form, so checkpoints resume on either layout. The fused
-layout keeps one step count per group of leaves, so the first step
-with a stale (None) gradient moves the Trainer to the per-leaf layout
-for good (``trainer.fused`` turns False; numbers are unaffected).
+The class docstring says how to use it; the design notes (devices and
+processes, per-device gradients, compression, the fused layout, the
+sharded optimizer state) are in ``docs/trainer.md``.
 """
 from __future__ import annotations
 
@@ -73,7 +23,8 @@ from ..checkpoint import load_state, save_state
 from . import _allreduce as ar
 from ._compression import parse_compression, zeros_residual
 from ._resume import is_file, is_gluon_states, keep_multipliers, migrated_state
-from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss
+from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss, wants_sharding
+from ._zero import ShardedState
 
 __all__ = ["Trainer"]
 
@@ -101,7 +52,7 @@ class Trainer:
     **Devices and processes.** Parameters and optimizer state live on every
     device (``devices``, default all local devices); after
     `jax.distributed.initialize` the same code sums over every process's
-    devices (module docstring: how).
+    devices (docs/trainer.md: how).
 
     **Stale gradients.** A leaf given as None is a parameter the step did not
     use. With ``ignore_stale_grad=False`` that raises UserWarning (Gluon's
@@ -111,7 +62,7 @@ class Trainer:
 
     **Compression.** ``compression_params={'type': '2bit', 'threshold': t}``
     (or ``'1bit'``) is MXNet's gradient compression with error feedback
-    before the all-reduce (module docstring: the rule).
+    before the all-reduce (`gradxform.trainer._compression`: the rule).
 
     Args:
       params: a pytree of floating-point arrays (one copy). Parameter names are
@@ -127,9 +78,18 @@ class Trainer:
         processes; 'dist_async' is refused. None or a single device in one
         process means no kvstore, so ``compression_params`` is ignored with
         a warning, as Gluon does.
-      update_on_kvstore: None or False (every device updates its own copy).
-        True (MXNet's update on the kvstore servers: the optimizer state
-        sharded over the devices) raises NotImplementedError: not built yet.
+      update_on_kvstore: None or False: every device holds the whole
+        optimizer state and updates its own copy. True (MXNet's update on
+        the kvstore servers): the optimizer state is sharded over the
+        devices of all processes (ZeRO-1): each device keeps 1/N of every
+        state buffer, updates its slice of the parameters, and the new
+        parameters are all-gathered; same numbers as the unsharded fused
+        Trainer, bit for bit. It needs the fused layout (ValueError with
+        ``fused=False`` or for a chain that cannot run on flat buffers) and
+        refuses stale (None) gradients. Unlike Gluon, ``allreduce_grads``
+        and ``update`` still work. Ignored, with a warning, without a
+        kvstore or on a single device, as in Gluon.
+      shard_optimizer_state: the same choice as ``update_on_kvstore``, spelled plainly.
       compression_params: see above; None for none.
       skip_nonfinite: a step whose summed gradient has a NaN/Inf changes
         nothing (parameters, state and residuals), and one whose optimizer
@@ -167,7 +127,8 @@ class Trainer:
 
     def __init__(self, params, optimizer, optimizer_params=None, *, devices=None,
                  compression_params=None, skip_nonfinite=False, loss_scale=None, fused=None,
-                 fused_max_leaf_size: int | None = 1 << 16, kvstore="device", update_on_kvstore=None):
+                 fused_max_leaf_size: int | None = 1 << 16, kvstore="device", update_on_kvstore=None,
+                 shard_optimizer_state=None):
         self._host_lr = None  # an untraceable schedule, evaluated here before each update
         if isinstance(optimizer, str):
             optimizer_params, self._host_lr = take_host_schedule(optimizer_params)
@@ -200,7 +161,13 @@ class Trainer:
                 raise TypeError(f"Trainer(params=...): parameter {name!r} is "
                                 f"{jax.numpy.result_type(x)}; parameters must be floating point.")
         self._shapes = [tuple(np.shape(x)) for x in leaves]
-        self._fused = self._choose_fused(fused, tx, len(leaves))
+        self._kvstore = check_kvstore(kvstore, update_on_kvstore)
+        n_global = len(devices) if devices is not None else jax.device_count()
+        sharded = wants_sharding(kvstore, update_on_kvstore, shard_optimizer_state, n_global)
+        if sharded and fused is False:
+            raise ValueError("Trainer(update_on_kvstore=True, fused=False): the sharded optimizer state "
+                             "is cut from the fused layout's flat buffers; leave fused=None.")
+        self._fused = self._choose_fused(True if sharded else fused, tx, len(leaves), sharded)
         self._max_leaf = fused_max_leaf_size
         self._tx = (optax.with_extra_args_support(fuse(tx, max_leaf_size=fused_max_leaf_size))
                     if self._fused else self._leaf_tx)
@@ -215,9 +182,9 @@ class Trainer:
         self._n = len(local)
         self._n_global = len(self._devices) if self._devices is not None else jax.device_count()
         self._compression = parse_compression(compression_params)
-        self._kvstore = check_kvstore(kvstore, update_on_kvstore)
         self._compression = compression_in_kvstore(self._compression, kvstore, self._n)
         self._place = ar.Placement(self._n, self._devices)
+        self._zero = ShardedState(self._leaf_tx, self._devices) if sharded else None
 
         state = self._tx.init(params)
         self._has_rescale = "rescale_grad" in hyper_names(state)
@@ -225,20 +192,23 @@ class Trainer:
         if self._fused:
             params = FlatTree(state.layout.ravel(params), state.layout)
         residual = [zeros_residual(x) for x in jax.tree.leaves(params)] if self._compression else []
-        self._params, self._state, self._residual = self._place.put((params, state, residual))
+        self._params, self._residual = self._place.put((params, residual))
+        self._state = self._put_state(state)
         self._programs: dict = {}
         self._scaled_losses: dict = {}
 
     @staticmethod
-    def _choose_fused(fused, tx, num_leaves: int) -> bool:
+    def _choose_fused(fused, tx, num_leaves: int, sharded: bool = False) -> bool:
         if fused not in (None, True, False):
             raise TypeError(f"Trainer(fused=...): expected None, True or False; got {fused!r}.")
         if fused is False:
             return False
         reasons = why_not_fused(tx) if num_leaves >= 2 else ["a single parameter has nothing to fuse"]
         if fused and reasons:
-            raise ValueError("Trainer(fused=True): this optimizer cannot run on flat buffers exactly: "
-                             + "; ".join(reasons))
+            what = "update_on_kvstore=True: the sharded state needs flat buffers, but" if sharded else \
+                "fused=True:"
+            raise ValueError(f"Trainer({what} this optimizer cannot run on flat buffers exactly: "
+                             + "; ".join(reasons) + (")" if sharded else ""))
         return not reasons and (fused is True or bit_exact(tx))
 
     # -- layout conversions ------------------------------------------------------
@@ -250,14 +220,22 @@ class Trainer:
         if key not in self._programs:
             leaf_tx = self._leaf_tx
 
+            zero = self._zero
+
             def body(params, state, residual):
                 layout = params.layout
+                if zero is not None:
+                    state = zero.gather_state(state)
                 return (params.unravel(), unflatten_state(leaf_tx, state),
                         layout.unravel_leaves(residual) if residual else [])
 
             self._programs[key] = ar.spmap(body, in_axes=(ar.STORED,) * 3, out_axes=(ar.STORED,) * 3,
                                            devices=self._devices)
         return self._programs[key](self._params, self._state, self._residual)
+
+    def _put_state(self, state):
+        """A whole optimizer state (one copy) placed as the Trainer keeps it."""
+        return self._zero.put(state, self._place) if self._zero is not None else self._place.put(state)
 
     def _unfuse(self) -> None:
         """Moves to the per-leaf layout for good (stale gradients need per-leaf counts)."""
@@ -287,7 +265,7 @@ class Trainer:
         """A copy of the optimizer state (the first local device's), per leaf
         whatever the layout (`gradxform.fused.unflatten_state`); later steps
         leave it alone."""
-        return self._hand_out("state", self._state)
+        return self._hand_out("state", self._state if self._zero is None else self._leaf_form()[1])
 
     def _hand_out(self, what: str, stored):
         """The per-leaf form of ``stored`` in fresh buffers, in one jitted program.
@@ -437,6 +415,11 @@ class Trainer:
             self._residual = [next(it) if here else r for here, r in zip(present, self._residual)]
 
     def _leave_fused_if_stale(self, present) -> None:
+        if self._zero is not None and not all(present):
+            name = self._names[present.index(False)]
+            raise ValueError(f"Trainer: the gradient of {name!r} is None (stale), and with update_on_kvstore=True "
+                             "the sharded state keeps one step count per group of parameters, so a step cannot "
+                             "skip one parameter; pass zeros for it, or use update_on_kvstore=None.")
         if self._fused and not all(present):
             self._unfuse()
 
@@ -476,7 +459,7 @@ class Trainer:
             return
         self._leave_fused_if_stale(present)
         program = self._program(("update", present, mapped), lambda: ar.build_update(
-            self._tx, present, mapped, has_rescale=self._has_rescale, devices=self._devices))
+            self._tx, present, mapped, has_rescale=self._has_rescale, devices=self._devices, zero=self._zero))
         self._feed_host_lr()
         self._params, self._state = program(self._params, self._state, g_leaves, rescale)
         self._after_step()
@@ -499,7 +482,8 @@ class Trainer:
             return
         self._leave_fused_if_stale(present)
         program = self._program(("step", present), lambda: ar.build_step(
-            self._tx, present, self._compression, has_rescale=self._has_rescale, devices=self._devices))
+            self._tx, present, self._compression, has_rescale=self._has_rescale, devices=self._devices,
+            zero=self._zero))
         self._feed_host_lr()
         self._params, self._state, residual = program(
             self._params, self._state, g_leaves, self._residual_of(present), rescale)
@@ -524,7 +508,7 @@ class Trainer:
         def build():
             return ar.build_compiled(
                 self._tx, loss_fn, self._compression, has_rescale=self._has_rescale, devices=self._devices,
-                loss_scaled=self._loss_scaled, has_aux=has_aux)
+                loss_scaled=self._loss_scaled, has_aux=has_aux, zero=self._zero)
 
         self._program(key, build)
 
@@ -586,7 +570,7 @@ class Trainer:
             params = FlatTree(layout.ravel(params), layout)
             residual = [np.concatenate([np.reshape(residual[i], (self._n, -1)) for i in group], axis=1)
                         for group in layout.groups] if self._compression else []
-        params, state = self._place.put((params, state))
+        params, state = self._place.put(params), self._put_state(state)
         residual = self._place.put_per_device(residual) if self._compression else []
         self._params, self._state, self._residual = params, state, residual
         if self._host_lr is not None:

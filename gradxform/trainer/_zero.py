@@ -1,0 +1,118 @@
+"""The Trainer's optimizer state sharded over its devices: ZeRO stage 1,
+Gluon's ``update_on_kvstore=True``.
+
+MXNet's answer to an optimizer state too large for every device was to run
+the optimizer on the kvstore servers, each holding a slice of the
+parameters. Here the devices of the mesh are the servers. The state is
+held in the fused layout (`gradxform.fused`: a few flat buffers per
+chain), and every flat buffer of it is cut into one contiguous shard per
+device: ``ceil(length / N)`` elements each, the last shard padded by
+repeating the buffer's last element. Which leaves are buffers comes from
+the layout (`gradxform._fused.buffer_lengths`), never from recognising an
+optimizer, so any chain that runs on flat buffers shards; per-group values
+(step counts, multipliers) and hyperparameters stay whole on every device.
+
+A step, inside the same `jax.shard_map` program as the all-reduce:
+
+1. the gradients are summed over all devices as before (same sum, same
+   order), and each device takes its shard of the sum and of the
+   parameters;
+2. the chain runs on the shards, with `ShardedSegments` in the step
+   context: a per-leaf or global reduction (LARS, LAMB, a global-norm
+   clip) gathers the buffer whole and reduces it in the unsharded order,
+   and the finite-check of the guards is and-ed over all devices;
+3. each device adds its shard of the updates to its shard of the
+   parameters, and the new parameters are all-gathered.
+
+Every element therefore goes through the same arithmetic as in the
+unsharded fused step: the results are bit-identical (tested), and a
+padding element computes exactly what the element it copies computes,
+so it is finite when that one is and never reaches the parameters.
+
+Memory per device: the state's buffers divided by N (plus at most N - 1
+padding elements per buffer), parameters and gradients whole (ZeRO-1).
+Checkpoints are written per leaf from the gathered state, so they load
+on any number of devices, sharded or not.
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from .._base import CONTEXT_KEY, apply_updates
+from .._fused import FlatTree, FusedState, buffer_lengths
+from .._hyper import set_hyper
+from ..pieces.internal import SEGMENTS_KEY, ShardedSegments, layout_segments, shard_of
+from . import _allreduce as ar
+
+__all__ = ["ShardedState"]
+
+
+class ShardedState:
+    """How a Trainer's fused optimizer state is split over its mesh (static).
+
+    ``chain`` is the optimizer as it runs on flat buffers (the guarded
+    chain, not wrapped in `gradxform.fused`); ``devices`` the Trainer's."""
+
+    def __init__(self, chain, devices):
+        self.chain = chain
+        self.mesh = ar.mesh_of(devices)
+        self.num_shards = int(self.mesh.size)
+        self._lengths: dict = {}
+
+    def lengths(self, layout):
+        """`buffer_lengths` of the chain for ``layout`` (cached)."""
+        if layout not in self._lengths:
+            self._lengths[layout] = buffer_lengths(self.chain, layout)
+        return self._lengths[layout]
+
+    # -- host side ------------------------------------------------------------------
+    def put(self, state: FusedState, place: ar.Placement) -> FusedState:
+        """A whole fused ``state`` (one copy, as ``init`` or a checkpoint gives
+        it) placed as the Trainer keeps it: each flat buffer a global array
+        of shape ``(N, chunk)`` with row i on device i, everything else one
+        copy per device (``place.put``)."""
+        if not isinstance(state, FusedState):
+            raise TypeError("ShardedState.put: the state is not in the fused layout.")
+        leaves, treedef = jax.tree.flatten(state.inner)
+        lengths = treedef.flatten_up_to(self.lengths(state.layout))
+        whole = iter(place.put([x for x, n in zip(leaves, lengths) if n < 0]))
+        sharding = NamedSharding(self.mesh, P(ar.AXIS))
+        out = [next(whole) if n < 0 else self._split(x, sharding) for x, n in zip(leaves, lengths)]
+        return FusedState(treedef.unflatten(out), state.layout)
+
+    def _split(self, x, sharding):
+        x = np.asarray(x)
+        n, num = x.shape[0], self.num_shards
+        chunk = -(-n // num)
+        if n and chunk * num != n:
+            x = np.pad(x, (0, chunk * num - n), mode="edge")
+        rows = x.reshape(num, chunk)
+        return jax.make_array_from_callback((num, chunk), sharding, lambda index: rows[index])
+
+    # -- inside the per-device program ------------------------------------------------
+    def gather_state(self, state: FusedState) -> FusedState:
+        """The whole fused state on every device (for checkpoints and ``trainer.state``)."""
+        lengths = self.lengths(state.layout)
+        inner = jax.tree.map(lambda x, n: x if n < 0 else jax.lax.all_gather(x, ar.AXIS, tiled=True)[:n],
+                             state.inner, lengths)
+        return FusedState(inner, state.layout)
+
+    def apply(self, params: FlatTree, state: FusedState, g_buffers, rescale, *, has_rescale: bool):
+        """One update from the summed gradient buffers (whole, the same on
+        every device): this device updates its shards, the parameters are
+        all-gathered. Returns (new params, new state), as `ar.apply_step`."""
+        layout, num = params.layout, self.num_shards
+        segs = tuple(ShardedSegments(s, ar.AXIS, num) for s in layout_segments(layout))
+        p_local = tuple(shard_of(b, ar.AXIS, num) for b in params.buffers)
+        g_local = tuple(shard_of(g, ar.AXIS, num) for g in g_buffers)
+        inner = state.inner
+        if has_rescale:  # Gluon: optimizer.rescale_grad = scale / batch_size
+            inner = set_hyper(inner, rescale_grad=rescale)
+        else:
+            g_local = tuple(g * rescale.astype(g.dtype) for g in g_local)
+        updates, inner = self.chain.update(g_local, inner, p_local, **{CONTEXT_KEY: {SEGMENTS_KEY: segs}})
+        new_local = apply_updates(p_local, updates)
+        new = tuple(s.gather(x) for s, x in zip(segs, new_local))
+        return FlatTree(new, layout), FusedState(inner, layout)
