@@ -6,7 +6,9 @@ for ``jax_cpu_collectives_implementation``; set explicitly anyway), then the
 same Trainer code as one process would run, on its half of every global
 batch. Both must end with the same parameters as one process training on the
 whole batch on one device (float32 summation order only: rtol=1e-5,
-atol=1e-6), and with bit-identical parameters to each other.
+atol=1e-6), and with bit-identical parameters to each other. The same holds
+with the optimizer state sharded over the 4 devices of both processes
+(``update_on_kvstore=True``): each device then holds a quarter of it.
 """
 import os
 import socket
@@ -14,6 +16,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -58,7 +61,10 @@ def _train(trainer, loss_fn, batches):
     return trainer.params
 
 
-def worker(process_id: int, port: int, out: str) -> None:
+OPT = ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01})
+
+
+def worker(process_id: int, port: int, out: str, sharded: bool) -> None:
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     os.environ["JAX_PLATFORMS"] = "cpu"
     sys.path.insert(0, REPO)
@@ -73,11 +79,17 @@ def worker(process_id: int, port: int, out: str) -> None:
     assert jax.process_count() == 2 and jax.device_count() == 4 and jax.local_device_count() == 2
     params, loss_fn, batches = _model()
     mine = [jax.tree.map(lambda x: x[4 * process_id: 4 * process_id + 4], b) for b in batches]
-    trainer = Trainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01},
-                      compression_params=None)
+    trainer = Trainer(params, *OPT, compression_params=None, update_on_kvstore=sharded or None)
+    if sharded:  # every state buffer: a (1, ceil(L / 4)) shard on each of this process's 2 devices
+        for x in jax.tree.leaves(trainer._state.inner):
+            if x.ndim == 2:
+                assert [s.data.shape[0] for s in x.addressable_shards] == [1, 1], x.shape
+                assert x.shape[0] == 4
     final = _train(trainer, loss_fn, mine)
+    momentum = jax.tree.leaves(trainer.state)  # gathered from both processes' shards
     np.savez(out, **{name: np.asarray(v) for name, v in
-                     zip(gradxform.param_names(final), jax.tree.leaves(final))})
+                     zip(gradxform.param_names(final), jax.tree.leaves(final))},
+             **{f"state{i}": np.asarray(v) for i, v in enumerate(momentum)})
     jax.distributed.shutdown()
 
 
@@ -87,7 +99,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_processes_equal_one_process_on_the_whole_batch(tmp_path):
+@pytest.mark.parametrize("sharded", [False, True], ids=["replicated", "sharded_state"])
+def test_two_processes_equal_one_process_on_the_whole_batch(tmp_path, sharded):
     import jax
 
     from gradxform import Trainer
@@ -96,13 +109,12 @@ def test_two_processes_equal_one_process_on_the_whole_batch(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     outs = [tmp_path / f"p{i}.npz" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, __file__, str(i), str(port), str(outs[i])], env=env,
+    procs = [subprocess.Popen([sys.executable, __file__, str(i), str(port), str(outs[i]), str(int(sharded))], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(2)]
     # the one-process reference runs while the workers start
     params, loss_fn, batches = _model()
-    single = Trainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01},
-                     devices=jax.devices()[:1])
+    single = Trainer(params, *OPT, devices=jax.devices()[:1])
     want = _train(single, loss_fn, batches)
     logs = []
     try:
@@ -119,12 +131,15 @@ def test_two_processes_equal_one_process_on_the_whole_batch(tmp_path):
     got = [dict(np.load(o)) for o in outs]
     import gradxform
 
-    assert sorted(got[0]) == sorted(gradxform.param_names(want))
+    assert sorted(k for k in got[0] if not k.startswith("state")) == sorted(gradxform.param_names(want))
     for name, ref in zip(gradxform.param_names(want), jax.tree.leaves(want)):
         np.testing.assert_array_equal(got[0][name], got[1][name])  # both processes hold the same model
         np.testing.assert_allclose(got[0][name], np.asarray(ref), rtol=1e-5, atol=1e-6, err_msg=name)
     assert not np.allclose(got[0]["out"], np.asarray(params["out"]))  # it did train
+    for i, ref in enumerate(jax.tree.leaves(single.state)):
+        np.testing.assert_array_equal(got[0][f"state{i}"], got[1][f"state{i}"])
+        np.testing.assert_allclose(got[0][f"state{i}"], np.asarray(ref), rtol=1e-5, atol=1e-6)
 
 
 if __name__ == "__main__":
-    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], bool(int(sys.argv[4])))

@@ -263,9 +263,12 @@ def shard_of(x, axis: str, num_shards: int) -> jax.Array:
         return x
     n = x.shape[0]
     chunk = -(-n // num_shards)
-    if chunk * num_shards != n:
-        x = jnp.pad(x, (0, chunk * num_shards - n), mode="edge")
-    return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis) * chunk, chunk)
+    start = jax.lax.axis_index(axis) * chunk
+    if chunk * num_shards == n:
+        return jax.lax.dynamic_slice_in_dim(x, start, chunk)
+    # a gather with the index clamped to the last element: the padded shard
+    # without materialising a padded copy of the whole buffer
+    return x[jnp.minimum(start + jax.lax.iota(jnp.int32, chunk), n - 1)]
 
 
 def whole_buffers(tree, extra_args: dict) -> list:

@@ -14,9 +14,11 @@ optimizer, so any chain that runs on flat buffers shards; per-group values
 
 A step, inside the same `jax.shard_map` program as the all-reduce:
 
-1. the gradients are summed over all devices as before (same sum, same
-   order), and each device takes its shard of the sum and of the
-   parameters;
+1. the gradients are summed over all devices, and each device keeps its
+   shard of the sum: a reduce-scatter (ZeRO-2's: no device holds the
+   whole sum; on XLA:CPU bit-identical to the all-reduce's slice, tested),
+   or with compression the all-reduce of the quantized gradients as
+   before; each device takes its shard of the parameters too;
 2. the chain runs on the shards, with `ShardedSegments` in the step
    context: a per-leaf or global reduction (LARS, LAMB, a global-norm
    clip) gathers the buffer whole and reduces it in the unsharded order,
@@ -37,6 +39,7 @@ on any number of devices, sharded or not.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
@@ -99,14 +102,33 @@ class ShardedState:
                              state.inner, lengths)
         return FusedState(inner, state.layout)
 
-    def apply(self, params: FlatTree, state: FusedState, g_buffers, rescale, *, has_rescale: bool):
+    def reduce_scatter(self, g_buffers) -> tuple:
+        """This device's shard of the sum over all devices of each gradient
+        buffer (ZeRO-2's reduce-scatter: no device holds the whole sum).
+        Each device pads its buffer as `shard_of` does, so the padding of
+        the sum is the copy of its last element that `shard_of` would make."""
+        out = []
+        for g in g_buffers:
+            n = g.shape[0]
+            chunk = -(-n // self.num_shards)
+            if n == 0:
+                out.append(g)
+                continue
+            if chunk * self.num_shards != n:
+                g = jnp.pad(g, (0, chunk * self.num_shards - n), mode="edge")
+            out.append(jax.lax.psum_scatter(g, ar.AXIS, tiled=True))
+        return tuple(out)
+
+    def apply(self, params: FlatTree, state: FusedState, g_buffers, rescale, *, has_rescale: bool,
+              scattered: bool = False):
         """One update from the summed gradient buffers (whole, the same on
-        every device): this device updates its shards, the parameters are
-        all-gathered. Returns (new params, new state), as `ar.apply_step`."""
+        every device; or with ``scattered`` already this device's shards,
+        from `reduce_scatter`): this device updates its shards, the
+        parameters are all-gathered. Returns (new params, new state), as `ar.apply_step`."""
         layout, num = params.layout, self.num_shards
         segs = tuple(ShardedSegments(s, ar.AXIS, num) for s in layout_segments(layout))
         p_local = tuple(shard_of(b, ar.AXIS, num) for b in params.buffers)
-        g_local = tuple(shard_of(g, ar.AXIS, num) for g in g_buffers)
+        g_local = tuple(g_buffers) if scattered else tuple(shard_of(g, ar.AXIS, num) for g in g_buffers)
         inner = state.inner
         if has_rescale:  # Gluon: optimizer.rescale_grad = scale / batch_size
             inner = set_hyper(inner, rescale_grad=rescale)
