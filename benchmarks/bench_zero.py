@@ -127,12 +127,13 @@ def report(res: dict) -> None:
           f"{res['buffers']} state buffers sharded; S = {whole / MIB:.2f} MiB per device unsharded, "
           f"ceil(S/N) + padding = {(-(-whole // n) + res['padding_bound']) / MIB:.3f} MiB "
           f"(padding {res['padding_bound']} B)")
-    print("| contender | state per device | XLA arguments | outputs | temporaries | step (median) | vs replicated |")
-    print("|---|---|---|---|---|---|---|")
+    print("| contender | state per device | XLA arguments | outputs | of which donated (aliased) | temporaries "
+          "| step (median) | vs replicated |")
+    print("|---|---|---|---|---|---|---|---|")
     base = res["rows"]["replicated"]["ms"]
     for name, r in res["rows"].items():
         print(f"| {name} | {r['state'] / MIB:.3f} MiB | {r['arg'] / MIB:.2f} MiB | {r['out'] / MIB:.2f} MiB | "
-              f"{r['temp'] / MIB:.2f} MiB | {r['ms']:.1f} ms | {r['ms'] / base:.2f}x |")
+              f"{r['alias'] / MIB:.2f} MiB | {r['temp'] / MIB:.2f} MiB | {r['ms']:.1f} ms | {r['ms'] / base:.2f}x |")
 
 
 def main() -> None:

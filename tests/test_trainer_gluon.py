@@ -53,6 +53,25 @@ def test_compile_step_has_aux_returns_each_devices_aux_and_same_params():
     np.testing.assert_allclose(np.asarray(aux["mean"][0]), np.asarray(jnp.mean(h, 0)), rtol=1e-6)
 
 
+@pytest.mark.parametrize("devices", [None, DEV1], ids=["4_devices", "1_device"])
+def test_compile_step_reduces_aux_over_devices_where_asked(devices):
+    stacked = Trainer(init_params(), *SGD, devices=devices).compile_step(loss_with_aux, has_aux=True)
+    mean = Trainer(init_params(), *SGD, devices=devices).compile_step(loss_with_aux, has_aux=True,
+                                                                      reduce_aux="mean")
+    total = Trainer(init_params(), *SGD, devices=devices).compile_step(loss_with_aux, has_aux=True,
+                                                                       reduce_aux="sum")
+    for batch in BATCHES[:2]:
+        (_, each), (_, avg), (_, summed) = stacked(batch, 8), mean(batch, 8), total(batch, 8)
+        n = np.shape(each["count"])[0]
+        assert np.shape(avg["mean"]) == (4,) and np.shape(summed["count"]) == ()
+        np.testing.assert_allclose(np.asarray(avg["mean"]), np.asarray(each["mean"]).mean(0), rtol=1e-6)
+        assert int(summed["count"]) == 8 and n == (1 if devices else jax.local_device_count())
+    with pytest.raises(ValueError, match="reduce_aux"):
+        Trainer(init_params(), *SGD).compile_step(loss_with_aux, has_aux=True, reduce_aux="max")
+    with pytest.raises(ValueError, match="has_aux=True"):
+        Trainer(init_params(), *SGD).compile_step(loss_fn, reduce_aux="mean")
+
+
 @pytest.mark.parametrize("loss_scale", [None, "dynamic"])
 def test_grads_has_aux_follows_jax_grad(loss_scale):
     t = Trainer(init_params(), *SGD, loss_scale=loss_scale)

@@ -138,11 +138,13 @@ def test_each_device_holds_a_quarter_of_every_state_buffer():
         assert {s.device for s in x.addressable_shards} == set(jax.devices())
 
 
-def test_one_device_fed_the_same_sums_gives_the_same_numbers():
-    opt = ("mindspore.lamb", {"learning_rate": 0.01, "weight_decay": 0.01})
-    sharded = Trainer(init_params(), *opt, update_on_kvstore=True)
-    one = Trainer(init_params(), *opt, devices=DEV1, fused=True)
-    for batch in BATCHES[:10]:
+@pytest.mark.parametrize("case", ["sgd_momentum", "adam_groups_2bit", "mindspore_lamb", "adam_loss_scale_skip"])
+def test_one_device_fed_the_same_sums_gives_the_same_numbers(case):
+    """The sums (2-bit compressed where asked) of the 4-device sharded Trainer, fed to one device."""
+    (opt, kw), one_kw = CASES[case], {k: v for k, v in CASES[case][1].items() if k != "compression_params"}
+    sharded = Trainer(init_params(), *opt, **kw, update_on_kvstore=True)
+    one = Trainer(init_params(), *opt, **one_kw, devices=DEV1, fused=True)
+    for batch in BATCHES:
         summed = sharded.allreduce_grads(sharded.grads(loss_fn, batch))
         sharded.update(summed, 8)
         one.update(jax.tree.map(lambda x: np.asarray(x)[:1], summed), 8)

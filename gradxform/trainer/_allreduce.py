@@ -393,10 +393,11 @@ def build_step(tx, present, compression, *, has_rescale, devices, zero=None):
 
 
 def build_compiled(tx, loss_fn, compression, *, has_rescale, devices, loss_scaled=False, has_aux=False,
-                   zero=None):
+                   zero=None, reduce_aux=None):
     """forward, backward, all-reduce and update in one program; parameters,
     state and residuals are donated. Returns the loss summed over all devices
-    (with ``has_aux``: and each device's aux, stacked on a leading axis).
+    (with ``has_aux``: and each device's aux, stacked on a leading axis, or
+    with ``reduce_aux`` 'mean' / 'sum' its mean / sum over all devices).
     With ``loss_scaled`` the loss is multiplied by the state's dynamic loss
     scale before the backward pass (the optimizer divides it out). Given
     `FlatTree` parameters the loss function reads ``params.unravel()`` (views
@@ -412,10 +413,13 @@ def build_compiled(tx, loss_fn, compression, *, has_rescale, devices, loss_scale
         params, state, r_leaves = reduce_then_apply(tx, params, state, g_leaves, r_leaves, compression,
                                                     (True,) * len(g_leaves), rescale, has_rescale=has_rescale,
                                                     zero=zero)
+        if reduce_aux is not None:
+            aux = (jax.lax.pmean if reduce_aux == "mean" else jax.lax.psum)(aux, AXIS)
         return params, state, r_leaves, jax.lax.psum(loss, AXIS), aux
 
     return spmap(body, in_axes=(STORED, STORED, STORED, 0, None),
-                 out_axes=(STORED, STORED, STORED, None, 0), donate_argnums=(0, 1, 2), devices=devices)
+                 out_axes=(STORED, STORED, STORED, None, None if reduce_aux else 0), donate_argnums=(0, 1, 2),
+                 devices=devices)
 
 
 def build_set_hyper(names, devices):

@@ -490,7 +490,7 @@ class Trainer:
         self._set_residual(present, residual)
         self._after_step()
 
-    def compile_step(self, loss_fn: Callable, *, has_aux: bool = False) -> Callable:
+    def compile_step(self, loss_fn: Callable, *, has_aux: bool = False, reduce_aux: str | None = None) -> Callable:
         """One program: forward, backward, all-reduce, update.
 
         Returns ``run(batch, batch_size) -> loss``: ``batch`` is this process's
@@ -498,17 +498,23 @@ class Trainer:
         ``loss_fn(params, shard)`` over all devices. With ``has_aux`` the loss
         function returns ``(loss, aux)``, as for `jax.value_and_grad`, and
         ``run`` returns ``(loss, aux)``, each device's aux stacked on a leading
-        axis (reduce it yourself, e.g. ``jax.tree.map(lambda x: x.mean(0), aux)``
-        for BatchNorm statistics). Parameters, optimizer state and residuals
+        axis, or with ``reduce_aux='mean'`` (BatchNorm statistics) or ``'sum'``
+        (counts) reduced over all devices of all processes inside the
+        program, one value without that axis. Parameters, optimizer state and residuals
         are donated to the program, so no second copy is held. Same result as
         ``step(trainer.grads(loss_fn, batch), batch_size)``.
         """
-        key = ("compiled", loss_fn, has_aux)
+        if reduce_aux not in (None, "mean", "sum"):
+            raise ValueError(f"Trainer.compile_step(reduce_aux=...): expected None, 'mean' or 'sum'; got {reduce_aux!r}.")
+        if reduce_aux is not None and not has_aux:
+            raise ValueError("Trainer.compile_step(reduce_aux=...): needs has_aux=True (a loss function "
+                             "returning (loss, aux)).")
+        key = ("compiled", loss_fn, has_aux, reduce_aux)
 
         def build():
             return ar.build_compiled(
                 self._tx, loss_fn, self._compression, has_rescale=self._has_rescale, devices=self._devices,
-                loss_scaled=self._loss_scaled, has_aux=has_aux, zero=self._zero)
+                loss_scaled=self._loss_scaled, has_aux=has_aux, zero=self._zero, reduce_aux=reduce_aux)
 
         self._program(key, build)
 
