@@ -10,17 +10,14 @@ registered pytree container. Everything here finds state nodes by their class
 * `get_path`: the node at a path;
 * `map_states`: a state with every state node (of a class) replaced;
 * `replace_fields`: a state with fields written at given paths;
-* `with_fields`: one node with fields written, its declared derived fields
-  recomputed (see below);
+* `with_fields`: one node with fields written;
 * `map_param_trees`: a function applied to every subtree shaped like the
   parameters (for per-leaf selection).
 
-State classes declare what their fields hold as class attributes:
-``per_leaf_fields`` (trees of per-leaf scalars, read by `gradxform.fused`)
-and ``derived_fields`` with a ``derive()`` method (fields computed from the
-others, e.g. `gradxform.pieces.StepState`'s largest count): `with_fields`,
-and so every writer that goes through this module, recomputes them whenever
-it writes another field, so no caller has to remember to.
+State classes declare what their fields hold as a class attribute,
+``per_leaf_fields`` (trees of per-leaf scalars, read by `gradxform.fused`).
+No state class stores a field derived from another, so a writer never has
+anything to keep in step.
 
 Order: depth first, a node before the states it holds, containers in
 `jax.tree_util`'s flatten order (so dict keys sorted).
@@ -88,14 +85,8 @@ def get_path(tree, path: KeyPath):
 
 
 def with_fields(node, **fields):
-    """``node._replace(**fields)``, with the fields its class declares as
-    derived (``derived_fields``) recomputed by its ``derive()`` when any other
-    field was given a new value."""
-    new = node._replace(**fields)
-    derived = getattr(type(node), "derived_fields", ())
-    if derived and any(v is not getattr(node, f) for f, v in fields.items() if f not in derived):
-        new = new.derive()
-    return new
+    """``node._replace(**fields)`` (one place for every writer of state fields)."""
+    return node._replace(**fields)
 
 
 def map_states(fn: Callable[[KeyPath, Any], Any], state, kind: type | tuple[type, ...] | None = None):
