@@ -21,7 +21,7 @@ __all__ = ["finalize", "guard", "with_guard_option"]
 def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
              skip_nonfinite: bool = False, max_consecutive: int | None = 100,
              validate: bool = True, fp16_warning: str = FP16_WARNING,
-             owner: str | None = None) -> GradientTransformation:
+             owner: str | None = None, master_weights_inside: bool = False) -> GradientTransformation:
     """Wraps a framework optimizer's chain, innermost first::
 
         validated(skip_nonfinite(with_master_weights(masked_by_update_mask(chain))))
@@ -37,10 +37,13 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
     ``owner``: the optimizer's name (``"mxnet.sgd"``); ``init`` marks the
     state's hyperparameters as its own, so `gradxform.set_hyper` checks them
     against that optimizer's declared ranges (`gradxform._ranges`).
+    ``master_weights_inside``: with ``multi_precision``, the chain already
+    holds its master weights around part of itself (Paddle keeps them around
+    the rule only, after clip and regularization), so none are added here.
     """
     tx = masked_by_update_mask(tx)  # update_mask=: masked leaves get 0 and keep their state
     if multi_precision:
-        tx = with_master_weights(tx)
+        tx = tx if master_weights_inside else with_master_weights(tx)
     else:
         inner = tx
         level = 3 if validate else 2  # point the warning at the caller of init

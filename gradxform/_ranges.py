@@ -51,7 +51,7 @@ import re
 
 import numpy as np
 
-__all__ = ["Range", "check_value", "check_hyper", "declared_range", "register_range", "stored_float32",
+__all__ = ["Range", "check_bool", "check_value", "check_hyper", "declared_range", "register_range", "stored_float32",
            "HyperName", "owner_of", "GENERIC", "FAMILY", "OWNER"]
 
 
@@ -194,6 +194,13 @@ def register_range(name: str, rng: Range, *, owner: str | None = None) -> None:
         GENERIC[name] = rng
     else:
         OWNER.setdefault(owner, {})[name] = rng
+
+
+def check_bool(owner: str, name: str, value) -> bool:
+    """``value`` if it is a bool (not merely truthy), else a TypeError naming the argument."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}({name}=...): {name} must be a bool; got {value!r}.")
+    return value
 
 
 def check_hyper(owner: str, name: str, value, *, allow_none: bool = False, arg: str | None = None) -> None:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Selector", "ParamName", "multipliers", "check_keys", "describe_names"]
+__all__ = ["Selector", "ParamName", "assign_slots", "multipliers", "check_keys", "describe_names"]
 
 _REGEX_ONLY = re.compile(r"[|()+^$\\{}]")
 
@@ -170,6 +170,29 @@ def check_keys(names: Sequence[str], mapping, what: str) -> None:
         if not sel.matches_any(names):
             raise ValueError(f"{what}: {key!r} matches no parameter (read as a name, a glob or a Gluon "
                              f"regex); parameter names are {describe_names(names)}.")
+
+
+def assign_slots(names: Sequence[str], groups: Iterable[tuple[int, Any]], *,
+                 unmatched: Callable[[int, Any], str], overlap: Callable[[str, int, int], str]) -> np.ndarray:
+    """Parameter groups (MindSpore's ``group_params``, Paddle's ``parameters=``):
+    each name's group id, -1 where no group selects it.
+
+    ``groups``: ``(id, selection)`` pairs in order, a selection being anything
+    `Selector` takes, or a `Selector`. ``unmatched(id, selection)`` and
+    ``overlap(name, first_id, second_id)`` give the ValueError message for a
+    selection that is not a predicate and selects nothing, and for a name
+    that two groups select (each framework words them its own way)."""
+    slot = np.full(len(names), -1, np.int32)
+    for gid, selection in groups:
+        sel = Selector.of(selection)
+        hits = np.flatnonzero(sel.select(list(names))).tolist()
+        if not hits and not sel.is_predicate:
+            raise ValueError(unmatched(gid, selection))
+        for i in hits:
+            if slot[i] >= 0:
+                raise ValueError(overlap(names[i], int(slot[i]), gid))
+            slot[i] = gid
+    return slot
 
 
 def multipliers(names: Sequence[str], mapping: Mapping[Any, float] | Callable[[str], float] | None,

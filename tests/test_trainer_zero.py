@@ -169,13 +169,19 @@ GRADS = [{k: {kk: np.asarray(_rng.randn(*v.shape), np.float32) for kk, v in d.it
 OPT = ("adam", {"learning_rate": 0.02, "wd": 1e-3, "lr_mult": {"out/*": 0.5}})
 
 
-def test_checkpoint_saved_sharded_resumes_on_one_device_and_on_four(tmp_path):
+def saved_after_three_updates(path) -> Trainer:
+    """A sharded Trainer that saved its checkpoint to ``path`` after 3 updates, then made 3 more."""
     ref = Trainer(init_params(), *OPT, update_on_kvstore=True)
     for g in GRADS[:3]:
         ref.update(g, 8)
-    ref.save_states(tmp_path / "ckpt")
+    ref.save_states(path)
     for g in GRADS[3:]:
         ref.update(g, 8)
+    return ref
+
+
+def test_checkpoint_saved_sharded_resumes_on_one_device_and_on_four(tmp_path):
+    ref = saved_after_three_updates(tmp_path / "ckpt")
     for where in ({"devices": DEV1}, {"update_on_kvstore": True}, {"fused": False}):
         t = Trainer(init_params(), *OPT, **where)
         t.load_states(tmp_path / "ckpt")
@@ -202,12 +208,7 @@ _EIGHT = textwrap.dedent("""
 
 
 def test_checkpoint_saved_on_four_sharded_devices_resumes_on_eight(tmp_path):
-    ref = Trainer(init_params(), *OPT, update_on_kvstore=True)
-    for g in GRADS[:3]:
-        ref.update(g, 8)
-    ref.save_states(tmp_path / "ckpt")
-    for g in GRADS[3:]:
-        ref.update(g, 8)
+    ref = saved_after_three_updates(tmp_path / "ckpt")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")

@@ -20,7 +20,7 @@ from ._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay
                        unselected_frozen)
 from .._optimizer import finalize
 from ..pieces import centralize_gradients, track_step, unscale
-from .._ranges import check_hyper
+from .._ranges import check_bool, check_hyper
 from ..schedules.internal import as_schedule, check_number
 from ..schedules.internal import DynamicLR
 
@@ -100,12 +100,6 @@ def check_float(owner: str, name: str, value, *, ints: bool = False, **range_kw)
     else:
         check_hyper(owner, name, value)
     return float(value)
-
-
-def check_bool(owner: str, name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{owner}({name}=...): {name} must be a bool; got {value!r}.")
-    return value
 
 
 def _ms_gc_select(owner, specs):

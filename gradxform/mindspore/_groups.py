@@ -40,7 +40,7 @@ import numpy as np
 from .._base import GradientTransformation, StepContext, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
-from .._selectors import Selector, describe_names, names_of
+from .._selectors import Selector, assign_slots, describe_names, names_of
 from .._state_paths import find_states
 from ..pieces.internal import only_slotted
 from .._tree import param_names
@@ -124,18 +124,12 @@ def parse_groups(owner: str, groups, *, allow_lr=True, allow_gc=True, list_cls=N
 
 def assign_groups(owner: str, specs, order, names: list[str]) -> np.ndarray:
     """Each leaf's position in ``specs`` (-1: in no group), with the checks of the module docstring."""
-    slot = np.full(len(names), -1, np.int32)
-    for k, spec in enumerate(specs):
-        sel = Selector(spec.select)
-        hits = np.flatnonzero(sel.select(names)).tolist()
-        if not hits and not sel.is_predicate:
-            raise ValueError(f"{owner}: group {spec.index} 'params' {spec.select!r} matches no parameter; "
-                             f"parameter names are {describe_names(names)}.")
-        for i in hits:
-            if slot[i] >= 0:
-                raise ValueError(f"{owner}: parameter {names[i]!r} is in group {specs[slot[i]].index} and "
-                                 f"group {spec.index}; a parameter may be set only once.")
-            slot[i] = k
+    slot = assign_slots(
+        names, [(k, spec.select) for k, spec in enumerate(specs)],
+        unmatched=lambda k, sel: (f"{owner}: group {specs[k].index} 'params' {sel!r} matches no parameter; "
+                                  f"parameter names are {describe_names(names)}."),
+        overlap=lambda name, first, k: (f"{owner}: parameter {name!r} is in group {specs[first].index} and "
+                                        f"group {specs[k].index}; a parameter may be set only once."))
     if order is not None:
         grouped = [names[i] for i in range(len(names)) if slot[i] >= 0]
         if sorted(order) != sorted(grouped):

@@ -43,17 +43,15 @@ import optax
 
 from .._base import GradientTransformation, StepContext, chain, context_value, identity, transformation, uses_context
 from .._elementwise import fusable
-from .._errors import validated
 from .._hyper import _scheduled, get_hyper, get_learning_rate, set_hyper
-from .._optimizer import _donatable, finalize
-from .._ranges import Range, register_range
-from .._selectors import Selector
+from .._optimizer import finalize
+from .._ranges import Range, check_bool, register_range
+from .._selectors import Selector, assign_slots, describe_names
 from .._state_paths import find_states
 from .._tree import param_names
 from ..pieces import track_step
 from ..pieces.internal import StepState
 from ..pieces.internal import only_slotted
-from ..pieces.internal import skip_nonfinite as _skip_nonfinite
 from ..pieces.internal import with_master_weights
 from ..schedules.internal import DynamicLR, as_schedule, check_number
 from ._clip import Clip, group_clip
@@ -105,12 +103,6 @@ def param_infos(params) -> list[ParamInfo]:
             for n, p in zip(param_names(params), jax.tree.leaves(params))]
 
 
-def check_bool(owner: str, name: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{owner}({name}=...): {name} must be a bool; got {value!r}.")
-    return value
-
-
 def check_float(owner: str, name: str, value, **range_kw) -> float:
     """``value is None`` is Paddle's "not set" ValueError; then a number in range."""
     if value is None:
@@ -128,12 +120,11 @@ class _Group:
     clip: Clip | None = None
     extra: dict = dataclasses.field(default_factory=dict)  # the optimizer's own hyperparameters for this group
 
-    def matches(self, names: list[str]) -> np.ndarray:
-        """One bool per name: the group's ``params`` as a `Selector` (names,
-        globs, regexes, predicates, parameter objects with a ``.name``)."""
-        if self.select is None:
-            return np.ones(len(names), bool)
-        return Selector(self.select, what=f"parameters[{self.index}]['params']").select(names)
+    def selector(self) -> Selector:
+        """The group's ``params`` as a `Selector` (names, globs, regexes,
+        predicates, parameter objects with a ``.name``); None: every parameter."""
+        spec = (lambda name: True) if self.select is None else self.select
+        return Selector(spec, what=f"parameters[{self.index}]['params']")
 
 
 class GroupState(NamedTuple):
@@ -167,19 +158,13 @@ class PaddleOptions:
     multi_precision: bool
 
     def slots(self, params) -> np.ndarray:
-        names = param_names(params)
-        slot = np.full(len(names), -1, np.int32)
-        for g in self.groups:
-            hits = [int(i) for i in np.flatnonzero(g.matches(names))]
-            if not hits and g.select is not None and not callable(g.select):
-                raise ValueError(f"{self.owner}(parameters=...): entry {g.index} {g.select!r} matches no "
-                                 f"parameter; parameter names are {names[:8]}{' ...' if len(names) > 8 else ''}.")
-            for i in hits:
-                if slot[i] >= 0:
-                    raise ValueError(f"{self.owner}(parameters=...): some parameters appear in more than one "
-                                     f"parameter group ({names[i]!r}: groups {slot[i]} and {g.index}).")
-                slot[i] = g.index
-        return slot
+        names, owner = param_names(params), self.owner
+        return assign_slots(
+            names, [(g.index, g.selector()) for g in self.groups],
+            unmatched=lambda k, sel: (f"{owner}(parameters=...): entry {k} {sel.spec!r} matches no parameter; "
+                                      f"parameter names are {describe_names(names)}."),
+            overlap=lambda name, first, k: (f"{owner}(parameters=...): some parameters appear in more than one "
+                                            f"parameter group ({name!r}: groups {first} and {k})."))
 
     # -- pieces -------------------------------------------------------------------
     def step(self) -> GradientTransformation:
@@ -239,12 +224,8 @@ class PaddleOptions:
                    inner)
         if self.explicit:
             tx = only_slotted(tx, _group_slots)
-        if not self.multi_precision:
-            tx = finalize(tx, skip_nonfinite=skip_nonfinite, owner=self.owner, fp16_warning=PADDLE_FP16_WARNING)
-        else:
-            if skip_nonfinite:
-                tx = _skip_nonfinite(tx)
-            tx = _donatable(validated(tx, master_weights=True), self.owner)
+        tx = finalize(tx, multi_precision=self.multi_precision, master_weights_inside=True,
+                      skip_nonfinite=skip_nonfinite, owner=self.owner, fp16_warning=PADDLE_FP16_WARNING)
         return PaddleOptimizer(tx, self.schedule)
 
 
