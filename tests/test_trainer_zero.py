@@ -244,3 +244,18 @@ def test_stale_gradient_is_refused_before_anything_changes():
         t.step(g, 8, ignore_stale_grad=True)
     assert_equal((t.params, t.state), before)
     t.step(t.grads(loss_fn, BATCHES[1]), 8)  # and it keeps training
+
+
+def test_hyperparameters_change_on_the_sharded_trainer_as_on_the_whole_one():
+    runs = []
+    for kw in ({"update_on_kvstore": True}, {"fused": True}):
+        t = Trainer(init_params(), *OPT, **kw)
+        for i, g in enumerate(GRADS):
+            if i == 2:
+                t.set_learning_rate(0.005)
+            t.update(g, 4 if i % 2 else 8)  # a new batch size sets rescale_grad, as Gluon does
+        assert t.learning_rate == pytest.approx(0.005)
+        runs.append(t)
+    assert_within_eps(runs[0].params, runs[1].params)
+    assert_within_eps(runs[0].state, runs[1].state)
+    assert len([k for k in runs[0]._programs if k[0] == "update"]) == 1  # one program for every lr and batch size
