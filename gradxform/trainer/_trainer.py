@@ -6,6 +6,7 @@ sharded optimizer state) are in ``docs/trainer.md``.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import jax
@@ -86,7 +87,8 @@ class Trainer:
         parameters are all-gathered; same numbers as the unsharded fused
         Trainer, bit for bit. It needs the fused layout (ValueError with
         ``fused=False`` or for a chain that cannot run on flat buffers) and
-        refuses stale (None) gradients. Unlike Gluon, ``allreduce_grads``
+        the first stale (None) gradient ends the sharding (with a warning:
+        per-leaf counts need the per-leaf layout). Unlike Gluon, ``allreduce_grads``
         and ``update`` still work. Ignored, with a warning, without a
         kvstore or on a single device, as in Gluon.
       shard_optimizer_state: the same choice as ``update_on_kvstore``, spelled plainly.
@@ -238,9 +240,10 @@ class Trainer:
         return self._zero.put(state, self._place) if self._zero is not None else self._place.put(state)
 
     def _unfuse(self) -> None:
-        """Moves to the per-leaf layout for good (stale gradients need per-leaf counts)."""
+        """Moves to the per-leaf layout for good (stale gradients need per-leaf
+        counts), the state whole on every device."""
         self._params, self._state, self._residual = self._leaf_form()
-        self._fused, self._tx = False, self._leaf_tx
+        self._fused, self._tx, self._zero = False, self._leaf_tx, None
         self._programs = {k: v for k, v in self._programs.items() if k[0] == "set"}
 
     @property
@@ -417,9 +420,10 @@ class Trainer:
     def _leave_fused_if_stale(self, present) -> None:
         if self._zero is not None and not all(present):
             name = self._names[present.index(False)]
-            raise ValueError(f"Trainer: the gradient of {name!r} is None (stale), and with update_on_kvstore=True "
-                             "the sharded state keeps one step count per group of parameters, so a step cannot "
-                             "skip one parameter; pass zeros for it, or use update_on_kvstore=None.")
+            warnings.warn(f"Trainer: the gradient of {name!r} is None (stale); the sharded optimizer state keeps one "
+                          "step count per group of parameters, so from this step on every device holds the whole "
+                          "state, per parameter (as after update_on_kvstore=False); the numbers are Gluon's.",
+                          UserWarning, stacklevel=3)
         if self._fused and not all(present):
             self._unfuse()
 
