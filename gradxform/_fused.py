@@ -76,8 +76,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import CONTEXT_KEY, GradientTransformation, transformation
-from ._elementwise import declaration, fusable, not_fusable, per_leaf_fields
-from ._state_paths import with_fields
+from ._elementwise import declaration, fusable, not_fusable
+from ._state_paths import map_param_shaped
 from .pieces.internal import SEGMENTS_KEY, layout_segments
 
 __all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_lengths", "fusable", "not_fusable", "flatten_state",
@@ -280,27 +280,6 @@ def _layout_of(state):
 
 # -- state conversion -------------------------------------------------------------
 
-def _walk(node, leaf_fn, params_fn, treedef):
-    if jax.tree.structure(node) == treedef and treedef.num_leaves > 1:
-        return params_fn(node)
-    if isinstance(node, tuple) and hasattr(node, "_fields"):
-        per_leaf = per_leaf_fields(node)
-        kids = {f: (leaf_fn(f, getattr(node, f)) if f in per_leaf and _per_leaf(getattr(node, f), treedef)
-                    else _walk(getattr(node, f), leaf_fn, params_fn, treedef)) for f in node._fields}
-        return with_fields(node, **kids)  # derived fields (StepState's first max) follow
-    if isinstance(node, (tuple, list)):
-        kids = [_walk(c, leaf_fn, params_fn, treedef) for c in node]
-        return type(node)(kids) if len(node) else node
-    if isinstance(node, dict):
-        return type(node)({k: _walk(c, leaf_fn, params_fn, treedef) for k, c in node.items()})
-    return node
-
-
-def _per_leaf(x, treedef) -> bool:
-    """A per-leaf field: a tree of scalars shaped like the parameters."""
-    return not hasattr(x, "shape") and jax.tree.structure(x) == treedef
-
-
 def _per_leaf_vectors(state, treedef) -> list[np.ndarray]:
     found: list[np.ndarray] = []
 
@@ -308,7 +287,7 @@ def _per_leaf_vectors(state, treedef) -> list[np.ndarray]:
         found.append(np.asarray([np.asarray(v) for v in treedef.flatten_up_to(x)]))
         return x
 
-    _walk(state, leaf_fn, lambda t: t, treedef)
+    map_param_shaped(state, treedef, per_leaf=leaf_fn, param_tree=lambda t: t)
     return found
 
 
@@ -356,47 +335,42 @@ def _flatten_state(state, layout: Layout):
                                  "cannot be fused.")
         return tuple(leaves[i] for i in reps)
 
-    flat = _walk(state, leaf_fn, lambda t: layout.ravel_leaves(layout.treedef.flatten_up_to(t)),
-                 layout.treedef)
-    return flat
+    return map_param_shaped(state, layout.treedef, per_leaf=leaf_fn,
+                            param_tree=lambda t: layout.ravel_leaves(layout.treedef.flatten_up_to(t)))
+
+
+class _Split:
+    """Where a params-shaped tree was, and its leaves' shapes."""
+    def __init__(self, shapes):
+        self.shapes = shapes
+
+
+_PER_LEAF = _Split(None)  # where a per-leaf field was
 
 
 def _unflatten_state(flat, template, layout: Layout):
     """The per-leaf state for a flat one: ``template`` (the per-leaf state, or
     its `jax.eval_shape`) says where a params-shaped tree and a per-leaf field
-    were, mirroring `_walk`."""
+    were (`map_param_shaped`, as `_flatten_state` found them)."""
     treedef = layout.treedef
     owner = [0] * layout.num_leaves
     for j, group in enumerate(layout.groups):
         for i in group:
             owner[i] = j
+    # slice by the template's own leaf shapes: a params-shaped state tree may
+    # hold placeholders, e.g. master weights keep a (0,) array for a float32
+    # leaf, so its group buffer is empty
+    marks = map_param_shaped(template, treedef, per_leaf=lambda _, t: _PER_LEAF,
+                             param_tree=lambda t: _Split([tuple(np.shape(x)) for x in treedef.flatten_up_to(t)]))
 
-    def split(t, buffers):
-        # slice by the template's own leaf shapes: a params-shaped state tree
-        # may hold placeholders, e.g. master weights keep a (0,) array for a
-        # float32 leaf, so its group buffer is empty
-        shapes = [tuple(np.shape(x)) for x in treedef.flatten_up_to(t)]
-        return treedef.unflatten(layout._slice_leaves(buffers, shapes))
-
-    def walk(t, f):
-        if jax.tree.structure(t) == treedef and treedef.num_leaves > 1:
-            return split(t, f)
-        if isinstance(t, tuple) and hasattr(t, "_fields"):
-            kids, per_leaf = {}, per_leaf_fields(t)
-            for name in t._fields:
-                tv, fv = getattr(t, name), getattr(f, name)
-                if name in per_leaf and _per_leaf(tv, treedef):
-                    kids[name] = treedef.unflatten([fv[owner[i]] for i in range(layout.num_leaves)])
-                else:
-                    kids[name] = walk(tv, fv)
-            return with_fields(f, **kids)
-        if isinstance(t, (tuple, list)):
-            return type(f)([walk(a, b) for a, b in zip(t, f)]) if len(t) else f
-        if isinstance(t, dict):
-            return type(f)({k: walk(t[k], f[k]) for k in t})
+    def restore(mark, f):
+        if mark is _PER_LEAF:
+            return treedef.unflatten([f[owner[i]] for i in range(layout.num_leaves)])
+        if isinstance(mark, _Split):
+            return treedef.unflatten(layout._slice_leaves(f, mark.shapes))
         return f
 
-    return walk(template, flat)
+    return jax.tree.map(restore, marks, flat, is_leaf=lambda x: isinstance(x, _Split))
 
 
 def buffer_lengths(tx: GradientTransformation, layout: Layout):
@@ -412,7 +386,8 @@ def buffer_lengths(tx: GradientTransformation, layout: Layout):
         sizes = [int(np.prod(np.shape(x), dtype=np.int64)) for x in layout.treedef.flatten_up_to(t)]
         return tuple(sum(sizes[i] for i in g) for g in layout.groups)
 
-    marks = _walk(template, lambda _, x: (-1,) * len(layout.groups), lengths, layout.treedef)
+    marks = map_param_shaped(template, layout.treedef, per_leaf=lambda _, x: (-1,) * len(layout.groups),
+                             param_tree=lengths)
     return jax.tree.map(lambda m: m if type(m) is int else -1, marks)
 
 

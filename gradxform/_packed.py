@@ -22,6 +22,7 @@ import numpy as np
 
 from ._base import CONTEXT_KEY, GradientTransformation, transformation
 from ._elementwise import fusable
+from ._state_paths import map_param_shaped
 from ._fused import (
     FlatTree,
     Layout,
@@ -29,7 +30,6 @@ from ._fused import (
     _inspect,
     _layout_for,
     _unflatten_state,
-    _walk,
 )
 from .pieces.internal import SEGMENTS_KEY, buffer_segments, layout_segments
 
@@ -61,7 +61,7 @@ def _per_leaf_values(state, treedef) -> list[list]:
         found.append(list(treedef.flatten_up_to(x)))
         return x
 
-    _walk(state, leaf_fn, lambda t: t, treedef)
+    map_param_shaped(state, treedef, per_leaf=leaf_fn, param_tree=lambda t: t)
     return found
 
 

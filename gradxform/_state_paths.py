@@ -12,7 +12,9 @@ registered pytree container. Everything here finds state nodes by their class
 * `replace_fields`: a state with fields written at given paths;
 * `with_fields`: one node with fields written;
 * `map_param_trees`: a function applied to every subtree shaped like the
-  parameters (for per-leaf selection).
+  parameters (for per-leaf selection);
+* `map_param_shaped`: the same, told apart from the per-leaf fields a state
+  class declares (what `gradxform.fused` turns into buffers and per-group values).
 
 State classes declare what their fields hold as a class attribute,
 ``per_leaf_fields`` (trees of per-leaf scalars, read by `gradxform.fused`).
@@ -30,7 +32,8 @@ from typing import Any
 import jax
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
-__all__ = ["find_states", "get_path", "is_state", "map_param_trees", "map_states", "replace_fields",
+__all__ = ["find_states", "get_path", "is_state", "map_param_shaped", "map_param_trees", "map_states",
+           "replace_fields",
            "state_paths", "with_fields"]
 
 KeyPath = tuple  # of jax.tree_util key entries (GetAttrKey, DictKey, SequenceKey, ...)
@@ -137,3 +140,33 @@ def map_param_trees(fn: Callable, treedef, tree, *rest):
     everything else (counters, scalars) is kept from ``tree``."""
     like = _shaped_like(treedef)
     return jax.tree.map(lambda x, *r: fn(x, *r) if like(x) else x, tree, *rest, is_leaf=like)
+
+
+class _Declared:
+    """A per-leaf field's tree, held as one opaque leaf while the rest is mapped."""
+    __slots__ = ("field", "tree")
+
+    def __init__(self, field: str, tree):
+        self.field, self.tree = field, tree
+
+
+def map_param_shaped(state, treedef, *, per_leaf: Callable[[str, Any], Any],
+                     param_tree: Callable[[Any], Any]):
+    """``state`` with the two kinds of subtrees shaped like the parameters
+    (``treedef``, two leaves or more) replaced: a field that a state class
+    lists in ``per_leaf_fields`` and that holds a tree of per-leaf scalars
+    (counts, multipliers) by ``per_leaf(field_name, tree)``, and every other
+    params-shaped subtree (moments, master weights) by ``param_tree(subtree)``."""
+    like = lambda x: treedef.num_leaves > 1 and jax.tree.structure(x) == treedef  # noqa: E731
+
+    def scalars(x) -> bool:
+        return not hasattr(x, "shape") and jax.tree.structure(x) == treedef
+
+    def hide(_, node):
+        fields = {f: _Declared(f, getattr(node, f)) for f in getattr(type(node), "per_leaf_fields", ())
+                  if scalars(getattr(node, f))}
+        return node._replace(**fields) if fields else node
+
+    hidden = map_states(hide, state)
+    return jax.tree.map(lambda x: per_leaf(x.field, x.tree) if isinstance(x, _Declared) else param_tree(x)
+                        if like(x) else x, hidden, is_leaf=lambda x: isinstance(x, _Declared) or like(x))
