@@ -211,9 +211,9 @@ class ShardedSegments:
 
     A reduction gathers the buffer whole and reduces it as the unsharded
     `Segments` does, in the same order, then keeps this device's shard of
-    any per-element result: the numbers are those of the unsharded fused
-    step, bit for bit, at the cost of one all-gather of the reduced buffer
-    (LARS, LAMB and the global-norm clips are the only users)."""
+    any per-element result: the sums are those of the unsharded fused step,
+    bit for bit, at the cost of one all-gather of the reduced buffer (LARS,
+    LAMB, the global-norm clips and lazy rows are the only users)."""
     whole: Segments
     axis: str
     num_shards: int
