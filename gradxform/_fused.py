@@ -172,15 +172,33 @@ class Layout:
             out.append(parts[0] if len(parts) == 1 else jnp.concatenate(parts))
         return tuple(out)
 
-    def ravel(self, tree) -> tuple:
-        """The group buffers of ``tree`` (which must have this layout's structure)."""
+    def _leaves_of(self, tree) -> list:
+        """``tree``'s leaves, checked against this layout's structure and shapes."""
         leaves = self.treedef.flatten_up_to(tree)
         for i, (x, shape) in enumerate(zip(leaves, self.shapes)):
-            if jnp.shape(x) != shape:
+            if np.shape(x) != shape:
                 path = jax.tree_util.keystr(jax.tree_util.tree_flatten_with_path(tree)[0][i][0])
-                raise ValueError(f"fused: tree{path} has shape {jnp.shape(x)}; this state was "
+                raise ValueError(f"fused: tree{path} has shape {np.shape(x)}; this state was "
                                  f"made for shape {shape}.")
-        return self.ravel_leaves(leaves)
+        return leaves
+
+    def ravel(self, tree) -> tuple:
+        """The group buffers of ``tree`` (which must have this layout's structure)."""
+        return self.ravel_leaves(self._leaves_of(tree))
+
+    def ravel_concrete(self, tree) -> tuple:
+        """`ravel` of concrete arrays (outside jit): a leaf with a buffer of its
+        own is reshaped where it is; the leaves packed together are
+        concatenated in NumPy. Eagerly on the device a packing is one dispatch
+        per leaf and a concatenation program compiled for that many operands
+        (measured: 6.8 s for 5,000 leaves of 16 floats; in NumPy 0.1 s)."""
+        return self.pack_concrete(self._leaves_of(tree))
+
+    def pack_concrete(self, leaves) -> tuple:
+        """`ravel_leaves` for concrete leaves (see `ravel_concrete`); the leaves'
+        own shapes are used (a state's placeholders may differ from the layout's)."""
+        return tuple(jnp.reshape(leaves[g[0]], (-1,)) if len(g) == 1 else
+                     jnp.asarray(np.concatenate([np.asarray(leaves[i]).reshape(-1) for i in g])) for g in self.groups)
 
     def unravel_leaves(self, buffers) -> list:
         # A custom VJP: the cotangent of the slices is the concatenation of
@@ -322,7 +340,7 @@ def _layout_for(params, per_leaf_state, facts) -> Layout:
                   tuple(str(jnp.result_type(x)) for x in leaves), tuple(tuple(g) for g in groups))
 
 
-def _flatten_state(state, layout: Layout):
+def _flatten_state(state, layout: Layout, *, concrete: bool = False):
     reps = [g[0] for g in layout.groups]
 
     def leaf_fn(field, x):
@@ -335,8 +353,9 @@ def _flatten_state(state, layout: Layout):
                                  "cannot be fused.")
         return tuple(leaves[i] for i in reps)
 
+    pack = layout.pack_concrete if concrete else layout.ravel_leaves
     return map_param_shaped(state, layout.treedef, per_leaf=leaf_fn,
-                            param_tree=lambda t: layout.ravel_leaves(layout.treedef.flatten_up_to(t)))
+                            param_tree=lambda t: pack(layout.treedef.flatten_up_to(t)))
 
 
 class _Split:
@@ -460,6 +479,15 @@ def fused(tx: GradientTransformation, *, strict: bool = False,
     def init(params):
         if reasons or len(jax.tree.leaves(params)) < 2:
             return tx.init(params)
+        if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(params)):
+            # Concrete parameters: init op by op and pack on the host. The
+            # compiled alternative below takes a program whose compile time grows
+            # faster than the leaves (measured: 89 s of a 103 s Trainer
+            # construction at 20,000 leaves), and this init's own per-leaf values
+            # give the groups, so no probe is needed either.
+            state = tx.init(params)
+            layout = _layout_for(params, state, facts)
+            return FusedState(_flatten_state(state, layout, concrete=True), layout)
         layout = _make_layout(tx, params, facts)
         # One compiled program: the per-leaf state is never materialised
         # next to its flat copy (XLA writes the zeros straight into the buffers).

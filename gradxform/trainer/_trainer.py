@@ -192,7 +192,7 @@ class Trainer:
         self._has_rescale = "rescale_grad" in hyper_names(state)
         self._scale = float(get_hyper(state, "rescale_grad")) if self._has_rescale else 1.0
         if self._fused:
-            params = FlatTree(state.layout.ravel(params), state.layout)
+            params = FlatTree(state.layout.ravel_concrete(params), state.layout)
         residual = [zeros_residual(x) for x in jax.tree.leaves(params)] if self._compression else []
         self._params, self._residual = self._place.put((params, residual))
         self._state = self._put_state(state)
@@ -577,7 +577,7 @@ class Trainer:
         if self._fused:  # groups follow the loaded counts and multipliers
             state = flatten_state(self._leaf_tx, state, params, max_leaf_size=self._max_leaf)
             layout = state.layout
-            params = FlatTree(layout.ravel(params), layout)
+            params = FlatTree(layout.ravel_concrete(params), layout)
             residual = [np.concatenate([np.reshape(residual[i], (self._n, -1)) for i in group], axis=1)
                         for group in layout.groups] if self._compression else []
         params, state = self._place.put(params), self._put_state(state)
