@@ -80,8 +80,8 @@ from ._elementwise import declaration, fusable, not_fusable
 from ._state_paths import map_param_shaped
 from .pieces.internal import SEGMENTS_KEY, layout_segments
 
-__all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_lengths", "fusable", "not_fusable", "flatten_state",
-           "packed", "packing", "ravel", "unflatten_state", "why_not_fused"]
+__all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_lengths", "fusable", "not_fusable",
+           "flatten_state", "packed", "packing", "ravel", "unflatten_state", "why_not_fused"]
 
 
 def _is_tx(x) -> bool:

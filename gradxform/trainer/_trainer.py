@@ -509,7 +509,8 @@ class Trainer:
         ``step(trainer.grads(loss_fn, batch), batch_size)``.
         """
         if reduce_aux not in (None, "mean", "sum"):
-            raise ValueError(f"Trainer.compile_step(reduce_aux=...): expected None, 'mean' or 'sum'; got {reduce_aux!r}.")
+            raise ValueError("Trainer.compile_step(reduce_aux=...): expected None, 'mean' or 'sum'; "
+                             f"got {reduce_aux!r}.")
         if reduce_aux is not None and not has_aux:
             raise ValueError("Trainer.compile_step(reduce_aux=...): needs has_aux=True (a loss function "
                              "returning (loss, aux)).")
