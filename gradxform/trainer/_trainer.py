@@ -84,8 +84,9 @@ class Trainer:
         the kvstore servers): the optimizer state is sharded over the
         devices of all processes (ZeRO-1): each device keeps 1/N of every
         state buffer, updates its slice of the parameters, and the new
-        parameters are all-gathered; same numbers as the unsharded fused
-        Trainer, bit for bit. It needs the fused layout (ValueError with
+        parameters are all-gathered; the unsharded fused Trainer's
+        arithmetic and sums (bit for bit, or one float32 rounding where XLA
+        contracts an FMA differently). It needs the fused layout (ValueError with
         ``fused=False`` or for a chain that cannot run on flat buffers) and
         the first stale (None) gradient ends the sharding (with a warning:
         per-leaf counts need the per-leaf layout). Unlike Gluon, ``allreduce_grads``
