@@ -22,6 +22,8 @@ import sys
 import numpy as np
 import paddle
 
+from _case_runner import run_cases
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "goldens", "paddle")
 STEPS = 20
@@ -266,26 +268,13 @@ def schedules():
 def main():
     # Paddle refuses to create two parameters with the same name in one process, so each case
     # runs in its own subprocess (keeps the state_dict keys exactly '<name>_d_0' etc.).
-    import subprocess
     os.makedirs(OUT, exist_ok=True)
     args = sys.argv[1:]
     if args and args[0] == "--case":
         spec = cases()[args[1]]
         run_case(args[1], **spec)
         return
-    failures = {}
-    for name in cases():
-        if args and name not in args:
-            continue
-        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--case", name],
-                           capture_output=True, text=True)
-        if r.returncode == 0:
-            print("ok  ", name, flush=True)
-        else:
-            lines = r.stderr.strip().splitlines()
-            tail = [l for l in lines if "Error" in l][-1:] or lines[-1:] or ["?"]
-            failures[name] = tail[0][:800]
-            print("FAIL", name, tail[0][:300], flush=True)
+    failures = run_cases(os.path.abspath(__file__), cases(), args)
     if not args or "schedules" in args:
         schedules()
         print("ok   schedules")

@@ -29,10 +29,11 @@ optimizer in gradxform):
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
+
+from _case_runner import run_cases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "goldens", "paddle")
@@ -261,19 +262,7 @@ def main():
         run_case(args[1])
         return
     os.makedirs(OUT, exist_ok=True)
-    failures = {}
-    for name in CASES:
-        if args and name not in args:
-            continue
-        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--case", name], capture_output=True,
-                           text=True)
-        if r.returncode == 0:
-            print("ok  ", name, flush=True)
-        else:
-            lines = r.stderr.strip().splitlines()
-            tail = [ln for ln in lines if "Error" in ln][-1:] or lines[-1:] or ["?"]
-            failures[name] = tail[0][:800]
-            print("FAIL", name, tail[0][:300], flush=True)
+    failures = run_cases(os.path.abspath(__file__), CASES, args)
     if not args:
         with open(os.path.join(OUT, "opt_FAILURES.json"), "w") as f:
             json.dump(failures, f, indent=1, sort_keys=True)
