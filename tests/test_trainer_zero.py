@@ -266,3 +266,23 @@ def test_hyperparameters_change_on_the_sharded_trainer_as_on_the_whole_one():
     assert_within_eps(runs[0].params, runs[1].params)
     assert_within_eps(runs[0].state, runs[1].state)
     assert len([k for k in runs[0]._programs if k[0] == "update"]) == 1  # one program for every lr and batch size
+
+
+def test_a_bad_file_leaves_the_sharded_trainer_as_it_was(tmp_path):
+    """Truncated, bit-flipped and hostile files: the documented error, nothing loaded, nothing run."""
+    t = Trainer(init_params(), *OPT, update_on_kvstore=True)
+    t.update(GRADS[0], 8)
+    t.save_states(tmp_path / "ckpt")
+    t.update(GRADS[1], 8)
+    before = (t.params, t.state)
+    raw = (tmp_path / "ckpt").read_bytes()
+    marker = tmp_path / "ran"
+    bad = {"truncated": raw[: len(raw) // 2], "flipped": raw[:200] + bytes([raw[200] ^ 0xFF]) + raw[201:],
+           "hostile": b"\x80\x04cposix\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR."}
+    for name, data in bad.items():
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises((gx.checkpoint.CheckpointError, gx.migrate.MigrateError)):
+            t.load_states(tmp_path / name)
+        assert_equal((t.params, t.state), before)
+    assert not marker.exists()
+    t.update(GRADS[2], 8)  # and it goes on training
