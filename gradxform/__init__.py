@@ -9,7 +9,7 @@ from ._hyper import get_hyper, get_learning_rate, hyper_names, set_hyper, set_le
 from ._registry import create, register, registered_names
 from ._tree import param_names
 from .checkpoint import CheckpointError, load_state, save_state
-from .pieces.internal import NonFiniteError, check_guard, get_loss_scale, guard_status, scale_loss
+from .pieces.internal import NonFiniteError, check_guard, get_loss_scale, guard_status, per_leaf_counts, scale_loss
 from .trainer import Trainer, per_device_grads, split_batch
 
 __version__ = "0.1.0"
@@ -23,6 +23,7 @@ __all__ = [
     "create", "register", "registered_names",
     # hyperparameters as state
     "get_hyper", "set_hyper", "hyper_names", "get_learning_rate", "set_learning_rate", "param_names",
+    "per_leaf_counts",
     # reliability
     "validated", "NonFiniteError", "check_guard", "guard_status", "get_loss_scale", "scale_loss",
     # speed

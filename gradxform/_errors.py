@@ -238,8 +238,15 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
         if params is not None:
             check_params(params, f"{pre}update")
         check_updates(updates, params, f"{pre}update", master_weights=master_weights)
-        expected = expected_state(params if params is not None else updates)
+        ref = params if params is not None else updates
+        expected = expected_state(ref)
         if expected is not None:
+            if first_difference(state, expected, "state", "init(params)"):
+                # the other form init's state takes: step counts per leaf after a masked update
+                from .pieces.internal import per_leaf_counts  # noqa: PLC0415  (pieces import this module)
+                per_leaf = per_leaf_counts(expected, ref)
+                if not first_difference(state, per_leaf, "state", "init(params)"):
+                    expected = per_leaf
             check_state(state, expected, f"{pre}update")
         return tx.update(updates, state, params, **extra_args)
 

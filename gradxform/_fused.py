@@ -77,7 +77,7 @@ import numpy as np
 
 from ._base import CONTEXT_KEY, GradientTransformation, transformation
 from ._elementwise import declaration, fusable, not_fusable
-from ._state_paths import map_param_shaped
+from ._state_paths import map_param_shaped, with_optional_like
 from .pieces.internal import SEGMENTS_KEY, layout_segments
 
 __all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_lengths", "fusable", "not_fusable",
@@ -440,6 +440,8 @@ def unflatten_state(tx: GradientTransformation, state):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         template = jax.eval_shape(tx.init, _abstract_params(layout))
+    # counts per group (a state loaded after stale steps) where init shares one
+    template = with_optional_like(template, state.inner, _abstract_params(layout))
     return _unflatten_state(state.inner, template, layout)
 
 

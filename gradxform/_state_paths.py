@@ -16,8 +16,10 @@ registered pytree container. Everything here finds state nodes by their class
 * `map_param_shaped`: the same, told apart from the per-leaf fields a state
   class declares (what `gradxform.fused` turns into buffers and per-group values).
 
-State classes declare what their fields hold as a class attribute,
-``per_leaf_fields`` (trees of per-leaf scalars, read by `gradxform.fused`).
+State classes declare what their fields hold as class attributes:
+``per_leaf_fields`` (trees of per-leaf scalars, read by `gradxform.fused`) and
+``optional_fields`` (per-leaf fields that may be None, and what every leaf
+holds then: `written_out`, `with_optional_like`).
 No state class stores a field derived from another, so a writer never has
 anything to keep in step.
 
@@ -30,11 +32,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import numpy as np
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
 __all__ = ["find_states", "get_path", "is_state", "map_param_shaped", "map_param_trees", "map_states",
-           "replace_fields",
-           "state_paths", "with_fields"]
+           "replace_fields", "state_paths", "with_fields", "with_optional_like", "written_out"]
 
 KeyPath = tuple  # of jax.tree_util key entries (GetAttrKey, DictKey, SequenceKey, ...)
 
@@ -170,3 +172,27 @@ def map_param_shaped(state, treedef, *, per_leaf: Callable[[str, Any], Any],
     hidden = map_states(hide, state)
     return jax.tree.map(lambda x: per_leaf(x.field, x.tree) if isinstance(x, _Declared) else param_tree(x)
                         if like(x) else x, hidden, is_leaf=lambda x: isinstance(x, _Declared) or like(x))
+
+
+def written_out(node, field: str, params):
+    """``node`` with its optional per-leaf ``field`` (declared in its class's
+    ``optional_fields``) held per leaf: when None, every leaf gets the value
+    the declaration names (another field's, or a number)."""
+    if getattr(node, field) is not None:
+        return node
+    fill = type(node).optional_fields[field]
+    value = getattr(node, fill) if isinstance(fill, str) else np.float32(fill)
+    treedef = jax.tree.structure(params)
+    return node._replace(**{field: treedef.unflatten([value] * treedef.num_leaves)})
+
+
+def with_optional_like(template, other, params):
+    """``template`` with each optional per-leaf field that it holds as None and
+    ``other`` (a state of the same chain) holds per leaf written out
+    (`written_out`), so the two have one structure."""
+    edits: dict = {}
+    for path, node in state_paths(template):
+        for field in getattr(type(node), "optional_fields", {}):
+            if getattr(node, field) is None and getattr(get_path(other, path), field, None) is not None:
+                edits.setdefault(path, {})[field] = getattr(written_out(node, field, params), field)
+    return replace_fields(template, edits) if edits else template

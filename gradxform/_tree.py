@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from ._state_paths import map_param_trees
 
-__all__ = ["key_name", "param_names", "select_tree"]
+__all__ = ["key_name", "once_per_value", "param_names", "select_tree"]
 
 
 def key_name(key) -> str:
@@ -28,6 +28,23 @@ def param_names(tree) -> list[str]:
     """Names of the leaves of ``tree`` in flatten order."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
     return ["/".join(key_name(k) for k in path) for path, _ in leaves]
+
+
+def once_per_value(fn):
+    """``fn`` computed once per distinct tuple of argument objects, for the
+    per-leaf values of one update: a shared step count or learning rate is one
+    traced scalar at every leaf, so its bias correction (or ``-lr``) is traced
+    once, not once per leaf. The arguments are kept alive with the result, so
+    an ``id`` is never reused for another value while the cache lives."""
+    cache: dict = {}
+
+    def call(*args):
+        key = tuple(map(id, args))
+        if key not in cache:
+            cache[key] = (args, fn(*args))
+        return cache[key][1]
+
+    return call
 
 
 def select_tree(mask, new, old):

@@ -455,7 +455,7 @@ def _fmt(shape, dtype) -> str:
     return f"{dtype}[{','.join(str(d) for d in shape)}]"
 
 
-def load_state(path, like=None, *, meta: dict | None = None):
+def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
     """Reads a file written by `save_state`.
 
     Args:
@@ -466,6 +466,9 @@ def load_state(path, like=None, *, meta: dict | None = None):
         sharding, or NumPy for a NumPy leaf). With ``like=None`` the result
         is a dict ``{keystr path: array}``.
       meta: expected metadata; each key given must equal the file's value.
+      alternatives: other trees the file may hold instead of ``like`` (e.g.
+        an optimizer state with step counts per leaf or shared,
+        `gradxform.per_leaf_counts`): the first whose paths are the file's is used.
 
     Returns:
       The tree, bit-identical to what was saved.
@@ -485,6 +488,12 @@ def load_state(path, like=None, *, meta: dict | None = None):
         return {p: _from_bytes(payload[o:o + n], d, s, None) for p, s, d, o, n in entries}
     paths, treedef, leaves = _describe(like)
     file_paths = [e[0] for e in entries]
+    for other in alternatives:
+        if file_paths == paths:
+            break
+        described = _describe(other)
+        if described[0] == file_paths:
+            paths, treedef, leaves = described
     if file_paths != paths:
         missing = [p for p in paths if p not in file_paths]
         extra = [_short(p) for p in file_paths if p not in paths]

@@ -97,7 +97,7 @@ def test_eager_call_groups_by_the_states_own_numbers():
     # Diverged counts (as migrated from a framework) are concrete outside jit: the
     # groups follow them and the step is the per-leaf one.
     tx = gradxform.fused.packed(gradxform.create("adam", learning_rate=0.01))
-    state = tx.init(PARAMS)
+    state = gradxform.per_leaf_counts(tx.init(PARAMS), PARAMS)
 
     def bump(_, node):
         count = dict(node.count)

@@ -111,7 +111,7 @@ def test_compiled_step_equals_step_by_step_and_one_device(one_device):
     assert_equal(t.params, train("step").params)  # same sums in the same order: bit for bit
     assert_close(t.params, one_device["step"], **TOL)
     # the state (momentum, per-leaf counts) advanced the same way
-    assert np.asarray(jax.tree.leaves(t.state[0].count)).tolist() == [3, 3, 3]
+    assert t.state[0].count is None and int(t.state[0].num_update) == 3  # every leaf's count is 3
 
 
 @pytest.mark.parametrize("fused", [True, False])

@@ -118,6 +118,11 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
                 new_leaves = [o if v is None else convert(o, v, f"{_describe(slot)} of parameter {n!r}")
                               for o, v, n in zip(old_leaves, value, names)]
                 out[field] = treedef.unflatten(new_leaves)
+            elif old is None and isinstance(getattr(type(node), "optional_fields", {}).get(field), str):
+                # a per-leaf field the state holds shared (StepState.count None: every
+                # leaf's count is num_update): kept shared when the file's values all are
+                out[field] = _shared_or_per_leaf(node, field, fields, value, treedef, names, convert,
+                                                 _describe(slot))
             elif not hasattr(old, "shape") and jax.tree.structure(old) == treedef:
                 # a per-leaf scalar field (step counts, LBSGD's num_cums): the file's vector, split
                 vec = np.asarray(value)
@@ -132,6 +137,22 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
 
     # derived fields (StepState's largest count) follow the counts written: `with_fields`
     return replace_fields(state, converted)
+
+
+def _shared_or_per_leaf(node, field, fields, value, treedef, names, convert, what):
+    """The value of a per-leaf field that ``node`` holds shared (None: every leaf
+    has the value of the field its class's ``optional_fields`` names): None again when
+    the file's vector is that value at every leaf, else the tree of them."""
+    vec = np.asarray(value)
+    if vec.shape != (treedef.num_leaves,):
+        raise MigrateError(f"{what} has shape {vec.shape} in the file; tx expects one value per parameter "
+                           f"({treedef.num_leaves},).")
+    other = type(node).optional_fields[field]
+    shared = np.asarray(fields[other][0] if other in fields else getattr(node, other))
+    if np.all(vec == shared):
+        return None
+    like = np.asarray(getattr(node, other))  # the dtype the state keeps
+    return treedef.unflatten([convert(like, v, f"{what} of parameter {n!r}") for v, n in zip(vec, names)])
 
 
 MAX_COUNT = 2**31 - 2  # the next update must still fit gradxform's int32 counters

@@ -19,7 +19,7 @@ from .._hyper import set_hyper
 from .._registry import create
 from ..schedules.internal import take_host_schedule
 from .._state_paths import find_states, map_states
-from ..pieces.internal import StepState
+from ..pieces.internal import StepState, per_leaf_counts
 
 __all__ = ["Updater", "get_updater"]
 
@@ -54,7 +54,8 @@ class Updater:
             return [self(i, g, w) for i, g, w in zip(index, grad, weight)]
         w = jnp.asarray(weight)
         if index not in self.states:
-            state = self.optimizer.init(w)
+            # its own count per index (MXNet's _index_update_count), apart from num_update
+            state = per_leaf_counts(self.optimizer.init(w), w)
             if index in self._pending:
                 leaves = self._pending.pop(index)
                 treedef = jax.tree.structure(state)

@@ -4,22 +4,22 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 
 from .._base import GradientTransformation, StepContext, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
-from .._tree import param_names
-from ._step import Multiplier, resolve_multiplier
+from ._step import Multiplier, per_leaf_multipliers
 
 __all__ = ["DecayState", "add_decayed_weights", "provide_weight_decay", "add_decoupled_weight_decay"]
 
 
 class DecayState(NamedTuple):
-    """``wd_mult``: per-leaf float32 multipliers, a tree of scalars."""
+    """``wd_mult``: per-leaf float32 multipliers, a tree of scalars, or None
+    when every one is 1 (the decay is then one scalar for every leaf)."""
     hyper: dict
     wd_mult: object
     per_leaf_fields = ("wd_mult",)  # trees of per-leaf scalars (gradxform.fused: one per buffer)
+    optional_fields = {"wd_mult": 1.0}  # None: every leaf's multiplier is 1
 
 
 def _decay(wd, wd_mult, name, add, who):
@@ -29,10 +29,7 @@ def _decay(wd, wd_mult, name, add, who):
     def init(params):
         if wd is None:
             return ()
-        names = param_names(params)
-        mults = resolve_multiplier(wd_mult, names, "wd_mult")
-        return DecayState({name: hyper_scalar(wd)},
-                          jax.tree.structure(params).unflatten([jnp.asarray(m, jnp.float32) for m in mults]))
+        return DecayState({name: hyper_scalar(wd)}, per_leaf_multipliers(wd_mult, params, "wd_mult"))
 
     @fusable
     @uses_context(who, needs=("wd",) if wd is None else (), provides=("wd",) if wd is not None else ())
@@ -41,7 +38,10 @@ def _decay(wd, wd_mult, name, add, who):
             per_leaf = context_value(extra_args, "wd", who)
         else:
             d = state.hyper[name]
-            per_leaf = jax.tree.map(lambda m: d * m, state.wd_mult)
+            if state.wd_mult is None:
+                per_leaf = jax.tree.map(lambda _: d, updates)
+            else:
+                per_leaf = jax.tree.map(lambda m: d * m, state.wd_mult)
             ctx = StepContext.of(extra_args)
             if ctx is not None:
                 ctx.publish(wd=per_leaf)

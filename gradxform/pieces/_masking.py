@@ -9,6 +9,7 @@ from .._elementwise import fusable
 from .._state_paths import map_param_trees
 from .._tree import select_tree
 from ._segments import buffer_segments, row_sums
+from ._step import per_leaf_counts
 
 __all__ = ["gated", "lazy_rows", "masked_by_update_mask", "only_slotted"]
 
@@ -63,10 +64,11 @@ def masked_by_update_mask(inner: GradientTransformation) -> GradientTransformati
 
     @fusable  # its mask is per leaf, hence per group (gradxform.fused passes one per buffer)
     def update(updates, state, params=None, **extra_args):
-        out, new_state = inner.update(updates, state, params, **extra_args)
         mask = extra_args.get("update_mask")
         if mask is None:
-            return out, new_state
+            return inner.update(updates, state, params, **extra_args)
+        state = per_leaf_counts(state, updates)  # old and new state of one structure, to select between
+        out, new_state = inner.update(updates, state, params, **extra_args)
         treedef = jax.tree.structure(updates)
         flags = treedef.unflatten([jnp.asarray(m, bool).reshape(()) for m in treedef.flatten_up_to(mask)])
         out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, flags)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
+from .._tree import once_per_value
 
 __all__ = [
     "TraceState", "trace", "ema", "sign", "MomentsState", "scale_by_adam_moments",
@@ -251,13 +252,14 @@ def bias_correction(beta1: float = 0.9, beta2: float | None = 0.999) -> Gradient
         log1 = jnp.log1p((h["beta1"] - 1.0) + lo["beta1"])
         log2 = jnp.log1p((h["beta2"] - 1.0) + lo["beta2"]) if beta2 is not None else None
 
-        def one(u, t):
+        @once_per_value  # a shared count: one factor for every leaf
+        def factor(t):
             t = t.astype(jnp.float32)
             f = -1.0 / jnp.expm1(t * log1)
             if log2 is not None:
                 f = f * jnp.sqrt(-jnp.expm1(t * log2))
-            return u * f.astype(u.dtype)
+            return f
 
-        return jax.tree.map(one, updates, count), state
+        return jax.tree.map(lambda u, t: u * factor(t).astype(u.dtype), updates, count), state
 
     return transformation(init, update)

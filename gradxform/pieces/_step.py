@@ -12,15 +12,26 @@ from .._base import (GradientTransformation, StepContext, chain, checkable, cont
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._selectors import multipliers
-from .._tree import param_names
+from .._state_paths import map_states, written_out
+from .._tree import once_per_value, param_names
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
 
-__all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier"]
+__all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
+           "per_leaf_multipliers"]
 
 # A per-parameter multiplier: a mapping from a selection (name, glob, Gluon regex:
 # `gradxform._selectors.Selector`) to a number, or a function ``names -> np.ndarray``
 # that resolves all leaves at once.
 Multiplier = Optional[object]
+
+
+def per_leaf_multipliers(spec, params, what: str):
+    """The tree of float32 multiplier scalars for ``params``, or None when every
+    leaf's is 1 (nothing to store, nothing to multiply by in the step)."""
+    mults = resolve_multiplier(spec, param_names(params), what)
+    if np.all(mults == 1.0):
+        return None
+    return jax.tree.structure(params).unflatten([jnp.asarray(m, jnp.float32) for m in mults])
 
 
 def resolve_multiplier(spec, names: list[str], what: str) -> np.ndarray:
@@ -35,20 +46,37 @@ def resolve_multiplier(spec, names: list[str], what: str) -> np.ndarray:
 
 
 class StepState(NamedTuple):
-    """``count``: updates applied to each leaf (MXNet ``_index_update_count``),
-    a tree of int32 scalars shaped like the parameters; ``num_update``: their
-    running maximum (MXNet ``num_update``), which the schedule reads;
-    ``lr_mult``: per-leaf float32 multipliers (a tree of scalars: per-leaf
-    scalars compile far faster than slices of one vector); ``hyper``: the base
-    ``learning_rate``, the schedule's ``current_lr`` and whether one is set.
-    Nothing stored is derived from another field: the largest count and the
-    first leaf holding it are reduced inside each step (measured: no
-    difference in compile time at 400 leaves, 10.4 s either way)."""
+    """``num_update``: the largest update count of any leaf (MXNet
+    ``num_update``), which the schedule reads; ``count``: each leaf's count
+    (MXNet ``_index_update_count``), a tree of int32 scalars shaped like the
+    parameters, or None while every leaf's count is ``num_update`` (leaves
+    that have always stepped together: the state `init` makes); ``lr_mult``:
+    per-leaf float32 multipliers (a tree of scalars), or None when every one
+    is 1; ``hyper``: the base ``learning_rate``, the schedule's ``current_lr``
+    and whether one is set.
+
+    Shared counts and absent multipliers keep the per-leaf arithmetic out of
+    the step: every leaf's bias correction and learning rate is one scalar
+    computed once (measured at 400 leaves, MXNet Adam: first call 6.9 s
+    against 4.1 s; ``benchmarks/README.md``). The first update with an
+    ``update_mask``, and a migrated state whose counts differ, switch to
+    per-leaf counts (`per_leaf_counts`). Nothing stored is derived from
+    another field."""
     hyper: dict
     lr_mult: object
     count: object
     num_update: jax.Array
     per_leaf_fields = ("lr_mult", "count")  # trees of per-leaf scalars (gradxform.fused: one per buffer)
+    # fields that may be None, and what each leaf holds then: count -> num_update, lr_mult -> 1
+    optional_fields = {"count": "num_update", "lr_mult": 1.0}
+
+
+def per_leaf_counts(state, params):
+    """``state`` with every shared step count (`StepState.count` None) written
+    out per leaf, each equal to that state's ``num_update``: the form an
+    ``update_mask`` needs, made before the step (so the state keeps one
+    structure inside ``jax.lax.scan``) or by the update itself."""
+    return map_states(lambda _, node: written_out(node, "count", params), state, StepState)
 
 
 def _derived(counts):
@@ -106,33 +134,29 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
     schedule = as_update_schedule(schedule, NUM_UPDATE)
 
     def init(params):
-        names = param_names(params)
-        treedef = jax.tree.structure(params)
         base = hyper_scalar(learning_rate)
         current = schedule.lr_for_update(jnp.asarray(begin_num_update, jnp.int32), base) if schedule else base
-        mults = resolve_multiplier(lr_mult, names, "lr_mult")
         return StepState(
             hyper={"learning_rate": base, "current_lr": hyper_scalar(current),
                    "scheduled": jnp.asarray(schedule is not None)},
-            lr_mult=treedef.unflatten([jnp.asarray(m, jnp.float32) for m in mults]),
-            count=treedef.unflatten([jnp.asarray(begin_num_update, jnp.int32)] * len(names)),
-            num_update=jnp.asarray(begin_num_update, jnp.int32))
+            lr_mult=per_leaf_multipliers(lr_mult, params, "lr_mult"),
+            count=None, num_update=jnp.asarray(begin_num_update, jnp.int32))
 
     @fusable(check=_fused_track_step)
     @uses_context("track_step", provides=("lr", "count", "mask"))
     def update(updates, state, params=None, **extra_args):
         del params
         treedef = jax.tree.structure(updates)
-        if treedef != jax.tree.structure(state.count):
-            raise ValueError(f"track_step: the state was made for {jax.tree.structure(state.count).num_leaves} "
-                             f"parameters; the updates have {treedef.num_leaves}.")
-        counts = treedef.flatten_up_to(state.count)
-        mults = treedef.flatten_up_to(state.lr_mult)
         mask = extra_args.get("update_mask")
-        bumps = [True] * len(counts) if mask is None else \
-            [jnp.asarray(m).reshape(()) for m in treedef.flatten_up_to(mask)]
+        if mask is not None and state.count is None:
+            state = per_leaf_counts(state, updates)  # masked leaves keep their counts from now on
+        for field in ("count", "lr_mult"):
+            tree = getattr(state, field)
+            if tree is not None and treedef != jax.tree.structure(tree):
+                raise ValueError(f"track_step: the state was made for {jax.tree.structure(tree).num_leaves} "
+                                 f"parameters; the updates have {treedef.num_leaves}.")
+        n = treedef.num_leaves
         old = state.num_update
-        new_counts = [c + 1 if b is True else c + jnp.asarray(b, jnp.int32) for c, b in zip(counts, bumps)]
         base = state.hyper["learning_rate"]
         at_old = at_new = None
         if schedule is not None:
@@ -142,41 +166,55 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             # sequential loop over indices does.
             at_old = jnp.asarray(schedule.lr_for_update(old, base), jnp.float32)
             at_new = jnp.asarray(schedule.lr_for_update(old + 1, base), jnp.float32)
-        if mask is None:
-            # Every leaf bumps: the leaves holding the largest count pass `old`
-            # (if that count is `old`), from the first of them on. Reduced over
-            # the new counts (the same maximum, plus one): a second reader of the
-            # old counts would make XLA copy each one before its buffer is reused.
-            new_max, first_max = _derived(new_counts)
-            num_update = jnp.maximum(old, new_max)
-            at_max = new_max - 1 == old
-            if schedule is not None:
-                lrs = []
-                for i, m in enumerate(mults):
-                    reached = jnp.logical_and(at_max, i >= first_max if read_lr == "after" else i > first_max)
-                    lrs.append(jnp.where(reached, at_new, at_old) * m)
+        if state.count is None:
+            # Every leaf goes from `old` to `old + 1`: one count, one rate, one
+            # flag, the same traced scalar at every leaf (pieces compute on it once).
+            num_update = old + 1
+            new_counts, count_tree = [num_update] * n, None
+            bumps = [jnp.asarray(True)] * n
+            rates = [base] * n if schedule is None else [at_new] * n
+            if schedule is not None and read_lr == "before" and n:
+                rates[0] = at_old  # leaf 0 reads the schedule before its own bump
         else:
-            bumped = [jnp.where(b, c, old) for c, b in zip(new_counts, bumps)]
-            num_update = jnp.maximum(old, _derived(bumped)[0])
-            if schedule is not None:
-                reached, lrs = jnp.asarray(False), []
-                for c, b, m in zip(new_counts, bumps, mults):
-                    passed = jnp.logical_and(b, c > old)
-                    if read_lr == "after":
-                        reached = jnp.logical_or(reached, passed)
-                    lrs.append(jnp.where(reached, at_new, at_old) * m)
-                    if read_lr == "before":
-                        reached = jnp.logical_or(reached, passed)
-        if schedule is not None:
-            current = jnp.asarray(schedule.lr_for_update(num_update, base), jnp.float32)
+            counts = treedef.flatten_up_to(state.count)
+            bumps = [True] * n if mask is None else \
+                [jnp.asarray(m).reshape(()) for m in treedef.flatten_up_to(mask)]
+            new_counts = [c + 1 if b is True else c + jnp.asarray(b, jnp.int32) for c, b in zip(counts, bumps)]
+            rates = [base] * n
+            if mask is None:
+                # Every leaf bumps: the leaves holding the largest count pass `old`
+                # (if that count is `old`), from the first of them on. Reduced over
+                # the new counts (the same maximum, plus one): a second reader of the
+                # old counts would make XLA copy each one before its buffer is reused.
+                new_max, first_max = _derived(new_counts)
+                num_update = jnp.maximum(old, new_max)
+                at_max = new_max - 1 == old
+                if schedule is not None:
+                    rates = [jnp.where(jnp.logical_and(at_max, i >= first_max if read_lr == "after"
+                                                       else i > first_max), at_new, at_old) for i in range(n)]
+            else:
+                bumped = [jnp.where(b, c, old) for c, b in zip(new_counts, bumps)]
+                num_update = jnp.maximum(old, _derived(bumped)[0])
+                if schedule is not None:
+                    reached, rates = jnp.asarray(False), []
+                    for c, b in zip(new_counts, bumps):
+                        passed = jnp.logical_and(b, c > old)
+                        if read_lr == "after":
+                            reached = jnp.logical_or(reached, passed)
+                        rates.append(jnp.where(reached, at_new, at_old))
+                        if read_lr == "before":
+                            reached = jnp.logical_or(reached, passed)
+            count_tree = treedef.unflatten(new_counts)
+            bumps = [jnp.asarray(b) for b in bumps]
+        if state.lr_mult is None:
+            lrs = rates
         else:
-            lrs = [base * m for m in mults]
-            current = base
+            lrs = [r * m for r, m in zip(rates, treedef.flatten_up_to(state.lr_mult))]
+        current = base if schedule is None else jnp.asarray(schedule.lr_for_update(num_update, base), jnp.float32)
         ctx = StepContext.of(extra_args)
-        count_tree = treedef.unflatten(new_counts)
         if ctx is not None:
-            ctx.publish(lr=treedef.unflatten(lrs), count=count_tree,
-                        mask=treedef.unflatten([jnp.asarray(b) for b in bumps]))
+            ctx.publish(lr=treedef.unflatten(lrs), count=treedef.unflatten(new_counts),
+                        mask=treedef.unflatten(bumps))
         # The step reads the stored current_lr, whose value it replaces: a state
         # input that no computation reads is dropped by jax.jit, and donation
         # then pairs each later scalar of the state with its neighbour's buffer,
@@ -206,9 +244,10 @@ def scale_by_lr(sign: float = -1.0, factor_key=None) -> GradientTransformation:
         lr = context_value(extra_args, "lr", "scale_by_lr")
         factor = context_value(extra_args, factor_key, "scale_by_lr") if factor_key else None
 
+        scale = once_per_value(lambda l, f=None: l * sign if f is None else l * f * sign)
+
         def one(u, l, f=None):
-            s = l * sign if f is None else l * f * sign
-            return u * s.astype(u.dtype)
+            return u * scale(l, f).astype(u.dtype)
 
         if factor is None:
             return jax.tree.map(one, updates, lr), state

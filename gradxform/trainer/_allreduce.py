@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from ..pieces.internal import scale_loss
+from ..pieces.internal import per_leaf_counts, scale_loss
 
 from .._base import apply_updates
 from .._fused import FlatTree
@@ -336,6 +336,7 @@ def apply_step(tx, params, state, g_leaves, present, rescale, *, has_rescale: bo
     if stale:
         mask = treedef.unflatten([jnp.asarray(here) for here in present])
         extra["update_mask"] = mask
+        state = per_leaf_counts(state, params)
     updates, new_state = tx.update(grads, state, params, **extra)
     new_leaves = treedef.flatten_up_to(apply_updates(params, updates))
     if stale:

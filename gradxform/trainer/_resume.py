@@ -3,14 +3,15 @@
 the current per-parameter multipliers."""
 from __future__ import annotations
 
+import itertools
 import os
 
 import jax
 import numpy as np
 
-from .._state_paths import replace_fields, state_paths
+from .._state_paths import get_path, replace_fields, state_paths, written_out
 
-__all__ = ["is_file", "is_gluon_states", "migrated_state", "keep_multipliers"]
+__all__ = ["is_file", "is_gluon_states", "migrated_state", "keep_multipliers", "state_forms"]
 
 MULTIPLIER_FIELDS = ("lr_mult", "wd_mult")
 
@@ -44,7 +45,9 @@ def migrated_state(source, params, like, tx, *, guarded: bool):
                              "gradxform.migrate.from_gluon_states and wrap the result yourself.")
         from ..migrate import from_gluon_states  # noqa: PLC0415  (the readers load only when used)
         source = from_gluon_states(source, params, tx)
-    want, got = jax.tree.structure(like), jax.tree.structure(source)
+    got = jax.tree.structure(source)
+    like = next((f for f in state_forms(like, params) if jax.tree.structure(f) == got), like)
+    want = jax.tree.structure(like)
     if want != got:
         raise ValueError(f"Trainer.load_states: the state tree has structure {got}; this Trainer's "
                          f"optimizer state has {want}.")
@@ -53,6 +56,24 @@ def migrated_state(source, params, like, tx, *, guarded: bool):
             raise ValueError(f"Trainer.load_states: state{jax.tree_util.keystr(path)} has shape "
                              f"{tuple(np.shape(g))}; expected {tuple(w.shape)}.")
     return jax.tree.map(lambda g, w: np.asarray(g, w.dtype), source, like)
+
+
+def state_forms(state, params) -> list:
+    """The forms a saved state may take for a Trainer whose state is ``state``
+    now, ``state`` first: each optional per-leaf field (step counts shared or
+    per leaf, as after a step with stale gradients; multipliers absent or
+    stored) either way, in every combination."""
+    slots = [(path, f) for path, node in state_paths(state) for f in getattr(type(node), "optional_fields", {})]
+    forms = []
+    for choice in itertools.product((False, True), repeat=min(len(slots), 8)):
+        edits: dict = {}
+        for (path, field), per_leaf in zip(slots, choice):
+            node = get_path(state, path)
+            edits.setdefault(path, {})[field] = \
+                getattr(written_out(node, field, params), field) if per_leaf else None
+        forms.append(replace_fields(state, edits))
+    current = jax.tree.structure(state)
+    return [state] + [f for f in forms if jax.tree.structure(f) != current]
 
 
 def keep_multipliers(state, current):

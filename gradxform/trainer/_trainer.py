@@ -23,7 +23,7 @@ from .._tree import param_names
 from ..checkpoint import load_state, save_state
 from . import _allreduce as ar
 from ._compression import parse_compression, zeros_residual
-from ._resume import is_file, is_gluon_states, keep_multipliers, migrated_state
+from ._resume import is_file, is_gluon_states, keep_multipliers, migrated_state, state_forms
 from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss, wants_sharding
 from ._zero import ShardedState
 
@@ -573,7 +573,8 @@ class Trainer:
             state = migrated_state(fname, params, state, self._optimizer, guarded=self._guarded)
             residual = [np.zeros(r.shape, r.dtype) for r in residual]
         else:
-            loaded = load_state(fname, like=self._tree(params, state, residual), meta=self._meta())
+            forms = [self._tree(params, f, residual) for f in state_forms(state, params)]
+            loaded = load_state(fname, like=forms[0], alternatives=forms[1:], meta=self._meta())
             params, state, residual = loaded["params"], loaded["state"], loaded["residual"]
         state = keep_multipliers(state, self._place.one(self._leaf_form()[1]))
         if self._fused:  # groups follow the loaded counts and multipliers
