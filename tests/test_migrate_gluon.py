@@ -428,3 +428,25 @@ def test_example_resume_from_gluon(capsys):
     diffs = [float(r[4]) for r in rows if len(r) == 5]
     assert [r[1] for r in rows[:5]] == ["mxnet"] * 5 and len(diffs) == 5 and max(diffs) <= 1e-6
     assert all(b < a for a, b in zip(full, full[1:])), full  # smooth and decreasing across step 5
+
+
+def test_counts_equal_to_num_update_stay_shared_and_differing_ones_are_written_per_leaf():
+    from gradxform.migrate._state import Slot, fill_state  # noqa: PLC0415
+    from gradxform.pieces.internal import StepState  # noqa: PLC0415
+    params = {"a": jnp.ones(2), "b": jnp.ones(3)}
+    tx = gx.create("adam", learning_rate=0.1)
+    count, num_update = Slot(StepState, "count"), Slot(StepState, "num_update")
+
+    def filled(counts):
+        state = fill_state(tx.init(params), params, {}, {count: np.asarray(counts, np.int32),
+                                                         num_update: np.asarray(4, np.int32)}, who="t", hint="")
+        (step,) = _find(state, "StepState")
+        return state, step
+
+    _, step = filled([4, 4])
+    assert step.count is None and int(step.num_update) == 4
+    state, step = filled([4, 2])  # index 'b' missed two updates (stale gradients)
+    assert [int(c) for c in jax.tree.leaves(step.count)] == [4, 2]
+    _, state = jax.jit(tx.update)(params, state, params)
+    (step,) = _find(state, "StepState")
+    assert [int(c) for c in jax.tree.leaves(step.count)] == [5, 3] and int(step.num_update) == 5
