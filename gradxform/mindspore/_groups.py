@@ -253,7 +253,11 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
         out = []
         for u, p, d, flag in zip(leaves, pl, wd, flags):
             scaled = d * h["loss_scale"] if loss_scale is not None else d
-            out.append(jnp.where(flag, u + scaled.astype(u.dtype) * p.astype(u.dtype), u))
+            # u + (-0.0) is u bit for bit, and u is read once: XLA then fuses the
+            # rule's division into this loop instead of keeping it as a buffer
+            # (measured: AdamWeightDecay 2.2x -> see benchmarks/README.md)
+            decay = jnp.where(flag, scaled.astype(u.dtype) * p.astype(u.dtype), jnp.asarray(-0.0, u.dtype))
+            out.append(u + decay)
         return treedef.unflatten(out), state
 
     return transformation(init, update)
