@@ -1,9 +1,12 @@
-"""What every framework optimizer gets around its chain: float32 master
-weights or the float16 warning, the non-finite guard when asked for, and the
-argument checks of `gradxform._errors.validated`."""
+"""What every framework optimizer is built from: the shared `Setup` (name,
+base learning rate and schedule, the step counter), and what wraps its chain
+(`finalize`): float32 master weights or the float16 warning, the non-finite
+guard when asked for, and the argument checks of `gradxform._errors.validated`."""
 from __future__ import annotations
 
+import dataclasses
 import warnings
+from typing import Callable
 
 import jax
 
@@ -14,8 +17,41 @@ from ._tree import distinct_buffers
 from .pieces.internal import skip_nonfinite as _skip_nonfinite
 from .pieces.internal import masked_by_update_mask
 from .pieces.internal import FP16_WARNING, is_low_precision, with_master_weights
+from .pieces import track_step
 
-__all__ = ["finalize", "guard", "with_guard_option"]
+__all__ = ["Setup", "finalize", "guard", "with_guard_option"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Setup:
+    """The construction every family shares, configured from its keywords.
+
+    A family's options class (`gradxform.mxnet._common.MXNetOptions`,
+    `gradxform.mindspore._common.MSOptions`, `gradxform.paddle._common.PaddleOptions`)
+    subclasses it with its own pieces (MXNet's rescale, clip and multiplied
+    decay; MindSpore's groups, decay filter and loss scale; Paddle's parameter
+    groups, regularizers and clips), which each rule places in its
+    framework's order. Everything a family does not decide is here, once:
+
+    * `track`: the step counter and learning rate (`gradxform.pieces.track_step`);
+    * `finish`: the wrapping of the finished chain (`finalize`: master weights
+      or the float16 warning, ``skip_nonfinite``, validation, donation).
+    """
+    owner: str                       # "mxnet.adam": messages, declared hyperparameter ranges
+    learning_rate: float             # base learning rate (a schedule's base)
+    schedule: Callable | None = None
+    multi_precision: bool = False
+    skip_nonfinite: bool = False
+
+    def track(self, *, lr_mult=None, begin_num_update: int = 0, read_lr: str = "after") -> GradientTransformation:
+        return track_step(self.learning_rate, schedule=self.schedule, lr_mult=lr_mult,
+                          begin_num_update=begin_num_update, read_lr=read_lr)
+
+    def finish(self, tx: GradientTransformation, *, fp16_warning: str = FP16_WARNING,
+               master_weights_inside: bool = False, skip_nonfinite: bool | None = None) -> GradientTransformation:
+        return finalize(tx, multi_precision=self.multi_precision,
+                        skip_nonfinite=self.skip_nonfinite if skip_nonfinite is None else skip_nonfinite,
+                        fp16_warning=fp16_warning, owner=self.owner, master_weights_inside=master_weights_inside)
 
 
 def finalize(tx: GradientTransformation, *, multi_precision: bool = False,

@@ -18,8 +18,8 @@ from typing import Any, Callable
 from .._base import GradientTransformation, chain, identity
 from ._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay, parse_groups,
                        unselected_frozen)
-from .._optimizer import finalize
-from ..pieces import centralize_gradients, track_step, unscale
+from .._optimizer import Setup
+from ..pieces import centralize_gradients, unscale
 from .._ranges import check_bool, check_hyper
 from ..schedules.internal import as_schedule, check_number
 from ..schedules.internal import DynamicLR
@@ -120,11 +120,9 @@ def _ms_gc_select(owner, specs):
     return select
 
 
-@dataclasses.dataclass(frozen=True)
-class MSOptions:
-    owner: str
-    learning_rate: float
-    schedule: Callable | None
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MSOptions(Setup):
+    """MindSpore's ``Optimizer`` base arguments: decay, loss scale, parameter groups."""
     weight_decay: float
     loss_scale: float
     specs: Any
@@ -136,7 +134,7 @@ class MSOptions:
 
     def step(self) -> GradientTransformation:
         """`track_step` (the default lr) then the per-group lr override."""
-        return chain(track_step(self.learning_rate, schedule=self.schedule),
+        return chain(self.track(),
                      group_learning_rate(self.owner, self.specs, self.order) if self.grouped else identity())
 
     def decay(self, *, loss_scaled: bool = True, add: bool = True,
@@ -158,8 +156,7 @@ class MSOptions:
         return chain(self.decay(decay_filter=decay_filter), self.centralize(), self.unscale())
 
     def build(self, *body: GradientTransformation) -> GradientTransformation:
-        return finalize(unselected_frozen(self.owner, self.specs, self.order, chain(self.step(), *body)),
-                        owner=self.owner)
+        return self.finish(unselected_frozen(self.owner, self.specs, self.order, chain(self.step(), *body)))
 
 
 def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=None, *,
@@ -175,4 +172,5 @@ def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=No
     if check_loss_scale:
         check_float(owner, "loss_scale", loss_scale, ints=True)
     specs, order = parse_groups(owner, groups, allow_lr=allow_group_lr, allow_gc=allow_gc, list_cls=DynamicLR)
-    return MSOptions(owner, base, sched, float(weight_decay), float(loss_scale), specs, order)
+    return MSOptions(owner=owner, learning_rate=base, schedule=sched, weight_decay=float(weight_decay),
+                     loss_scale=float(loss_scale), specs=specs, order=order)

@@ -32,15 +32,15 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
-from typing import Any, Callable
+from typing import Any
 
 from .._base import GradientTransformation, chain
 from .._hyper import check_range
 from .._ranges import check_hyper
 from .._selectors import check_keys, multipliers
-from .._optimizer import finalize
+from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
-from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale, track_step
+from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
 
 __all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS", "with_common_keywords"]
 
@@ -87,20 +87,16 @@ def _module_wd_default(name: str) -> float:
     return 1.0 if name.endswith("_weight") or name.endswith("_gamma") else 0.0
 
 
-@dataclasses.dataclass(frozen=True)
-class MXNetOptions:
-    owner: str
-    learning_rate: float
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MXNetOptions(Setup):
+    """MXNet's common keywords (``schedule`` is ``lr_scheduler``)."""
     wd: float
     rescale_grad: float
     clip_gradient: float | None
-    lr_scheduler: Callable | None
-    multi_precision: bool
     begin_num_update: int
     lr_mult: Any
     wd_mult: Any
     param_idx2name: Any
-    skip_nonfinite: bool
     param_dict: Any = None
 
     # -- per-parameter multipliers --------------------------------------------
@@ -143,8 +139,7 @@ class MXNetOptions:
 
     # -- the pieces every rule shares ------------------------------------------
     def step(self, read_lr: str = "after") -> GradientTransformation:
-        return track_step(self.learning_rate, schedule=self.lr_scheduler,
-                          lr_mult=self._resolver(self.lr_mult, False, "lr_mult"),
+        return self.track(lr_mult=self._resolver(self.lr_mult, False, "lr_mult"),
                           begin_num_update=self.begin_num_update, read_lr=read_lr)
 
     def rescale(self) -> GradientTransformation:
@@ -169,8 +164,7 @@ class MXNetOptions:
         # MXNet's SGD, LBSGD and NAG name themselves in the float16 warning
         who = {"mxnet.sgd": "SGD", "mxnet.ccsgd": "SGD", "mxnet.lbsgd": "SGD", "mxnet.nag": "NAG"}.get(self.owner)
         warning = FP16_WARNING.replace("of the optimizer", f"of the {who} optimizer") if who else FP16_WARNING
-        return finalize(chain(self.step(read_lr), *body), multi_precision=self.multi_precision,
-                        skip_nonfinite=self.skip_nonfinite, fp16_warning=warning, owner=self.owner)
+        return self.finish(chain(self.step(read_lr), *body), fp16_warning=warning)
 
 
 def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNetOptions:
@@ -228,7 +222,7 @@ def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNe
                             f"got {type(m).__name__}.")
     return MXNetOptions(owner=owner, learning_rate=float(learning_rate), wd=float(o["wd"]),
                         rescale_grad=float(o["rescale_grad"]), clip_gradient=o["clip_gradient"],
-                        lr_scheduler=o["lr_scheduler"], multi_precision=bool(o["multi_precision"]),
+                        schedule=o["lr_scheduler"], multi_precision=bool(o["multi_precision"]),
                         begin_num_update=int(o["begin_num_update"]), lr_mult=o["lr_mult"],
                         wd_mult=o["wd_mult"], param_idx2name=idx2name or None,
                         skip_nonfinite=bool(o["skip_nonfinite"]), param_dict=pd or None)

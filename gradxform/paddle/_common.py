@@ -34,7 +34,7 @@ under a scheduler is a RuntimeError.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -44,12 +44,11 @@ import optax
 from .._base import GradientTransformation, StepContext, chain, context_value, identity, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import _scheduled, get_hyper, get_learning_rate, set_hyper
-from .._optimizer import finalize
+from .._optimizer import Setup
 from .._ranges import Range, check_bool, register_range
 from .._selectors import Selector, assign_slots, describe_names
 from .._state_paths import find_states
 from .._tree import param_names
-from ..pieces import track_step
 from ..pieces.internal import StepState
 from ..pieces.internal import only_slotted
 from ..pieces.internal import with_master_weights
@@ -145,17 +144,14 @@ def _selection(owner, i, sel):
                     f"patterns, or a predicate over names; got {sel!r}.")
 
 
-@dataclasses.dataclass(frozen=True)
-class PaddleOptions:
-    owner: str
-    base_lr: float
-    schedule: Callable | None
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PaddleOptions(Setup):
+    """Paddle's ``Optimizer`` arguments: parameter groups, regularizer, clip, plateau."""
     plateau: ReduceOnPlateau | None
     groups: tuple
     explicit: bool              # parameters= was given: unnamed leaves are not optimized
     weight_decay: Decay | None
     grad_clip: Clip | None
-    multi_precision: bool
 
     def slots(self, params) -> np.ndarray:
         names, owner = param_names(params), self.owner
@@ -169,7 +165,7 @@ class PaddleOptions:
     # -- pieces -------------------------------------------------------------------
     def step(self) -> GradientTransformation:
         """`track_step`, the plateau, then each group's ratio on the learning rate."""
-        return chain(track_step(self.base_lr, schedule=self.schedule),
+        return chain(self.track(),
                      self.plateau.piece() if self.plateau is not None else identity(), self._group_lr())
 
     def _group_lr(self) -> GradientTransformation:
@@ -224,8 +220,8 @@ class PaddleOptions:
                    inner)
         if self.explicit:
             tx = only_slotted(tx, _group_slots)
-        tx = finalize(tx, multi_precision=self.multi_precision, master_weights_inside=True,
-                      skip_nonfinite=skip_nonfinite, owner=self.owner, fp16_warning=PADDLE_FP16_WARNING)
+        tx = self.finish(tx, master_weights_inside=True, skip_nonfinite=skip_nonfinite,
+                         fp16_warning=PADDLE_FP16_WARNING)
         return PaddleOptimizer(tx, self.schedule)
 
 
@@ -285,7 +281,8 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
             groups = [_Group(0, list(parameters), 1.0, wd, clip)]
         else:
             raise TypeError(f"{owner}(parameters=...): must be all names or all group dicts; got {parameters!r}.")
-    return PaddleOptions(owner, base, sched, plateau, tuple(groups), explicit, wd, clip, multi_precision)
+    return PaddleOptions(owner=owner, learning_rate=base, schedule=sched, plateau=plateau, groups=tuple(groups),
+                         explicit=explicit, weight_decay=wd, grad_clip=clip, multi_precision=multi_precision)
 
 
 class PaddleOptimizer(optax.GradientTransformationExtraArgs):
