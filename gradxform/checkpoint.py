@@ -498,6 +498,9 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
         missing = [p for p in paths if p not in file_paths]
         extra = [_short(p) for p in file_paths if p not in paths]
         order = "" if missing or extra else " the same paths in another order;"
+        if any(".count" in p for p in missing + extra):
+            order += (" (step counts are shared in a fresh state and per leaf after a masked step: pass "
+                      "alternatives=[gradxform.per_leaf_counts(state, params)]);")
         raise CheckpointError(
             "mismatch", path,
             f"the file holds another tree ({len(file_paths)} leaves; expected {len(paths)}):{order} "

@@ -277,3 +277,17 @@ def test_concurrent_writers_keep_each_others_files_and_leave_a_loadable_one(tmp_
     writer = read_metadata(path)["writer"]
     np.testing.assert_array_equal(load_state(path, like=states[writer])["w"], states[writer]["w"])
     assert sorted(os.listdir(tmp_path)) == ["go", "shared.ckpt"]
+
+
+def test_a_state_with_per_leaf_counts_loads_through_alternatives(tmp_path):
+    params = {"a": jnp.ones(2), "b": jnp.ones(3)}
+    tx = gradxform.create("adam", learning_rate=0.1)
+    fresh = tx.init(params)
+    _, masked = tx.update(params, fresh, params, update_mask={"a": True, "b": False})
+    gradxform.save_state(tmp_path / "s", masked)
+    with pytest.raises(gradxform.CheckpointError, match="per_leaf_counts") as err:
+        gradxform.load_state(tmp_path / "s", like=fresh)
+    assert err.value.kind == "mismatch"
+    out = gradxform.load_state(tmp_path / "s", like=fresh, alternatives=[gradxform.per_leaf_counts(fresh, params)])
+    assert [int(c) for c in jax.tree.leaves(out[0].count)] == [1, 0]
+    jax.tree.map(np.testing.assert_array_equal, out, masked)
