@@ -383,10 +383,25 @@ def reduce_then_apply(tx, params, state, g_leaves, r_leaves, compression, presen
     return params, state, r_leaves
 
 
-def build_step(tx, present, compression, *, has_rescale, devices, zero=None):
-    """all-reduce + update in one program (``Trainer.step``)."""
+HOST_PACK_LEAVES = 1000
+
+
+def packs_on_host(n_leaves: int, devices) -> bool:
+    """Whether ``Trainer.step`` packs the gradients into the fused group buffers
+    on the host (`gradxform.fused.Layout.pack_host`): from `HOST_PACK_LEAVES`
+    leaves, on CPU devices of one process. A concatenation inside the program
+    made its compile time grow with the operands (20,000 leaves of 16 floats:
+    82.5 s); on the host it costs 0.09 s per step (benchmarks/README.md)."""
+    return n_leaves >= HOST_PACK_LEAVES and jax.process_count() == 1 and all(d.platform == "cpu" for d in devices)
+
+
+def build_step(tx, present, compression, *, has_rescale, devices, zero=None, packed=False):
+    """all-reduce + update in one program (``Trainer.step``). ``packed``: the
+    gradients come as the fused layout's group buffers already
+    (`gradxform.fused.Layout.pack_host`), a leaf of its own unreshaped."""
     def body(params, state, g_leaves, r_leaves, rescale):
-        return reduce_then_apply(tx, params, state, in_params_form(params, g_leaves), r_leaves, compression,
+        grads = [jnp.reshape(g, (-1,)) for g in g_leaves] if packed else in_params_form(params, g_leaves)
+        return reduce_then_apply(tx, params, state, grads, r_leaves, compression,
                                  present, rescale, has_rescale=has_rescale, zero=zero)
 
     return spmap(body, in_axes=(STORED, STORED, 0, STORED, None), out_axes=(STORED, STORED, STORED),

@@ -187,6 +187,7 @@ class Trainer:
         self._compression = parse_compression(compression_params)
         self._compression = compression_in_kvstore(self._compression, kvstore, self._n)
         self._place = ar.Placement(self._n, self._devices)
+        self._pack_on_host = self._fused and ar.packs_on_host(len(leaves), self._devices or local)
         self._zero = ShardedState(self._leaf_tx, self._devices) if sharded else None
 
         state = self._tx.init(params)
@@ -486,9 +487,12 @@ class Trainer:
         if not any(present):
             return
         self._leave_fused_if_stale(present)
-        program = self._program(("step", present), lambda: ar.build_step(
+        packed = self._fused and self._pack_on_host and all(present)
+        if packed:
+            g_leaves = self._params.layout.pack_host(g_leaves, int(np.shape(g_leaves[0])[0]))
+        program = self._program(("step", present, packed), lambda: ar.build_step(
             self._tx, present, self._compression, has_rescale=self._has_rescale, devices=self._devices,
-            zero=self._zero))
+            zero=self._zero, packed=packed))
         self._feed_host_lr()
         self._params, self._state, residual = program(
             self._params, self._state, g_leaves, self._residual_of(present), rescale)
