@@ -7,7 +7,9 @@ many leaves, one path per subprocess.
 
 Paths: ``plain`` (``jax.jit`` of ``create(opt).init`` and of ``.update``, fed
 an ordinary tree), ``fused`` (the same through ``gradxform.fused``),
-``packed`` (through ``gradxform.fused.packed``),
+``packed`` (through ``gradxform.fused.packed``), ``flat`` (``gradxform.fused``
+with `FlatTree` parameters and gradients from ``fused.ravel``: a step that owns
+its flat form),
 ``trainer`` (``gradxform.Trainer(params, opt)`` construction and one
 ``step``), ``optax`` (``optax.adam``; only with ``--opt adam``). Each path
 runs in a fresh Python process; "first call" is the wall time from building
@@ -49,7 +51,19 @@ def child(path: str, leaves: int, size: int, opt: str) -> dict:
     jax.block_until_ready((params, grads))
     out: dict = {}
     t0 = time.perf_counter()
-    if path == "trainer":
+    if path == "flat":
+        tx = gradxform.fused(gradxform.create(opt, learning_rate=1e-3))
+        state = tx.init(params)
+        fp, fg = gradxform.fused.ravel(params, state), gradxform.fused.ravel(grads, state)
+        out["init_s"] = time.perf_counter() - t0
+
+        def flat_step(p, g, s):
+            u, s = tx.update(g, s, p)
+            return gradxform.fused.FlatTree(tuple(a + b for a, b in zip(p.buffers, u.buffers)), p.layout), s
+
+        fp, state = jax.jit(flat_step, donate_argnums=(0, 2))(fp, fg, state)
+        jax.block_until_ready(fp.buffers)
+    elif path == "trainer":
         tr = gradxform.Trainer(params, opt, {"learning_rate": 1e-3})
         out["construct_s"] = time.perf_counter() - t0
         tr.step(jax.tree.map(lambda g: g[None], grads), 1)
