@@ -58,7 +58,7 @@ class StepState(NamedTuple):
     Shared counts and absent multipliers keep the per-leaf arithmetic out of
     the step: every leaf's bias correction and learning rate is one scalar
     computed once (measured at 400 leaves, MXNet Adam: first call 6.9 s
-    against 4.1 s; ``benchmarks/README.md``). The first update with an
+    against 3.1 s; ``benchmarks/README.md``). The first update with an
     ``update_mask``, and a migrated state whose counts differ, switch to
     per-leaf counts (`per_leaf_counts`). Nothing stored is derived from
     another field."""
