@@ -582,16 +582,16 @@ def test_handed_out_arrays_are_copies_and_steps_still_donate(fused):
 
 @pytest.mark.parametrize("kw", [{}, {"update_on_kvstore": True}, {"fused_max_leaf_size": 8},  # kernel alone
                                 {"compression_params": {"type": "2bit", "threshold": 0.05}}])
-def test_gradients_packed_on_the_host_give_the_same_step(monkeypatch, kw):
+def test_gradients_packed_on_the_host_give_the_same_step(kw):
     # many leaves on CPU: step packs the gradients in NumPy instead of inside the program
-    from gradxform.trainer import _allreduce  # noqa: PLC0415
     opt = ("adam", {"learning_rate": 0.01, "wd": 0.01})
     ref = Trainer(init_params(), *opt, fused=True, **kw)
-    monkeypatch.setattr(_allreduce, "HOST_PACK_LEAVES", 2)
-    packed = Trainer(init_params(), *opt, fused=True, **kw)
-    assert packed._pack_on_host and not ref._pack_on_host
+    packed = Trainer(init_params(), *opt, fused=True, pack_grads_on_host=True, **kw)
+    assert packed._pack_on_host and not ref._pack_on_host  # 3 leaves: below the default's threshold
     for batch in BATCHES[:3]:
         for t in (ref, packed):
             t.step(t.grads(loss_fn, batch), 8)
     assert_equal(packed.params, ref.params)
     assert_equal(packed.state, ref.state)
+    with pytest.raises(TypeError, match="pack_grads_on_host"):
+        Trainer(init_params(), *opt, pack_grads_on_host="yes")

@@ -26,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from ..pieces.internal import per_leaf_counts, scale_loss
 
 from .._base import apply_updates
-from .._fused import FlatTree
+from .._fused import FlatTree, bit_exact, why_not_fused
 from .._hyper import set_hyper
 from .._tree import select_tree
 
@@ -383,15 +383,37 @@ def reduce_then_apply(tx, params, state, g_leaves, r_leaves, compression, presen
     return params, state, r_leaves
 
 
-HOST_PACK_LEAVES = 1000
+def choose_fused(fused, tx, num_leaves: int, sharded: bool = False) -> bool:
+    """The Trainer's ``fused=`` choice: None fuses when the chain runs on flat
+    buffers with the same arithmetic (`gradxform.fused.bit_exact`)."""
+    if fused not in (None, True, False):
+        raise TypeError(f"Trainer(fused=...): expected None, True or False; got {fused!r}.")
+    if fused is False:
+        return False
+    reasons = why_not_fused(tx) if num_leaves >= 2 else ["a single parameter has nothing to fuse"]
+    if fused and reasons:
+        what = "update_on_kvstore=True: the sharded state needs flat buffers, but" if sharded else \
+            "fused=True:"
+        raise ValueError(f"Trainer({what} this optimizer cannot run on flat buffers exactly: "
+                         + "; ".join(reasons) + (")" if sharded else ""))
+    return not reasons and (fused is True or bit_exact(tx))
 
 
-def packs_on_host(n_leaves: int, devices) -> bool:
+HOST_PACK_LEAVES = 10_000
+
+
+def packs_on_host(choice: bool | None, n_leaves: int, devices) -> bool:
     """Whether ``Trainer.step`` packs the gradients into the fused group buffers
-    on the host (`gradxform.fused.Layout.pack_host`): from `HOST_PACK_LEAVES`
-    leaves, on CPU devices of one process. A concatenation inside the program
-    made its compile time grow with the operands (20,000 leaves of 16 floats:
-    82.5 s); on the host it costs 0.09 s per step (benchmarks/README.md)."""
+    on the host (`gradxform.fused.Layout.pack_host`; ``choice``: the Trainer's
+    ``pack_grads_on_host``). None: from `HOST_PACK_LEAVES` leaves, on CPU
+    devices of one process. A concatenation inside the program makes its
+    compile time grow with the operands; on the host each step pays for it
+    instead (leaves of 16 floats, measured: 10,000 leaves, first call 24.5 s
+    -> 3.7 s, step 24.5 -> 53 ms; 20,000, first call 95.6 s -> 9.2 s)."""
+    if choice not in (None, True, False):
+        raise TypeError(f"Trainer(pack_grads_on_host=...): expected None, True or False; got {choice!r}.")
+    if choice is not None:
+        return choice
     return n_leaves >= HOST_PACK_LEAVES and jax.process_count() == 1 and all(d.platform == "cpu" for d in devices)
 
 

@@ -16,7 +16,7 @@ import optax
 from .._hyper import check_range, get_hyper, get_learning_rate, hyper_names, set_learning_rate
 from ..pieces.internal import check_guard, dynamic_loss_scale, get_loss_scale
 from ..pieces.internal import skip_nonfinite as guard_nonfinite
-from .._fused import FlatTree, bit_exact, flatten_state, fused as fuse, unflatten_state, why_not_fused
+from .._fused import FlatTree, flatten_state, fused as fuse, unflatten_state
 from .._registry import _resolve, create
 from ..schedules.internal import host_done, take_host_schedule
 from .._tree import param_names
@@ -122,6 +122,10 @@ class Trainer:
         Leaves of more than ``fused_max_leaf_size`` elements (default 2**16)
         keep a buffer of their own (free to enter and leave the flat form);
         the small ones are packed. None packs every leaf.
+      pack_grads_on_host: ``step`` packs the gradients into the fused buffers
+        in NumPy, not inside the program: a first call far shorter for many
+        leaves, each step ~3 us per leaf dearer (20,000 leaves: 95.6 s -> 9.2 s;
+        benchmarks/README.md). None: from 10,000 leaves on CPU devices of one process.
 
     Differences from Gluon: gradients are passed in, not read from
     ``Parameter.grad``; the Trainer owns the parameters (``trainer.params``)
@@ -131,7 +135,7 @@ class Trainer:
     def __init__(self, params, optimizer, optimizer_params=None, *, devices=None,
                  compression_params=None, skip_nonfinite=False, loss_scale=None, fused=None,
                  fused_max_leaf_size: int | None = 1 << 16, kvstore="device", update_on_kvstore=None,
-                 shard_optimizer_state=None):
+                 shard_optimizer_state=None, pack_grads_on_host: bool | None = None):
         self._host_lr = None  # an untraceable schedule, evaluated here before each update
         if isinstance(optimizer, str):
             optimizer_params, self._host_lr = take_host_schedule(optimizer_params)
@@ -170,7 +174,7 @@ class Trainer:
         if sharded and fused is False:
             raise ValueError("Trainer(update_on_kvstore=True, fused=False): the sharded optimizer state "
                              "is cut from the fused layout's flat buffers; leave fused=None.")
-        self._fused = self._choose_fused(True if sharded else fused, tx, len(leaves), sharded)
+        self._fused = ar.choose_fused(True if sharded else fused, tx, len(leaves), sharded)
         self._max_leaf = fused_max_leaf_size
         self._tx = (optax.with_extra_args_support(fuse(tx, max_leaf_size=fused_max_leaf_size))
                     if self._fused else self._leaf_tx)
@@ -187,7 +191,7 @@ class Trainer:
         self._compression = parse_compression(compression_params)
         self._compression = compression_in_kvstore(self._compression, kvstore, self._n)
         self._place = ar.Placement(self._n, self._devices)
-        self._pack_on_host = self._fused and ar.packs_on_host(len(leaves), self._devices or local)
+        self._pack_on_host = self._fused and ar.packs_on_host(pack_grads_on_host, len(leaves), self._devices or local)
         self._zero = ShardedState(self._leaf_tx, self._devices) if sharded else None
 
         state = self._tx.init(params)
@@ -201,20 +205,6 @@ class Trainer:
         self._programs: dict = {}
         self._scaled_losses: dict = {}
 
-    @staticmethod
-    def _choose_fused(fused, tx, num_leaves: int, sharded: bool = False) -> bool:
-        if fused not in (None, True, False):
-            raise TypeError(f"Trainer(fused=...): expected None, True or False; got {fused!r}.")
-        if fused is False:
-            return False
-        reasons = why_not_fused(tx) if num_leaves >= 2 else ["a single parameter has nothing to fuse"]
-        if fused and reasons:
-            what = "update_on_kvstore=True: the sharded state needs flat buffers, but" if sharded else \
-                "fused=True:"
-            raise ValueError(f"Trainer({what} this optimizer cannot run on flat buffers exactly: "
-                             + "; ".join(reasons) + (")" if sharded else ""))
-        return not reasons and (fused is True or bit_exact(tx))
-
     # -- layout conversions ------------------------------------------------------
     def _leaf_form(self):
         """(params, state, residual), replicated, in the per-leaf form."""
@@ -222,9 +212,7 @@ class Trainer:
             return self._params, self._state, self._residual
         key = ("to_leaves",)
         if key not in self._programs:
-            leaf_tx = self._leaf_tx
-
-            zero = self._zero
+            leaf_tx, zero = self._leaf_tx, self._zero
 
             def body(params, state, residual):
                 layout = params.layout
