@@ -125,7 +125,8 @@ class Trainer:
       pack_grads_on_host: ``step`` packs the gradients into the fused buffers
         in NumPy, not inside the program: a first call far shorter for many
         leaves, each step ~3 us per leaf dearer (20,000 leaves: 95.6 s -> 9.2 s;
-        benchmarks/README.md). None: from 10,000 leaves on CPU devices of one process.
+        benchmarks/README.md). None: from 10,000 leaves on CPU devices of one
+        process. The fused layout only.
 
     Differences from Gluon: gradients are passed in, not read from
     ``Parameter.grad``; the Trainer owns the parameters (``trainer.params``)
@@ -191,7 +192,7 @@ class Trainer:
         self._compression = parse_compression(compression_params)
         self._compression = compression_in_kvstore(self._compression, kvstore, self._n)
         self._place = ar.Placement(self._n, self._devices)
-        self._pack_on_host = self._fused and ar.packs_on_host(pack_grads_on_host, len(leaves), self._devices or local)
+        self._pack_on_host = ar.packs_on_host(pack_grads_on_host, len(leaves), self._devices or local) and self._fused
         self._zero = ShardedState(self._leaf_tx, self._devices) if sharded else None
 
         state = self._tx.init(params)
