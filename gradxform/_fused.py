@@ -197,8 +197,8 @@ class Layout:
     def pack_concrete(self, leaves) -> tuple:
         """`ravel_leaves` for concrete leaves (see `ravel_concrete`); the leaves'
         own shapes are used (a state's placeholders may differ from the layout's)."""
-        return tuple(jnp.reshape(leaves[g[0]], (-1,)) if len(g) == 1 else
-                     jnp.asarray(np.concatenate([np.asarray(leaves[i]).reshape(-1) for i in g])) for g in self.groups)
+        return tuple(jnp.reshape(b, (-1,)) if len(g) == 1 else jnp.asarray(b.reshape(-1))
+                     for b, g in zip(self.pack_host(leaves, 1), self.groups))
 
     def pack_host(self, leaves, lead: int) -> list:
         """Each group's buffer for concrete leaves that carry ``lead`` leading

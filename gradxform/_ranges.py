@@ -203,6 +203,14 @@ def check_bool(owner: str, name: str, value) -> bool:
     return value
 
 
+def check_flag(owner: str, name: str, value):
+    """A three-way choice, None (decide for me), True or False: ``value``, else a
+    TypeError naming the argument."""
+    if value not in (None, False, True):
+        raise TypeError(f"{owner}({name}=...): expected None, True or False; got {value!r}.")
+    return value
+
+
 def check_hyper(owner: str, name: str, value, *, allow_none: bool = False, arg: str | None = None) -> None:
     """Checks a hyperparameter against its declared range (for ``owner``);
     ``arg``: the argument's name in messages where it differs (``eps[0]``)."""

@@ -36,7 +36,7 @@ from typing import Any
 
 from .._base import GradientTransformation, chain
 from .._hyper import check_range
-from .._ranges import check_hyper
+from .._ranges import check_flag, check_hyper
 from .._selectors import check_keys, multipliers
 from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
@@ -205,8 +205,7 @@ def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNe
     if agg is not None and (isinstance(agg, bool) or not isinstance(agg, (int, float))
                             or not (agg >= 1 and (float(agg).is_integer() or math.isinf(agg)))):
         raise ValueError(f"{owner}(aggregate_num=...): must be None, an int >= 1 or inf; got {agg!r}.")
-    if o["use_fused_step"] not in (None, True, False):
-        raise TypeError(f"{owner}(use_fused_step=...): must be None or a bool; got {o['use_fused_step']!r}.")
+    check_flag(owner, "use_fused_step", o["use_fused_step"])
     pd = o["param_dict"]
     if pd is not None and not isinstance(pd, dict):
         raise TypeError(f"{owner}(param_dict=...): must be a dict of index or name -> parameter; "

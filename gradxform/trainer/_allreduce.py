@@ -27,6 +27,7 @@ from ..pieces.internal import per_leaf_counts, scale_loss
 
 from .._base import apply_updates
 from .._fused import FlatTree, bit_exact, why_not_fused
+from .._ranges import check_flag
 from .._hyper import set_hyper
 from .._tree import select_tree
 
@@ -386,8 +387,7 @@ def reduce_then_apply(tx, params, state, g_leaves, r_leaves, compression, presen
 def choose_fused(fused, tx, num_leaves: int, sharded: bool = False) -> bool:
     """The Trainer's ``fused=`` choice: None fuses when the chain runs on flat
     buffers with the same arithmetic (`gradxform.fused.bit_exact`)."""
-    if fused not in (None, True, False):
-        raise TypeError(f"Trainer(fused=...): expected None, True or False; got {fused!r}.")
+    check_flag("Trainer", "fused", fused)
     if fused is False:
         return False
     reasons = why_not_fused(tx) if num_leaves >= 2 else ["a single parameter has nothing to fuse"]
@@ -410,9 +410,7 @@ def packs_on_host(choice: bool | None, n_leaves: int, devices) -> bool:
     compile time grow with the operands; on the host each step pays for it
     instead (leaves of 16 floats, measured: 10,000 leaves, first call 24.5 s
     -> 3.7 s, step 24.5 -> 53 ms; 20,000, first call 95.6 s -> 9.2 s)."""
-    if choice not in (None, True, False):
-        raise TypeError(f"Trainer(pack_grads_on_host=...): expected None, True or False; got {choice!r}.")
-    if choice is not None:
+    if check_flag("Trainer", "pack_grads_on_host", choice) is not None:
         return choice
     return n_leaves >= HOST_PACK_LEAVES and jax.process_count() == 1 and all(d.platform == "cpu" for d in devices)
 

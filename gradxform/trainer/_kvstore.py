@@ -6,6 +6,7 @@ import warnings
 
 import jax
 
+from .._ranges import check_flag
 from ..pieces.internal import scale_loss
 
 __all__ = ["check_kvstore", "compression_in_kvstore", "scaled_loss", "wants_sharding"]
@@ -23,8 +24,7 @@ def check_kvstore(kvstore, update_on_kvstore):
         hint = " (asynchronous updates have no equivalent here; use 'dist_sync')" if "async" in kvstore else ""
         raise ValueError(f"Trainer(kvstore=...): {kvstore!r} is not supported{hint}; expected one of "
                          f"{', '.join(map(repr, _KVSTORES))} or None.")
-    if update_on_kvstore not in (None, False, True):
-        raise TypeError(f"Trainer(update_on_kvstore=...): expected None, True or False; got {update_on_kvstore!r}.")
+    check_flag("Trainer", "update_on_kvstore", update_on_kvstore)
     return kvstore
 
 
@@ -37,9 +37,7 @@ def wants_sharding(kvstore, update_on_kvstore, shard_optimizer_state, num_device
     error. As in Gluon, there is no kvstore (so nothing to shard) with
     ``kvstore=None`` or on a single device: asked for there, it warns and
     keeps the whole state."""
-    if shard_optimizer_state not in (None, False, True):
-        raise TypeError("Trainer(shard_optimizer_state=...): expected None, True or False; "
-                        f"got {shard_optimizer_state!r}.")
+    check_flag("Trainer", "shard_optimizer_state", shard_optimizer_state)
     if None not in (update_on_kvstore, shard_optimizer_state) and update_on_kvstore != shard_optimizer_state:
         raise ValueError(f"Trainer: update_on_kvstore={update_on_kvstore!r} and shard_optimizer_state="
                          f"{shard_optimizer_state!r} disagree; they are two spellings of one choice, give one.")
