@@ -87,6 +87,22 @@ def register_family(family: str, modules, wrap: Callable | None = None) -> dict[
     return out
 
 
+def by_class_name(optimizers: dict, module_name: str) -> Callable:
+    """A family package's module ``__getattr__``: its optimizers under their
+    framework's class names as well (``Momentum``, ``AdamWeightDecay``,
+    ``AdamW``: case and underscores ignored, as `create` does), so a script
+    that wrote ``nn.Momentum(...)`` runs with only its import changed."""
+    index = {_norm(name): factory for name, factory in optimizers.items()}
+
+    def __getattr__(attr: str):
+        factory = index.get(_norm(attr)) if attr[:1].isupper() else None
+        if factory is None:
+            raise AttributeError(f"module {module_name!r} has no attribute {attr!r}")
+        return factory
+
+    return __getattr__
+
+
 def registered_names() -> list[str]:
     """Every registered name, namespaced."""
     return sorted(_REGISTRY)

@@ -132,3 +132,15 @@ def test_bare_register_on_a_function_and_on_a_class(clean_registry):
     np.testing.assert_allclose(u["w"], -0.25)
     with pytest.raises(TypeError, match="unknown keyword 'lr'; did you mean 'learning_rate'"):
         gx.create("myoptimizer", lr=0.1)
+
+
+def test_family_modules_answer_to_their_frameworks_class_names():
+    # a script that wrote nn.Momentum(...) / paddle.optimizer.AdamW(...) runs with its import changed
+    assert gx.mindspore.Momentum is gx.mindspore.momentum
+    assert gx.mindspore.AdamWeightDecay is gx.mindspore.adam_weight_decay
+    assert gx.paddle.AdamW is gx.paddle.adamw
+    assert gx.mxnet.RMSProp is gx.mxnet.rmsprop and gx.mxnet.NAG is gx.mxnet.nag
+    with pytest.raises(AttributeError, match="Momentm"):
+        gx.mindspore.Momentm  # noqa: B018
+    with pytest.raises(AttributeError):
+        gx.mxnet.sgdd  # noqa: B018  (lower case: only class names are looked up)

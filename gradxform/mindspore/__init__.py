@@ -7,7 +7,7 @@ Parameters are passed to ``init``, not at construction; MindSpore's
 array, or a `gradxform.schedules` schedule (FTRL: a number only).
 """
 from .._optimizer import with_guard_option
-from .._registry import register_family
+from .._registry import by_class_name, register_family
 from . import _adafactor, _adam, _adaptive, _momentum, _thor
 from ._adam import offloaded_moments
 from ._common import accepts_params
@@ -19,4 +19,5 @@ _OPTIMIZERS = register_family("mindspore", (_momentum, _adam, _adaptive, _adafac
 # THOR's statistics: gradxform.mindspore.thor_capture
 _OPTIMIZERS.update(register_family("mindspore", (_thor,), wrap=with_guard_option))
 globals().update(_OPTIMIZERS)
+__getattr__ = by_class_name(_OPTIMIZERS, __name__)  # nn.Momentum(...), nn.AdamWeightDecay(...)
 __all__ = [*_OPTIMIZERS, "beta_gamma_filter", "offloaded_moments"]

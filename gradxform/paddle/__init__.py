@@ -3,7 +3,7 @@ of Paddle 3.3 (SGD, Momentum, Adam, AdamW, Adamax, Adagrad, Adadelta, RMSProp,
 Lamb, NAdam, RAdam, Rprop, ASGD) with Paddle's keywords and defaults, its
 gradient clips and regularizers (Paddle's class names, and snake_case), and
 Paddle's ``get_lr`` / ``set_lr``. Shared machinery: `gradxform.paddle._common`."""
-from .._registry import register_family
+from .._registry import by_class_name, register_family
 from . import _adam, _adaptive, _asgd
 from ._clip import (ClipGradByGlobalNorm, ClipGradByNorm, ClipGradByValue, clip_grad_by_global_norm,
                     clip_grad_by_norm, clip_grad_by_value)
@@ -13,6 +13,7 @@ from . import _sgd
 
 _OPTIMIZERS = register_family("paddle", (_sgd, _adam, _adaptive, _asgd))
 globals().update(_OPTIMIZERS)
+__getattr__ = by_class_name(_OPTIMIZERS, __name__)  # paddle.optimizer.AdamW(...)
 __all__ = [
     *_OPTIMIZERS, "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "clip_grad_by_global_norm",
     "clip_grad_by_norm", "clip_grad_by_value", "L1Decay", "L2Decay", "l1_decay", "l2_decay", "ParamInfo",
