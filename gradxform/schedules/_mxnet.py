@@ -16,10 +16,23 @@ FactorScheduler's and MultiFactorScheduler's values after the warmup only.
 
 `gradxform.lr_scheduler` re-exports these classes (users import it as
 ``mxnet.lr_scheduler``).
+
+**A user's subclass written to MXNet's protocol** (GluonCV's ``LRSequential``,
+d2l's schedulers): a class that defines its own ``__call__(self, num_update)``
+is not a closed form of ours but a user's callable, so it has no
+``lr_for_update`` and every optimizer reads it through the user-schedule
+adapter (`gradxform.schedules._user`) with MXNet's ``num_update`` (1 on the
+first update) under MXNet's keyword ``lr_scheduler=``: traced into the step
+when JAX can trace it, evaluated on the host by `gradxform.Trainer` /
+`gradxform.mxnet.get_updater` when it cannot (Python ``if``/``while`` on
+``num_update``, attributes it changes). As in MXNet, an explicit
+``learning_rate`` beside it is written into its ``base_lr``; ``warmup_*``
+and `LRScheduler.get_warmup_lr` are there for it to use.
 """
 from __future__ import annotations
 
 import math
+import numbers
 
 import jax.numpy as jnp
 
@@ -54,15 +67,48 @@ class LRScheduler(Schedule):
         self.warmup_begin_lr = warmup_begin_lr
         self.warmup_mode = warmup_mode
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # a subclass with its own __call__ follows MXNet's protocol, f(num_update)
+        cls._users_call = "__call__" in vars(cls) or getattr(cls, "_users_call", False)
+
+    _users_call = False
+
+    @property
+    def lr_for_update(self):
+        """`Schedule.lr_for_update` for gradxform's closed forms; a subclass with
+        its own ``__call__(num_update)`` has none (AttributeError), so optimizers
+        adapt it as a user's callable (see the module docstring)."""
+        if self._users_call:
+            raise AttributeError(f"{type(self).__name__} defines its own __call__(num_update): it is read as a "
+                                 "user's schedule (gradxform.schedules._user), not as a closed form")
+        return super().lr_for_update
+
+    def get_warmup_lr(self, num_update):
+        """MXNet's ``LRScheduler.get_warmup_lr``: ``warmup_begin_lr + (base_lr0 -
+        warmup_begin_lr) * num_update / warmup_steps`` ('linear') or
+        ``warmup_begin_lr`` ('constant'), ``base_lr0`` the constructor's
+        ``base_lr``. A Python number gives a Python float, as MXNet computes it
+        (float64; ``num_update`` must be below ``warmup_steps``, as MXNet
+        asserts); an array or tracer gives float32, without that check."""
+        if isinstance(num_update, numbers.Real):
+            if not num_update < self.warmup_steps:
+                raise ValueError(f"{type(self).__name__}.get_warmup_lr(num_update=...): must be below "
+                                 f"warmup_steps={self.warmup_steps}; got {num_update}.")
+            if self.warmup_mode == "linear":
+                return self.warmup_begin_lr + (self.warmup_final_lr - self.warmup_begin_lr) \
+                    * float(num_update) / float(self.warmup_steps)
+            return self.warmup_begin_lr
+        t = jnp.asarray(num_update, jnp.float32)
+        if self.warmup_mode == "linear":
+            return self.warmup_begin_lr + (self.warmup_final_lr - self.warmup_begin_lr) * (
+                t / float(self.warmup_steps))
+        return jnp.full_like(t, self.warmup_begin_lr)
+
     def _warmup(self, num_update, after):
         if self.warmup_steps == 0:
             return after
-        if self.warmup_mode == "linear":
-            lr = self.warmup_begin_lr + (self.warmup_final_lr - self.warmup_begin_lr) * (
-                num_update / float(self.warmup_steps))
-        else:
-            lr = jnp.full_like(num_update, self.warmup_begin_lr)
-        return jnp.where(num_update < self.warmup_steps, lr, after)
+        return jnp.where(num_update < self.warmup_steps, LRScheduler.get_warmup_lr(self, num_update), after)
 
     def _after_warmup(self, num_update, base_lr):
         raise NotImplementedError
