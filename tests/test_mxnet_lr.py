@@ -1,4 +1,4 @@
-"""MXNet's ``lr_scheduler`` objects as MXNet 1.9.1 runs them (tests/goldens/mxnet/lr_objects.npz,
+"""MXNet's ``lr_scheduler`` objects as MXNet 1.9.1 runs them (tests/goldens/mxnet/objects/lr_scheduler.npz,
 tools/mxnet_lr_goldens.py): the five classes with linear and constant warmup over num_update
 1..40, ``get_warmup_lr``, and a user's subclass written to MXNet's protocol
 (``__call__(self, num_update)``) driving ``mx.optimizer.SGD(momentum=0.9)`` through
@@ -22,7 +22,7 @@ import gradxform as gx
 from gradxform.lr_scheduler import LRScheduler
 from goldens_io import GOLDENS
 
-with np.load(GOLDENS / "mxnet" / "lr_objects.npz") as _z:
+with np.load(GOLDENS / "mxnet" / "objects" / "lr_scheduler.npz") as _z:
     G = {k: _z[k] for k in _z.files}
 META = json.loads(str(G["meta"]))
 SCHEDS = META["schedulers"]

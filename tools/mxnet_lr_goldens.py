@@ -5,7 +5,8 @@ NOT imported by the test-suite. Run with the MXNet venv:
 
     /work/venvs/mxnet/bin/python tools/mxnet_lr_goldens.py
 
-Writes tests/goldens/mxnet/lr_objects.npz:
+Writes tests/goldens/mxnet/objects/lr_scheduler.npz (a folder of its own: goldens_io.cases reads every
+*.npz directly under tests/goldens/mxnet as an optimizer case):
   meta              0-d str (JSON): the scheduler specs, the user-subclass runs, versions
   sched_<key>       lr at num_update = 1..40 (each object called in increasing order, as an optimizer does)
   warmup_<key>      get_warmup_lr(n) for n = 0..warmup_steps-1
@@ -22,7 +23,7 @@ import numpy as np
 import mxnet as mx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "tests", "goldens", "mxnet", "lr_objects.npz")
+OUT = os.path.join(ROOT, "tests", "goldens", "mxnet", "objects", "lr_scheduler.npz")
 STEPS = 12
 SHAPES = [(3,), (2, 2)]
 
