@@ -21,3 +21,11 @@ _OPTIMIZERS.update(register_family("mindspore", (_thor,), wrap=with_guard_option
 globals().update(_OPTIMIZERS)
 __getattr__ = by_class_name(_OPTIMIZERS, __name__)  # nn.Momentum(...), nn.AdamWeightDecay(...)
 __all__ = [*_OPTIMIZERS, "beta_gamma_filter", "offloaded_moments"]
+# MindSpore's learning_rate_schedule classes and dynamic_lr builders (nn.WarmUpLR, nn.warmup_lr, ...)
+from ._dynamic_lr import (cosine_decay_lr, exponential_decay_lr, inverse_decay_lr, natural_exp_decay_lr,
+                          piecewise_constant_lr, polynomial_decay_lr, warmup_lr)
+from ..schedules import (CosineDecayLR, ExponentialDecayLR, InverseDecayLR, LearningRateSchedule,
+                         NaturalExpDecayLR, PolynomialDecayLR, WarmUpLR)
+__all__ += ["piecewise_constant_lr", "warmup_lr", "cosine_decay_lr", "exponential_decay_lr", "natural_exp_decay_lr",
+            "inverse_decay_lr", "polynomial_decay_lr", "LearningRateSchedule", "WarmUpLR", "PolynomialDecayLR",
+            "CosineDecayLR", "ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR"]

@@ -7,7 +7,7 @@ ReduceOnPlateau as a piece. The MXNet classes are also importable as
 from ._common import (COMPLETED, NUM_UPDATE, REPLACE, SCALE, Constant, FunctionSchedule, Schedule, as_schedule,
                       as_update_schedule, on_completed_steps)
 from ._user import HostScheduleError, UserSchedule, mxnet_style, optax_style
-from ._mindspore import (CosineDecayLR, DynamicLR, ExponentialDecayLR, InverseDecayLR, NaturalExpDecayLR,
+from ._mindspore import (LearningRateSchedule, CosineDecayLR, DynamicLR, ExponentialDecayLR, InverseDecayLR, NaturalExpDecayLR,
                          PolynomialDecayLR, WarmUpLR)
 from ._mxnet import CosineScheduler, FactorScheduler, LRScheduler, MultiFactorScheduler, PolyScheduler
 from ._paddle import (CosineAnnealingDecay, CyclicLR, ExponentialDecay, InverseTimeDecay, LambdaDecay,
@@ -24,7 +24,7 @@ __all__ = [
     "LRScheduler", "FactorScheduler", "MultiFactorScheduler", "PolyScheduler", "CosineScheduler",
     # MindSpore (mindspore.nn.learning_rate_schedule) and its list learning rate
     "ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR", "CosineDecayLR", "PolynomialDecayLR",
-    "WarmUpLR", "DynamicLR",
+    "WarmUpLR", "DynamicLR", "LearningRateSchedule",
     # Paddle (paddle.optimizer.lr)
     "StepDecay", "MultiStepDecay", "ExponentialDecay", "NaturalExpDecay", "InverseTimeDecay",
     "PolynomialDecay", "PiecewiseDecay", "CosineAnnealingDecay", "LinearWarmup", "NoamDecay",

@@ -7,6 +7,19 @@ with MindSpore to float32 rounding. ``step`` is ``global_step``, the number
 of updates completed before the current one; MindSpore optimizers here pass
 it that way (`Schedule.lr_for_update`). Arguments are checked at
 construction, with MindSpore's rules.
+
+`LearningRateSchedule` is MindSpore's base class, with its protocol: a user's
+subclass defines ``construct(self, global_step)`` in its own arithmetic (jnp,
+or Python on numbers) and is passed as ``learning_rate=`` (or a group's
+``'lr'``). Such a subclass is a user's callable, not one of these closed
+forms: it has no ``lr_for_update``, and optimizers read it through the
+user-schedule adapter (`gradxform.schedules._user`) counted as MindSpore's
+``Optimizer.get_lr`` does: ``construct(global_step)`` with ``global_step`` the
+updates completed before this one (0 on the first; MindSpore increments it
+after reading the lr), its output reshaped to ``()`` (MindSpore's
+``.reshape(())``: a ``(1,)`` result is accepted). Traced into the step when
+JAX can trace it; evaluated on the host by `gradxform.Trainer` /
+`gradxform.mxnet.get_updater` when it cannot.
 """
 from __future__ import annotations
 
@@ -16,8 +29,58 @@ import jax.numpy as jnp
 
 from ._common import DynamicLR, Schedule, check_number  # DynamicLR: shared with Paddle's list learning rates
 
-__all__ = ["ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR", "CosineDecayLR",
+__all__ = ["LearningRateSchedule", "ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR", "CosineDecayLR",
            "PolynomialDecayLR", "WarmUpLR", "DynamicLR"]
+
+
+class LearningRateSchedule(Schedule):
+    """MindSpore's ``nn.LearningRateSchedule`` (learning_rate_schedule.py):
+    ``construct(global_step)`` gives the learning rate at ``global_step``, and
+    calling the object calls it. The classes below are its closed forms
+    (vectorised over ``global_step``, float32); a subclass that defines its own
+    ``construct`` is a user's schedule (see the module docstring)."""
+
+    base_lr = None  # a user's subclass: the optimizer takes its value at the first update
+
+    def __init__(self):
+        """No arguments, as MindSpore's (a subclass calls ``super().__init__()``)."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls._users_construct = "construct" in vars(cls) or getattr(cls, "_users_construct", False)
+
+    _users_construct = False
+
+    @property
+    def lr_for_update(self):
+        """`Schedule.lr_for_update` for the closed forms; a subclass with its own
+        ``construct`` has none (AttributeError): optimizers adapt it as a user's
+        callable, indexed by ``global_step``."""
+        if self._users_construct:
+            raise AttributeError(f"{type(self).__name__} defines its own construct(global_step): it is read as a "
+                                 "user's schedule (gradxform.schedules._user), not as a closed form")
+        return super().lr_for_update
+
+    def construct(self, global_step):
+        """The learning rate at ``global_step`` (float32, the shape of ``global_step``)."""
+        if type(self).value is Schedule.value:
+            raise NotImplementedError(f"{type(self).__name__}: a LearningRateSchedule subclass must define "
+                                      "construct(self, global_step).")
+        return Schedule.__call__(self, global_step)
+
+    def __call__(self, global_step, base_lr=None):
+        """``construct(global_step)``; for the closed forms also vectorised, and
+        with ``base_lr`` scaled as `Schedule.__call__` says. A user's
+        ``construct`` gets ``global_step`` as an int32 JAX value (a tracer under
+        jit) and returns what it returns (MindSpore's optimizer reshapes it)."""
+        if not self._users_construct:
+            if type(self).value is Schedule.value:
+                self.construct(global_step)  # raises: the base class has no schedule
+            return Schedule.__call__(self, global_step, base_lr)
+        lr = self.construct(jnp.asarray(global_step, jnp.int32))
+        if base_lr is not None and self.base_lr:
+            lr = lr * (jnp.asarray(base_lr, jnp.float32) / jnp.float32(self.base_lr))
+        return lr
 
 
 def _check_decay(owner, learning_rate, decay_rate, decay_steps, is_stair):
@@ -32,7 +95,7 @@ def _check_decay(owner, learning_rate, decay_rate, decay_steps, is_stair):
         raise TypeError(f"{owner}(is_stair=...): must be a bool; got {is_stair!r}.")
 
 
-class _DecayLR(Schedule):
+class _DecayLR(LearningRateSchedule):
     """The arguments the exponential, natural-exponential and inverse decays share."""
 
     def __init__(self, learning_rate, decay_rate, decay_steps, is_stair=False):
@@ -73,7 +136,7 @@ class InverseDecayLR(_DecayLR):
         return jnp.float32(self.learning_rate) / (1 + jnp.float32(self.decay_rate) * p)
 
 
-class CosineDecayLR(Schedule):
+class CosineDecayLR(LearningRateSchedule):
     """``min_lr + 0.5 (max_lr - min_lr) (1 + cos(pi * min(step, decay_steps) / decay_steps))``
     (computed as MindSpore does, with ``sin(pi * (p + 0.5))``). ``base_lr`` is ``max_lr``."""
 
@@ -99,7 +162,7 @@ class CosineDecayLR(Schedule):
             1.0 + jnp.sin(jnp.float32(math.pi) * (p / jnp.float32(self.decay_steps) + 0.5)))
 
 
-class PolynomialDecayLR(Schedule):
+class PolynomialDecayLR(LearningRateSchedule):
     """``(lr - end) * (1 - p) ** power + end``, ``p = min(step, decay_steps) / decay_steps``;
     with ``update_decay_steps`` the horizon grows to ``decay_steps * max(ceil(step/decay_steps), 1)``."""
 
@@ -132,7 +195,7 @@ class PolynomialDecayLR(Schedule):
         return diff * jnp.power(1.0 - p, jnp.float32(self.power)) + jnp.float32(self.end_learning_rate)
 
 
-class WarmUpLR(Schedule):
+class WarmUpLR(LearningRateSchedule):
     """``lr * min(step, warmup_steps) / warmup_steps`` (0 on the first update, as in MindSpore)."""
 
     def __init__(self, learning_rate, warmup_steps):

@@ -81,6 +81,7 @@ class UserSchedule(Schedule):
         t = jnp.asarray(step, jnp.int32)
         if t.ndim == 0:
             v = jnp.asarray(self.fn(t), jnp.float32)
+            v = v.reshape(()) if v.size == 1 else v  # a (1,) lr: MindSpore's get_lr reshapes it
         else:
             v = jax.vmap(lambda s: jnp.asarray(self.fn(s), jnp.float32))(t.reshape(-1)).reshape(t.shape)
         v = jnp.broadcast_to(v, t.shape)
@@ -192,7 +193,7 @@ class HostSchedule:
         s = self.sched
         index = num_update if s.indexed_by == NUM_UPDATE else num_update - 1
         value = s.fn(index) if isinstance(s, UserSchedule) else s.fn(index, s.base_lr)
-        value = float(value)
+        value = float(value.reshape(()) if getattr(value, "size", 0) == 1 else value)  # (1,): as above
         check_value(f"schedule {s.fn!r}", "learning_rate", value, NON_NEGATIVE)
         return value
 

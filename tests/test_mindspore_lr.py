@@ -1,0 +1,292 @@
+"""MindSpore's learning-rate objects as MindSpore 2.10.0 runs them (CPU, PYNATIVE;
+tests/goldens/mindspore/objects/lr_schedule.npz, tools/mindspore_lr_goldens.py): the six
+``LearningRateSchedule`` classes over global_step 0..39, the seven ``dynamic_lr`` builders'
+lists, and model-zoo BERT's warmup + polynomial subclass (``construct(self, global_step)``)
+as ``learning_rate=`` of ``nn.AdamWeightDecay`` and ``nn.Momentum`` for 10 steps.
+
+Each value is also checked against a float64 transcription of MindSpore's formulas written
+below (never calling gradxform). Tolerances: schedule values are float32 in both (XLA may
+fuse a division into a multiplication): rtol 1e-6 (CosineDecayLR's sin form: 1e-6 with atol
+1e-9); dynamic_lr lists are Python floats in both: 1e-12; params after 10 float32 updates:
+rtol 2e-6, atol 1e-7 (float64 reference, with MindSpore's float32 hyperparameters: rtol 2e-6,
+atol 5e-7).
+"""
+import inspect
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradxform as gx
+import gradxform.mindspore as nn
+from goldens_io import GOLDENS
+
+with np.load(GOLDENS / "mindspore" / "objects" / "lr_schedule.npz") as _z:
+    G = {k: _z[k] for k in _z.files}
+META = json.loads(str(G["meta"]))
+STEPS = META["steps"]
+NAMES = META["names"]
+
+
+# ---------------------------------------------------------------- float64 transcription of MindSpore 2.10
+def ref_schedule(kind, args, step):
+    s = float(step)
+    if kind in ("ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR"):
+        lr, rate, steps, stair = (list(args) + [False])[:4]
+        if kind == "NaturalExpDecayLR":
+            p = math.floor(s / steps) * steps if stair else s
+            return lr * math.e ** (-rate * p)
+        p = math.floor(s / steps) if stair else s / steps
+        return lr * rate ** p if kind == "ExponentialDecayLR" else lr / (1 + rate * p)
+    if kind == "CosineDecayLR":
+        lo, hi, steps = args
+        return lo + 0.5 * (hi - lo) * (1 + math.cos(math.pi * min(s, steps) / steps))
+    if kind == "PolynomialDecayLR":
+        lr, end, steps, power, update = (list(args) + [False])[:5]
+        horizon = steps * max(math.ceil(s / steps), 1) if update else steps
+        p = (s if update else min(s, steps)) / horizon
+        return (lr - end) * (1 - p) ** power + end
+    if kind == "WarmUpLR":
+        lr, steps = args
+        return lr * min(s, steps) / steps
+    raise KeyError(kind)
+
+
+def ref_dynamic(fn, args):
+    """The dynamic_lr lists from the documented formulas, current_epoch = floor(i / step_per_epoch)."""
+    if fn == "piecewise_constant_lr":
+        ms, lrs = args
+        return [next(lr for m, lr in zip(ms, lrs) if i < m) for i in range(ms[-1])]
+    if fn == "cosine_decay_lr":
+        lo, hi, total, spe, de = args
+        return [lo + 0.5 * (hi - lo) * (1 + math.cos(math.pi * min(i // spe, de) / de)) for i in range(total)]
+    if fn == "warmup_lr":
+        lr, total, spe, we = args
+        return [lr * min(i // spe, we) / we for i in range(total)]
+    if fn == "polynomial_decay_lr":
+        lr, end, total, spe, de, power, update = (list(args) + [False])[:7]
+        out = []
+        for i in range(total):
+            e = i // spe
+            horizon, t = (de * max(math.ceil(e / de), 1), e) if update else (de, min(e, de))
+            out.append((lr - end) * (1 - t / horizon) ** power + end)
+        return out
+    lr, rate, total, spe, de, stair = (list(args) + [False])[:6]
+    out = []
+    for i in range(total):
+        e = i // spe
+        if fn == "exponential_decay_lr":
+            out.append(lr * rate ** (math.floor(e / de) if stair else e / de))
+        elif fn == "natural_exp_decay_lr":
+            out.append(lr * math.exp(-rate * (math.floor(e / de) * de if stair else e)))
+        else:
+            out.append(lr / (1 + rate * (math.floor(e / de) if stair else e / de)))
+    return out
+
+
+def ref_bert_lr(step, learning_rate, end_learning_rate, warmup_steps, decay_steps, power):
+    if step < warmup_steps:
+        return learning_rate * step / warmup_steps
+    return (learning_rate - end_learning_rate) * (1 - min(step, decay_steps) / decay_steps) ** power \
+        + end_learning_rate
+
+
+def ref_run(optimizer, kwargs, w0, grads, lrs):
+    """nn.AdamWeightDecay (adam.py `_update_run_op`: no bias correction, decay added to the
+    update) / nn.Momentum (ApplyMomentum), in float64 with MindSpore's hyperparameters as the
+    float32 Tensors it stores (1 - float32(0.999) is 1.00004673e-3: 4.7e-5 from 1e-3)."""
+    b1, b2, eps = (float(np.float32(x)) for x in (0.9, 0.999, kwargs.get("eps", 1e-6)))
+    w = [np.float64(x) for x in w0]
+    m = [np.zeros_like(x) for x in w]
+    v = [np.zeros_like(x) for x in w]
+    out = []
+    for t, gs in enumerate(grads):
+        for i, g in enumerate(gs):
+            g = np.float64(g)
+            if optimizer == "AdamWeightDecay":
+                m[i] = b1 * m[i] + (1 - b1) * g
+                v[i] = b2 * v[i] + (1 - b2) * g * g
+                w[i] = w[i] - lrs[t] * (kwargs["weight_decay"] * w[i] + m[i] / (eps + np.sqrt(v[i])))
+            else:
+                m[i] = kwargs["momentum"] * m[i] + g
+                w[i] = w[i] - lrs[t] * m[i]
+        out.append([x.copy() for x in w])
+    return out
+
+
+# ---------------------------------------------------------------- user subclasses (MindSpore's protocol)
+class BertLearningRate(nn.LearningRateSchedule):
+    """model-zoo BERT's schedule, with jnp in place of mindspore.ops: its output has shape (1,)."""
+
+    def __init__(self, learning_rate, end_learning_rate, warmup_steps, decay_steps, power):
+        super().__init__()
+        self.warmup_flag = warmup_steps > 0
+        if self.warmup_flag:
+            self.warmup_lr = nn.WarmUpLR(learning_rate, warmup_steps)
+        self.decay_lr = nn.PolynomialDecayLR(learning_rate, end_learning_rate, decay_steps, power)
+        self.warmup_steps = jnp.array([warmup_steps], jnp.float32)
+        self.one = jnp.array([1.0], jnp.float32)
+
+    def construct(self, global_step):
+        decay_lr = self.decay_lr(global_step)
+        if self.warmup_flag:
+            is_warmup = (self.warmup_steps > global_step).astype(jnp.float32)
+            warmup_lr = self.warmup_lr(global_step)
+            return (self.one - is_warmup) * decay_lr + is_warmup * warmup_lr
+        return decay_lr
+
+
+class PythonBertLearningRate(nn.LearningRateSchedule):
+    """The same schedule in plain Python (an `if` on global_step): JAX cannot trace it."""
+
+    def __init__(self, learning_rate, end_learning_rate, warmup_steps, decay_steps, power):
+        super().__init__()
+        self.args = (learning_rate, end_learning_rate, warmup_steps, decay_steps, power)
+        self.decay_lr = nn.PolynomialDecayLR(learning_rate, end_learning_rate, decay_steps, power)
+
+    def construct(self, global_step):
+        lr, _, warmup, _, _ = self.args
+        if global_step < warmup:
+            return nn.WarmUpLR(lr, warmup)(global_step)
+        return self.decay_lr(global_step)
+
+
+def run_data(key):
+    n = len(NAMES)
+    w0 = [G[f"{key}_w0_{i}"] for i in range(n)]
+    grads = [[G[f"{key}_g_{t}_{i}"] for i in range(n)] for t in range(STEPS)]
+    weights = [[G[f"{key}_w_{t}_{i}"] for i in range(n)] for t in range(STEPS)]
+    lrs = [float(G[f"{key}_lr_{t}"]) for t in range(STEPS)]
+    return w0, grads, weights, lrs
+
+
+# ---------------------------------------------------------------- the classes and builders
+@pytest.mark.parametrize("key", sorted(META["schedules"]))
+def test_schedule_values_match_mindspore_and_float64(key):
+    spec = META["schedules"][key]
+    want = np.array([ref_schedule(spec["type"], spec["args"], s) for s in META["global_step"]])
+    np.testing.assert_allclose(G[f"sched_{key}"], want, rtol=1e-6, atol=1e-9)  # the transcription is MindSpore's
+    sched = getattr(nn, spec["type"])(*spec["args"])
+    assert isinstance(sched, nn.LearningRateSchedule)
+    got = np.asarray(jax.jit(sched)(jnp.asarray(META["global_step"])))
+    np.testing.assert_allclose(got, G[f"sched_{key}"], rtol=1e-6, atol=1e-9)
+    one_by_one = [float(sched.construct(s)) for s in META["global_step"]]  # MindSpore's protocol
+    np.testing.assert_allclose(one_by_one, G[f"sched_{key}"], rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("key", sorted(META["dynamic_lr"]))
+def test_dynamic_lr_lists_match_mindspore_and_float64(key):
+    spec = META["dynamic_lr"][key]
+    got = getattr(nn, spec["fn"])(*spec["args"])
+    assert isinstance(got, list) and all(type(v) is float for v in got)
+    np.testing.assert_allclose(got, G[f"dyn_{key}"], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(got, ref_dynamic(spec["fn"], spec["args"]), rtol=1e-12, atol=1e-15)
+
+
+def test_signatures_are_mindsporesigs():
+    assert list(inspect.signature(nn.LearningRateSchedule).parameters) == []
+    assert str(inspect.signature(nn.PolynomialDecayLR)) == \
+        "(learning_rate, end_learning_rate, decay_steps, power, update_decay_steps=False)"
+    assert str(inspect.signature(nn.polynomial_decay_lr)) == (
+        "(learning_rate, end_learning_rate, total_step, step_per_epoch, decay_epoch, power, "
+        "update_decay_epoch=False)")
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: nn.warmup_lr(1, 10, 2, 3), TypeError, "learning_rate"),
+    (lambda: nn.cosine_decay_lr(0.1, 0.05, 10, 2, 3), ValueError, "max_lr"),
+    (lambda: nn.piecewise_constant_lr([3, 2], [0.1, 0.2]), ValueError, "milestone"),
+    (lambda: nn.exponential_decay_lr(0.1, 0.9, 0, 2, 3), ValueError, "total_step"),
+    (lambda: nn.inverse_decay_lr(0.1, 0.9, 10, 2, 3, is_stair=1), TypeError, "is_stair"),
+    (lambda: nn.LearningRateSchedule()(3), NotImplementedError, "construct"),
+])
+def test_bad_arguments_raise(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+# ---------------------------------------------------------------- a user's subclass
+def test_bert_subclass_called_as_mindspore_calls_it():
+    sched = BertLearningRate(**META["bert"])
+    assert not hasattr(sched, "lr_for_update")  # a user's schedule, not a closed form
+    got = [np.asarray(sched(s)) for s in range(40)]
+    assert got[5].shape == (1,)  # what its construct returns, as in MindSpore
+    np.testing.assert_allclose(np.concatenate(got), G["sched_bert"], rtol=1e-6, atol=1e-9)
+    want = [ref_bert_lr(s, **META["bert"]) for s in range(40)]
+    np.testing.assert_allclose(np.concatenate(got), want, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("key", sorted(META["runs"]))
+def test_bert_subclass_drives_the_optimizer_in_own_jit_with_one_trace(key):
+    """learning_rate=<subclass>: global_step read before its increment (0 on the first update),
+    the (1,) output reshaped, as MindSpore's Optimizer.get_lr."""
+    run = META["runs"][key]
+    w0, grads, weights, lrs = run_data(key)
+    ref_lrs = [ref_bert_lr(t, **META["bert"]) for t in range(STEPS)]
+    np.testing.assert_allclose(lrs, ref_lrs, rtol=1e-6, atol=1e-9)
+    tx = gx.create(f"mindspore.{run['optimizer']}", learning_rate=BertLearningRate(**META["bert"]), **run["kwargs"])
+    params = {n: jnp.asarray(w) for n, w in zip(NAMES, w0)}
+    state = tx.init(params)
+    traces = []
+
+    @jax.jit
+    def step(p, s, g):
+        traces.append(1)
+        u, s = tx.update(g, s, p)
+        return gx.apply_updates(p, u), s
+
+    ref = ref_run(run["optimizer"], run["kwargs"], w0, grads, ref_lrs)
+    for t in range(STEPS):
+        params, state = step(params, state, {n: jnp.asarray(g) for n, g in zip(NAMES, grads[t])})
+        for i, n in enumerate(NAMES):
+            np.testing.assert_allclose(np.asarray(params[n]), weights[t][i], rtol=2e-6, atol=1e-7)
+            np.testing.assert_allclose(np.asarray(params[n]), ref[t][i], rtol=2e-6, atol=5e-7)
+    assert len(traces) == 1
+
+
+def test_untraceable_subclass_is_refused_in_own_jit_naming_the_way_out():
+    with pytest.raises(gx.schedules.HostScheduleError, match="Trainer"):
+        gx.create("mindspore.momentum", learning_rate=PythonBertLearningRate(**META["bert"]), momentum=0.9)
+
+
+def test_untraceable_subclass_runs_on_the_host_in_the_trainer():
+    run = META["runs"]["bert_momentum"]
+    w0, grads, weights, _ = run_data("bert_momentum")
+    params = {n: jnp.asarray(w) for n, w in zip(NAMES, w0)}
+    trainer = gx.Trainer(params, "mindspore.momentum",
+                         dict(learning_rate=PythonBertLearningRate(**META["bert"]), **run["kwargs"]))
+    for t in range(STEPS):
+        trainer.update({n: jnp.asarray(g) for n, g in zip(NAMES, grads[t])}, batch_size=1)
+        for i, n in enumerate(NAMES):
+            np.testing.assert_allclose(np.asarray(trainer.params[n]), weights[t][i], rtol=2e-6, atol=1e-7)
+
+
+def test_a_learning_rate_callable_of_shape_1_is_reshaped():
+    def lr_fn(global_step):  # MindSpore-style: a (1,) tensor
+        return jnp.array([0.1], jnp.float32) * 0.5 ** global_step
+
+    tx = gx.create("mindspore.momentum", learning_rate=lr_fn, momentum=0.0)
+    params = {"w": jnp.ones(2)}
+    state = tx.init(params)
+    for t in range(3):
+        u, state = tx.update({"w": jnp.ones(2)}, state, params)
+        np.testing.assert_allclose(np.asarray(u["w"]), -0.1 * 0.5 ** t, rtol=1e-6)
+
+
+def test_bert_subclass_as_a_groups_lr():
+    """A group's 'lr' takes the same objects (MindSpore's _preprocess_single_lr per group)."""
+    run = META["runs"]["bert_momentum"]
+    w0, grads, weights, _ = run_data("bert_momentum")
+    groups = [{"params": [n], "lr": BertLearningRate(**META["bert"])} for n in NAMES]
+    tx = gx.create("mindspore.momentum", learning_rate=0.5, groups=groups, **run["kwargs"])
+    params = {n: jnp.asarray(w) for n, w in zip(NAMES, w0)}
+    state = tx.init(params)
+    step = jax.jit(tx.update)
+    for t in range(STEPS):
+        u, state = step({n: jnp.asarray(g) for n, g in zip(NAMES, grads[t])}, state, params)
+        params = gx.apply_updates(params, u)
+        for i, n in enumerate(NAMES):
+            np.testing.assert_allclose(np.asarray(params[n]), weights[t][i], rtol=2e-6, atol=1e-7)
