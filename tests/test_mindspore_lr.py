@@ -290,3 +290,19 @@ def test_bert_subclass_as_a_groups_lr():
         params = gx.apply_updates(params, u)
         for i, n in enumerate(NAMES):
             np.testing.assert_allclose(np.asarray(params[n]), weights[t][i], rtol=2e-6, atol=1e-7)
+
+
+def test_a_subclass_that_changes_its_own_attributes_is_not_traced():
+    class Counting(nn.LearningRateSchedule):
+        def __init__(self):
+            super().__init__()
+            self.calls = 0
+
+        def construct(self, global_step):
+            self.calls = self.calls + 1  # state: a traced step would run this once, not per update
+            return 0.1 * 0.9 ** global_step
+
+    sched = Counting()
+    with pytest.raises(gx.schedules.HostScheduleError, match="changes its own attributes"):
+        gx.create("mindspore.momentum", learning_rate=sched, momentum=0.9)
+    assert sched.calls == 0  # what the check's trace wrote is undone
