@@ -306,3 +306,14 @@ def test_a_subclass_that_changes_its_own_attributes_is_not_traced():
     with pytest.raises(gx.schedules.HostScheduleError, match="changes its own attributes"):
         gx.create("mindspore.momentum", learning_rate=sched, momentum=0.9)
     assert sched.calls == 0  # what the check's trace wrote is undone
+
+
+def test_a_subclass_counts_global_step_under_any_keyword():
+    """Given to an MXNet optimizer's lr_scheduler=, it still reads global_step (0 on the first update)."""
+    sched = BertLearningRate(**META["bert"])
+    tx = gx.create("sgd", lr_scheduler=sched)
+    params = {"w": jnp.ones(2)}
+    state = tx.init(params)
+    for k in range(6):
+        u, state = tx.update({"w": jnp.ones(2)}, state, params)
+        np.testing.assert_allclose(np.asarray(u["w"]), -float(G["sched_bert"][k]), rtol=1e-6, atol=1e-9)

@@ -245,3 +245,14 @@ def test_traceable_subclass_in_own_jit_matches_mxnet_with_one_trace():
             np.testing.assert_allclose(np.asarray(params[str(i)]), weights[t][i], rtol=2e-6, atol=1e-7)
             np.testing.assert_allclose(np.asarray(params[str(i)]), ref[t][i], rtol=2e-6, atol=1e-7)
     assert len(traces) == 1
+
+
+def test_a_subclass_counts_num_update_under_any_keyword():
+    """The class carries MXNet's count (1 on the first update) wherever it is given."""
+    sched = SmoothDecay(30, base_lr=0.1)
+    tx = gx.create("mindspore.momentum", learning_rate=sched, momentum=0.0)
+    params = {"w": jnp.ones(2)}
+    state = tx.init(params)
+    for n in range(1, 4):
+        u, state = tx.update({"w": jnp.ones(2)}, state, params)
+        np.testing.assert_allclose(np.asarray(u["w"]), -(0.1 * (1.0 - n / 30) ** 2 + 0.001), rtol=1e-6)
