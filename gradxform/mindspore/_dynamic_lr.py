@@ -65,7 +65,8 @@ def piecewise_constant_lr(milestone, learning_rates):
 
 
 def exponential_decay_lr(learning_rate, decay_rate, total_step, step_per_epoch, decay_epoch, is_stair=False):
-    """``lr[i] = learning_rate * decay_rate ** (current_epoch / decay_epoch)`` (the exponent floored when ``is_stair``)."""
+    """``lr[i] = learning_rate * decay_rate ** (current_epoch / decay_epoch)`` (the exponent
+    floored when ``is_stair``)."""
     _check_decay("exponential_decay_lr", learning_rate, decay_rate, total_step, step_per_epoch, decay_epoch, is_stair)
     lr = []
     for i in range(total_step):
@@ -90,7 +91,8 @@ def natural_exp_decay_lr(learning_rate, decay_rate, total_step, step_per_epoch, 
 
 
 def inverse_decay_lr(learning_rate, decay_rate, total_step, step_per_epoch, decay_epoch, is_stair=False):
-    """``lr[i] = learning_rate / (1 + decay_rate * current_epoch / decay_epoch)`` (the ratio floored when ``is_stair``)."""
+    """``lr[i] = learning_rate / (1 + decay_rate * current_epoch / decay_epoch)`` (the ratio
+    floored when ``is_stair``)."""
     _check_decay("inverse_decay_lr", learning_rate, decay_rate, total_step, step_per_epoch, decay_epoch, is_stair)
     lr = []
     for i in range(total_step):

@@ -129,7 +129,8 @@ def wrap(sched, default: str) -> Schedule | None:
         return UserSchedule(sched, indexed_by=COMPLETED)
     if _required_positional(sched) >= 2:  # fn(step, base_lr)
         return FunctionSchedule(sched, indexed_by=default, rebase=REPLACE if default == NUM_UPDATE else SCALE)
-    return UserSchedule(sched, indexed_by=getattr(sched, "indexed_by", default))  # LRScheduler etc. subclasses: their own count
+    # a subclass of LRScheduler / LearningRateSchedule keeps its framework's count
+    return UserSchedule(sched, indexed_by=getattr(sched, "indexed_by", default))
 
 
 def _snapshot(obj) -> dict | None:
