@@ -7,8 +7,8 @@ ReduceOnPlateau as a piece. The MXNet classes are also importable as
 from ._common import (COMPLETED, NUM_UPDATE, REPLACE, SCALE, Constant, FunctionSchedule, Schedule, as_schedule,
                       as_update_schedule, on_completed_steps)
 from ._user import HostScheduleError, UserSchedule, mxnet_style, optax_style
-from ._mindspore import (LearningRateSchedule, CosineDecayLR, DynamicLR, ExponentialDecayLR, InverseDecayLR, NaturalExpDecayLR,
-                         PolynomialDecayLR, WarmUpLR)
+from ._mindspore import (CosineDecayLR, DynamicLR, ExponentialDecayLR, InverseDecayLR, NaturalExpDecayLR,
+                         PolynomialDecayLR, WarmUpLR, LearningRateSchedule)
 from ._mxnet import CosineScheduler, FactorScheduler, LRScheduler, MultiFactorScheduler, PolyScheduler
 from ._paddle import (CosineAnnealingDecay, CyclicLR, ExponentialDecay, InverseTimeDecay, LambdaDecay,
                       LinearLR, LinearWarmup, MultiStepDecay, NaturalExpDecay, NoamDecay, OneCycleLR,
