@@ -3,9 +3,11 @@
 They work on any container of an optimizer state: a plain state, a Flax
 ``TrainState.opt_state``, and an ``nnx.Optimizer``'s ``opt_state`` (whose
 leaves are ``nnx`` Variables: `set_hyper` writes into them in place and also
-returns the state), and inside ``jit`` (values are then traced: the host-side
-range checks and ``set_learning_rate``'s schedule check are skipped, and
-`get_learning_rate` returns an array).
+returns the state), and inside ``jit``, where values are traced: the range check then runs in the
+program, and a value outside its range (NaN, a negative learning rate, epsilon 0,
+Paddle's beta2 1.0) is not written: the slot keeps its previous value, since a
+jitted program cannot raise. ``set_learning_rate``'s schedule check is skipped
+there, and `get_learning_rate` returns an array.
 
 Every piece keeps its numeric hyperparameters in a ``hyper`` dict field of its
 state, as float32 scalars whatever the parameter dtype (a bfloat16 model keeps
@@ -79,6 +81,18 @@ def _traced(x) -> bool:
     return isinstance(_raw(x), jax.core.Tracer)
 
 
+def in_range(value, rng: Range) -> jax.Array:
+    """Whether ``value`` (traced) lies in ``rng``, judged as the float32 it is
+    stored as: the in-program twin of `gradxform._ranges.check_value`."""
+    v = jnp.asarray(value).astype(jnp.float32)
+    ok = jnp.isfinite(v)
+    if rng.low is not None:
+        ok &= (v > rng.low) if rng.low_open else (v >= rng.low)
+    if rng.high is not None:
+        ok &= (v < rng.high) if rng.high_open else (v <= rng.high)
+    return ok
+
+
 def _walk(state, visit) -> None:
     """Calls ``visit(hyper_dict, path)`` for every hyperparameter dict in ``state``."""
     for path, d in _hyper_paths(state):
@@ -108,8 +122,13 @@ def get_hyper(state, name: str):
 def set_hyper(state, **values):
     """Returns ``state`` with the named hyperparameters replaced (every piece that
     holds one of these names gets the new value). Values are range-checked
-    here; the jitted step does not retrace, because shapes and dtypes stay."""
+    here; the jitted step does not retrace, because shapes and dtypes stay.
+
+    Inside ``jit`` (a traced value) the same ranges are checked in the
+    program: a value outside the range of any piece holding the name leaves
+    every slot of that name as it was (never written unchecked)."""
     known = hyper_names(state)
+    accepted: dict[str, jax.Array] = {}  # traced values: whether each passed its ranges
     owners: dict[str, list] = {}   # name -> the owner of every slot holding it
     for d in _hyper_dicts(state):
         for k in d:
@@ -124,21 +143,30 @@ def set_hyper(state, **values):
         value = _raw(value)
         if isinstance(value, (jax.Array, np.ndarray)) and np.ndim(value) != 0:
             raise ValueError(f"set_hyper({name}=...): expected a scalar; got shape {np.shape(value)}.")
-        if not isinstance(value, jax.core.Tracer):
-            for owner in owners[name]:
-                rng = declared_range(owner, name) or Range()  # undeclared (optax): finite
-                check_value("set_hyper", name, value, rng,
-                            suffix=f" (the range of {owner})" if owner else "")
+        ranges = [(owner, declared_range(owner, name) or Range()) for owner in owners[name]]  # undeclared: finite
+        if isinstance(value, jax.core.Tracer):
+            accepted[name] = jnp.all(jnp.stack([in_range(value, rng) for _, rng in ranges]))
+            continue
+        for owner, rng in ranges:
+            check_value("set_hyper", name, value, rng, suffix=f" (the range of {owner})" if owner else "")
 
     def new_value(k, v):
         if k not in values:
             return v
         raw = _raw(v)
         new = jnp.asarray(_raw(values[k]), dtype=jnp.asarray(raw).dtype).reshape(jnp.shape(raw))
+        if k in accepted:
+            new = jnp.where(accepted[k], new, raw)
         if raw is not v:  # an nnx Variable: written in place, as nnx.Optimizer holds it
             v.set_value(new)
             return v
         return new
+
+    def residual(k, old):
+        if k not in accepted:
+            return hyper_residual(values[k])
+        # a traced value is already the float32 it is stored as: no residual
+        return jnp.where(accepted[k], jnp.zeros((), jnp.float32), _raw(old))
 
     def write(_, node):
         kids = {}
@@ -147,7 +175,7 @@ def set_hyper(state, **values):
             if f in HYPER_FIELDS and isinstance(child, dict):
                 kids[f] = {k: new_value(k, v) for k, v in child.items()}
             elif f == RESIDUAL_FIELD and isinstance(child, dict):
-                kids[f] = {k: (hyper_residual(values[k]) if k in values else v) for k, v in child.items()}
+                kids[f] = {k: (residual(k, v) if k in values else v) for k, v in child.items()}
         return node._replace(**kids) if kids else node
 
     return map_states(write, state)

@@ -36,6 +36,14 @@ _SYNONYMS = {"lr": ("learning_rate",), "weight_decay": ("wd",), "wd": ("weight_d
              "parameters": ("params", "groups"), "params": ("groups",)}
 
 
+# A JAX user who asks for AdamW wants decoupled weight decay (w -= lr * wd * w beside
+# the Adam step); MXNet's Adam with ``wd`` adds wd * w to the gradient instead (coupled
+# L2), a different trajectory. Neither a suggestion nor a synonym may lead there silently.
+_DECOUPLED = ("decoupled weight decay (AdamW) is 'paddle.adamw' (Paddle AdamW: w *= 1 - lr * weight_decay, "
+              "then Adam) or 'mindspore.adam_weight_decay' (MindSpore AdamWeightDecay: no bias correction)")
+_ADAMW_NAMES = {"adamw", "adamweightdecay", "decoupledadam"}
+
+
 def _norm(key: str) -> str:
     return key.lower().replace("_", "")
 
@@ -152,6 +160,9 @@ def unknown_keyword_message(who: str, given: str, known: list[str]) -> str:
     close = difflib.get_close_matches(given, known, n=1, cutoff=0.6)
     close = close or [s for s in _SYNONYMS.get(given, ()) if s in known][:1]
     hint = f"; did you mean {close[0]!r}?" if close else "."
+    if given == "weight_decay" and close == ["wd"]:
+        hint = (f"; this optimizer's weight decay is 'wd', coupled L2 decay (wd * w added to the gradient "
+                f"before the rule); {_DECOUPLED}.")
     return f"{who}: unknown keyword {given!r}{hint} It takes: {', '.join(known)}."
 
 
@@ -175,6 +186,9 @@ def create(name: str, **kwargs) -> GradientTransformation:
     if not isinstance(name, str):
         raise TypeError(f"create: name must be a string; got {type(name).__name__}.")
     key = _resolve(name)
+    if key not in _REGISTRY and _norm(key.partition(".")[2]) in _ADAMW_NAMES:
+        raise ValueError(f"Cannot find optimizer {name!r}: {_DECOUPLED}. ('adam' with wd= is MXNet's coupled L2 "
+                         "decay, a different rule.)")
     if key not in _REGISTRY:
         close = _suggest(name)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from ._state_paths import map_param_trees
 
-__all__ = ["key_name", "once_per_value", "param_names", "select_tree"]
+__all__ = ["key_name", "once_per_value", "param_names", "select_tree", "zeros_like_params", "full_like_params"]
 
 
 def key_name(key) -> str:
@@ -91,3 +91,16 @@ def distinct_buffers(tree):
         return x
 
     return jax.tree.map(own, tree)
+
+
+def full_like_params(params, value):
+    """A tree of ``value`` shaped like ``params``, each leaf with its parameter's
+    dtype *and sharding*: state built this way follows a user's own
+    `NamedSharding` (FSDP, tensor parallel) under their jit, explicit mesh axes
+    included, where ``jnp.full(shape, ...)`` would be replicated on every device."""
+    return jax.tree.map(lambda p: jnp.full_like(p, value, dtype=jnp.result_type(p)), params)
+
+
+def zeros_like_params(params):
+    """`full_like_params` with zeros (the moments of every optimizer)."""
+    return full_like_params(params, 0)

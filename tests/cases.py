@@ -150,6 +150,8 @@ def _thor_factors(params) -> dict:
         name = "/".join(gradxform._tree.key_name(k) for k in path)
         if name.endswith("/kernel") and w.ndim == 2:
             w = w.astype(jnp.float32)
+            if any(jax.typeof(w).sharding.spec):  # explicit mesh axes (tests/test_sharding.py): w w^T needs w whole
+                w = jax.sharding.reshard(w, jax.sharding.PartitionSpec())
             out[name] = {"A": jnp.eye(w.shape[0]) + w @ w.T / 4, "G": jnp.eye(w.shape[1]) + w.T @ w / 4}
     return out
 

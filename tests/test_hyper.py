@@ -246,3 +246,40 @@ def test_plain_pieces_and_optax_states_are_checked_with_the_generic_ranges():
     ostate = optax.inject_hyperparams(optax.adam)(learning_rate=0.1).init(PARAMS)
     with pytest.raises(ValueError, match=re.escape("b1 must be in (-inf, inf); got nan.")):
         gx.set_hyper(ostate, b1=float("nan"))  # undeclared names: finite
+
+
+# set_hyper inside jit: a traced value is range-checked in the program, and one
+# out of range leaves the slot as it was (a jitted program cannot raise). Each row:
+# an optimizer, a name, a value its host path refuses, and one it accepts.
+_TRACED_CASES = [
+    ("adam", dict(learning_rate=0.1), "learning_rate", -1.0, 0.05),
+    ("adam", dict(learning_rate=0.1), "learning_rate", float("nan"), 0.05),
+    ("adam", dict(learning_rate=0.1), "learning_rate", float("inf"), 0.05),
+    ("adam", dict(learning_rate=0.1), "beta1", 1.5, 0.8),
+    ("adam", dict(learning_rate=0.1), "epsilon", -1e-8, 1e-6),
+    ("paddle.adam", dict(learning_rate=0.1), "beta2", 1.0, 0.99),
+]
+
+
+@pytest.mark.parametrize("name, kwargs, hyper, bad, good", _TRACED_CASES)
+def test_set_hyper_under_jit_refuses_what_the_host_refuses(name, kwargs, hyper, bad, good):
+    tx = gx.create(name, **kwargs)
+    params = {"w": jnp.array([1.0, -2.0, 3.0])}
+    state = tx.init(params)
+    with pytest.raises(ValueError):
+        gx.set_hyper(state, **{hyper: bad})  # the host path
+
+    @jax.jit
+    def set_then_step(state, value):
+        state = gx.set_hyper(state, **{hyper: value})
+        return tx.update({"w": jnp.array([0.5, 0.5, -0.5])}, state, params)
+
+    before = np.asarray(gx.get_hyper(state, hyper))
+    updates, refused = set_then_step(state, jnp.float32(bad))
+    np.testing.assert_array_equal(np.asarray(gx.get_hyper(refused, hyper)), before)
+    assert np.isfinite(np.asarray(updates["w"])).all()
+    reference, _ = tx.update({"w": jnp.array([0.5, 0.5, -0.5])}, state, params)
+    np.testing.assert_array_equal(np.asarray(updates["w"]), np.asarray(reference["w"]))
+
+    _, taken = set_then_step(state, jnp.float32(good))
+    np.testing.assert_array_equal(np.asarray(gx.get_hyper(taken, hyper)), np.float32(good))

@@ -144,3 +144,19 @@ def test_family_modules_answer_to_their_frameworks_class_names():
         gx.mindspore.Momentm  # noqa: B018
     with pytest.raises(AttributeError):
         gx.mxnet.sgdd  # noqa: B018  (lower case: only class names are looked up)
+
+
+@pytest.mark.parametrize("name", ["adamw", "AdamW", "mxnet.adamw", "adam_weight_decay"])
+def test_asking_for_adamw_names_the_decoupled_rules(name):
+    with pytest.raises(ValueError) as err:
+        gx.create(name)
+    msg = str(err.value)
+    assert "'paddle.adamw'" in msg and "'mindspore.adam_weight_decay'" in msg and "coupled" in msg
+    assert "did you mean 'adam'" not in msg
+
+
+def test_weight_decay_on_mxnet_adam_says_what_wd_is():
+    with pytest.raises(TypeError) as err:
+        gx.create("adam", weight_decay=0.01)
+    msg = str(err.value)
+    assert "'wd'" in msg and "coupled L2" in msg and "'paddle.adamw'" in msg

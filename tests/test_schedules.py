@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import gradxform
 from gradxform import schedules as S
 from gradxform.pieces import track_step
 
@@ -135,3 +136,21 @@ def test_user_callables_are_adapted_and_a_stateful_object_is_left_as_it_was():
     assert obj.calls == 0 and obj.base_lr == 0.1      # the trace's writes were undone
     v = UserSchedule(lambda n: 0.5 * n, indexed_by=S.COMPLETED).lr_for_update(np.arange(1, 4))
     np.testing.assert_allclose(v, [0.0, 0.5, 1.0])     # vectorised (group learning rates)
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf")])
+def test_a_traceable_schedule_out_of_range_moves_nothing_under_jit(bad):
+    # the host path refuses such a value; inside jit the rate is used as 0 (never gradient ascent)
+    def schedule(num_update):
+        return jnp.where(num_update == 2, jnp.float32(bad), jnp.float32(0.1))
+
+    tx = gradxform.create("sgd", learning_rate=0.1, lr_scheduler=schedule)
+    params = {"w": jnp.array([1.0, -1.0])}
+    step = jax.jit(lambda p, s: (lambda u, s: (gradxform.apply_updates(p, u), s))(*tx.update({"w": jnp.ones(2)}, s, p)))
+    state = tx.init(params)
+    p1, state = step(params, state)
+    np.testing.assert_allclose(np.asarray(p1["w"]), [0.9, -1.1], rtol=1e-6)
+    p2, state = step(p1, state)
+    np.testing.assert_array_equal(np.asarray(p2["w"]), np.asarray(p1["w"]))  # update 2: rate used as 0
+    p3, _ = step(p2, state)
+    np.testing.assert_allclose(np.asarray(p3["w"]), [0.8, -1.2], rtol=1e-6)

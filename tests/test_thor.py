@@ -399,3 +399,15 @@ def test_digits_example_fast_thor_reaches_momentum_accuracy_in_no_more_epochs(tm
     m = re.search(r"epochs to target: momentum (\d+|None), thor (\d+|None)", out)
     assert m and m.group(1) != "None" and m.group(2) != "None", out[-2000:]
     assert int(m.group(2)) <= int(m.group(1)), out[-2000:]
+
+
+def test_statistics_with_no_rows_are_refused_at_trace_time():
+    # E[D D^T] over zero samples would be 0/0: NaN inverses, then NaN momentum
+    tx = gx.create("mindspore.thor", learning_rate=0.1, damping=0.1, momentum=0.9, batch_size=4,
+                   layers={"w": "dense"})
+    params = {"w": jnp.ones((5, 3))}
+    state = tx.init(params)
+    empty = {"w": {"a": jnp.zeros((0, 5)), "D": jnp.zeros((0, 3))}}
+    step = jax.jit(lambda s, st: tx.update(params, s, params, layer_stats=st))
+    with pytest.raises(ValueError, match=r"layer_stats\['w'\]\['D'\]: has no rows"):
+        step(state, empty)

@@ -595,3 +595,37 @@ def test_gradients_packed_on_the_host_give_the_same_step(kw):
     assert_equal(packed.state, ref.state)
     with pytest.raises(TypeError, match="pack_grads_on_host"):
         Trainer(init_params(), *opt, pack_grads_on_host="yes")
+
+
+class _FlakySchedule:
+    """An untraceable MXNet-protocol schedule (Python ``if`` on the count) that
+    fails once at ``num_update == fail_at`` (a bad value, or an exception)."""
+
+    def __init__(self, fail_at, bad):
+        self.base_lr, self.fail_at, self.bad, self.failed, self.seen = 0.1, fail_at, bad, False, []
+
+    def __call__(self, num_update):
+        if num_update == self.fail_at and not self.failed:
+            self.failed = True
+            if self.bad == "raise":
+                raise RuntimeError("schedule failed")
+            return self.bad
+        self.seen.append(int(num_update))
+        return self.base_lr / num_update if num_update > 2 else self.base_lr
+
+
+@pytest.mark.parametrize("bad", ["raise", float("nan"), -1.0])
+def test_a_failed_host_schedule_leaves_the_count_for_the_retry(bad):
+    ref_sched, flaky = _FlakySchedule(None, None), _FlakySchedule(4, bad)
+    ref = Trainer(init_params(), "sgd", {"learning_rate": 0.1, "lr_scheduler": ref_sched}, devices=DEV1)
+    t = Trainer(init_params(), "sgd", {"learning_rate": 0.1, "lr_scheduler": flaky}, devices=DEV1)
+    grads = [jax.tree.map(lambda g: g[None], jax.grad(loss_fn)(init_params(), b)) for b in BATCHES]
+    for i in range(5):
+        ref.step(grads[i % 4], 8)
+        if i == 3:
+            with pytest.raises((RuntimeError, ValueError)):
+                t.step(grads[i % 4], 8)
+        t.step(grads[i % 4], 8)  # the retry uses update 4's rate, and every later step its own
+    # MXNet's count: 1 on the first update; the construction call reads update 1
+    assert flaky.seen == ref_sched.seen == [1, 1, 2, 3, 4, 5]
+    assert_equal(t.params, ref.params)

@@ -44,11 +44,13 @@ def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_
     use_first_moment = beta1 > 0
 
     def init(params):
+        # the factored statistics take the sharding of the reductions that update
+        # them (a user's FSDP rows stay sharded; a scan carry keeps its type)
         def row(p):
-            return jnp.zeros(p.shape[:-1], p.dtype) if p.ndim > 1 else jnp.zeros((1,), p.dtype)
+            return jnp.zeros_like(jnp.sum(p, -1)) if p.ndim > 1 else jnp.zeros((1,), p.dtype)
 
         def col(p):
-            return jnp.zeros(p.shape[:-2] + p.shape[-1:], p.dtype) if p.ndim > 1 else jnp.zeros((1,), p.dtype)
+            return jnp.zeros_like(jnp.sum(p, -2)) if p.ndim > 1 else jnp.zeros((1,), p.dtype)
 
         def sq(p):
             if p.ndim > 1:

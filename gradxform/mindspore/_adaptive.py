@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
+from .._tree import full_like_params
 from ._common import check_bool, check_float, parse
 
 __all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "MindSporeFtrlState", "RMSPropState"]
@@ -29,15 +30,11 @@ class AccumState(NamedTuple):
     accum: object
 
 
-def _full(params, value):
-    return jax.tree.map(lambda p: jnp.full(jnp.shape(p), value, jnp.result_type(p)), params)
-
-
 def _adagrad_step(accum: float, update_slots: bool) -> GradientTransformation:
     """``ApplyAdagrad``: ``h += g^2`` (when update_slots); emits ``-lr * g / sqrt(h)``."""
 
     def init(params):
-        return AccumState({}, _full(params, accum))
+        return AccumState({}, full_like_params(params, accum))
 
     @fusable
     @uses_context("mindspore.adagrad", needs=("lr",))
@@ -81,7 +78,7 @@ def _proximal_adagrad_step(accum: float, l1: float, l2: float) -> GradientTransf
     """
 
     def init(params):
-        return AccumState({"l1": hyper_scalar(l1), "l2": hyper_scalar(l2)}, _full(params, accum))
+        return AccumState({"l1": hyper_scalar(l1), "l2": hyper_scalar(l2)}, full_like_params(params, accum))
 
     @fusable
     @uses_context("mindspore.proximal_adagrad", needs=("lr",))
@@ -147,7 +144,7 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
 
     def init(params):
         return MindSporeFtrlState({"lr_power": hyper_scalar(lr_power), "l1": hyper_scalar(l1), "l2": hyper_scalar(l2)},
-                         _full(params, initial_accum), jax.tree.map(jnp.zeros_like, params))
+                         full_like_params(params, initial_accum), jax.tree.map(jnp.zeros_like, params))
 
     @fusable
     @uses_context("mindspore.ftrl", needs=("lr",))

@@ -160,6 +160,9 @@ def _factors(name: str, kind: str, st, dims, batch_size: int, loss_scale, dtype)
         raise ValueError(f"{where}['D']: the last axis must be the layer's {q} outputs; got shape {d.shape}.")
     d2 = d.reshape(-1, q)
     rows = d2.shape[0]
+    if rows == 0:  # E[D D^T] over no samples is 0/0: NaN inverses, then NaN momentum
+        raise ValueError(f"{where}['D']: has no rows (shape {d.shape}); THOR's factors are averages over the "
+                         "batch's samples, so capture them from a non-empty batch.")
     # G = E[D D^T] over the rows, with MindSpore's batch_size^2 / loss_scale^2: D is the
     # gradient of the (mean, loss-scaled) loss, so this is the per-sample covariance
     g_mat = jnp.matmul(d2.T, d2, precision=_HI) * ((batch_size / loss_scale.astype(dtype)) ** 2 / rows)

@@ -19,7 +19,7 @@ from .._base import GradientTransformation, chain, context_value, identity, tran
 from .._elementwise import fusable
 from .._hyper import hyper_residual, hyper_scalar
 from .._ranges import check_hyper
-from .._tree import map_unzip
+from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import one_minus_power
 from ..pieces.internal import buffer_segments, spread_leaf_values
 from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adam_moments,
@@ -30,9 +30,6 @@ __all__ = ["adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", 
 OPTIMIZERS = ("adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl")  # registered as 'mxnet.<name>' by the family's __init__
 
 
-
-def _zeros(params):
-    return jax.tree.map(jnp.zeros_like, params)
 
 
 def _check_eps(owner, **values):

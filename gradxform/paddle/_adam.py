@@ -21,7 +21,7 @@ import numpy as np
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._ranges import check_hyper
-from .._tree import map_unzip
+from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
 
@@ -37,9 +37,6 @@ def _c(h, x):
 def _scalars(params, value, dtype=jnp.float32):
     return jax.tree.map(lambda _: jnp.asarray(value, dtype), params)
 
-
-def _zeros(params):
-    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.result_type(p)), params)
 
 
 def _check_betas(owner, beta1, beta2, epsilon):

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._ranges import check_hyper
-from .._tree import map_unzip
+from .._tree import full_like_params, map_unzip
 from ._adam import _c, _check_betas, _scalars, _zeros
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 
@@ -97,8 +97,8 @@ def adagrad(learning_rate, epsilon=1e-6, parameters=None, weight_decay=None, gra
 
     def fill(params, i, slot):
         treedef = jax.tree.structure(params)
-        return treedef.unflatten([jnp.full(jnp.shape(p), init_acc.get(int(k), initial_accumulator_value),
-                                           jnp.result_type(p)) for p, k in zip(jax.tree.leaves(params), slot)])
+        return treedef.unflatten([jnp.full_like(p, init_acc.get(int(k), initial_accumulator_value), jnp.result_type(p))
+                                  for p, k in zip(jax.tree.leaves(params), slot)])
 
     return o.build(_rule(owner, AdagradState, {"epsilon": epsilon}, (), one, o, acc_init=fill),
                    skip_nonfinite=skip_nonfinite)
@@ -298,7 +298,6 @@ def rprop(learning_rate=0.001, learning_rate_range=(1e-5, 50), parameters=None, 
         lrs = jnp.where(lrs > c(h["lr_max"]), c(h["lr_max"]), jnp.where(lrs < c(h["lr_min"]), c(h["lr_min"]), lrs))
         return -(jnp.sign(g) * lrs), g, lrs
 
-    fill = lambda params, i, slot: jax.tree.map(  # noqa: E731
-        lambda p: jnp.full(jnp.shape(p), 0.0 if i == 0 else learning_rate, jnp.result_type(p)), params)
+    fill = lambda params, i, slot: full_like_params(params, 0.0 if i == 0 else learning_rate)  # noqa: E731
     return o.build(_rule(owner, RpropState, {"lr_min": lo, "lr_max": hi, "eta_negative": en, "eta_positive": ep}, (),
                          one, o, acc_init=fill), skip_nonfinite=skip_nonfinite)

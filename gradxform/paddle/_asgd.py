@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import not_fusable
+from .._tree import zeros_like_params
 from ..pieces import scale_by_lr
 from ..schedules.internal import check_number
 from ._common import parse
@@ -47,8 +48,8 @@ def _asgd_average(batch_num: int) -> GradientTransformation:
     """
 
     def init(params):
-        return ASGDState({}, jax.tree.map(jnp.zeros_like, params),
-                         jax.tree.map(lambda p: jnp.zeros((batch_num,) + jnp.shape(p), jnp.result_type(p)), params))
+        return ASGDState({}, zeros_like_params(params),
+                         jax.tree.map(lambda z: jnp.broadcast_to(z[None], (batch_num,) + z.shape), zeros_like_params(params)))
 
     @not_fusable(_ring_not_fusable)
     @uses_context("paddle.asgd", needs=("count",))

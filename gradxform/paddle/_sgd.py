@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._ranges import check_hyper
-from .._tree import map_unzip
+from .._tree import map_unzip, zeros_like_params
 from ..pieces import scale_by_lr
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 
@@ -60,7 +60,7 @@ def _momentum_rule(o, momentum, use_nesterov):
         slot = o.slots(params)
         treedef = jax.tree.structure(params)
         return MomentumState(with_groups({"momentum": momentum}, groups),
-                             jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.result_type(p)), params),
+                             zeros_like_params(params),
                              treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]),
                              treedef.unflatten([jnp.asarray(bool(nesterov.get(int(k), use_nesterov))) for k in slot]))
 

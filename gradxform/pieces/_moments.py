@@ -14,17 +14,13 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
-from .._tree import once_per_value
+from .._tree import full_like_params, once_per_value, zeros_like_params as _zeros
 
 __all__ = [
     "TraceState", "trace", "ema", "sign", "MomentsState", "scale_by_adam_moments",
     "scale_by_rms", "CenteredRmsState", "scale_by_centered_rms", "scale_by_adamax",
     "scale_by_accumulated_squares", "bias_correction", "one_minus_power", "adam_emas",
 ]
-
-
-def _zeros(params):
-    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.result_type(p)), params)
 
 
 def _c(h, x):
@@ -204,7 +200,7 @@ def scale_by_accumulated_squares(eps: float = 1e-7, *, initial: float = 0.0,
 
     def init(params):
         return TraceState({name: hyper_scalar(eps)},
-                          jax.tree.map(lambda p: jnp.full(jnp.shape(p), initial, jnp.result_type(p)), params))
+                          full_like_params(params, initial))
 
     @fusable
     def update(updates, state, params=None, **extra_args):

@@ -96,6 +96,12 @@ def _fused_track_step(cells, facts):
     return None
 
 
+def _usable_rate(lr) -> jax.Array:
+    """A scheduled rate as float32, 0 where it is NaN, infinite or negative."""
+    lr = jnp.asarray(lr, jnp.float32)
+    return jnp.where(jnp.isfinite(lr) & (lr >= 0), lr, jnp.zeros((), jnp.float32))
+
+
 def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mult: Multiplier = None,
                begin_num_update: int = 0, read_lr: str = "after") -> GradientTransformation:
     """Counts updates per parameter and publishes each parameter's learning rate.
@@ -126,6 +132,10 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
       lr_mult: per-parameter multipliers by name or glob pattern.
       begin_num_update: the count every leaf starts from, >= 0.
       read_lr: 'after' or 'before' (static).
+
+    A schedule's value is checked in the program as the host checks a host
+    schedule's: a NaN, infinite or negative rate is used as 0 (the parameters
+    do not move at that update; never gradient ascent).
     """
     check_range("track_step", "learning_rate", learning_rate, low=0.0)
     check_range("track_step", "begin_num_update", begin_num_update, low=0)
@@ -164,8 +174,8 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             # `old` or `old + 1`: at old + 1 once some leaf up to i (after) or
             # before i (before) has bumped its count past `old`, as MXNet's
             # sequential loop over indices does.
-            at_old = jnp.asarray(schedule.lr_for_update(old, base), jnp.float32)
-            at_new = jnp.asarray(schedule.lr_for_update(old + 1, base), jnp.float32)
+            at_old = _usable_rate(schedule.lr_for_update(old, base))
+            at_new = _usable_rate(schedule.lr_for_update(old + 1, base))
         if state.count is None:
             # Every leaf goes from `old` to `old + 1`: one count, one rate, one
             # flag, the same traced scalar at every leaf (pieces compute on it once).

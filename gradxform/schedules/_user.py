@@ -199,12 +199,19 @@ class HostSchedule:
         return value
 
     def next_lr(self, done: Callable[[], int]) -> float:
-        """The learning rate of the next update (and counts it); ``done()``
-        gives the updates done so far when this object does not know yet."""
+        """The learning rate of the next update; ``done()`` gives the updates
+        done so far when this object does not know yet. The update is not
+        counted here: a schedule that raises, or a step that fails, leaves the
+        count where it was, so the retried update gets its own rate."""
         if self.num_update is None:
             self.num_update = int(done())
-        self.num_update += 1
-        return self.lr_at(self.num_update)
+        return self.lr_at(self.num_update + 1)
+
+    def commit(self, *, counted: bool = True) -> None:
+        """After an update ran: count it, or (``counted=False``: a guard may
+        have skipped it) forget the count, so the next `next_lr` reads it from
+        the state."""
+        self.num_update = self.num_update + 1 if counted and self.num_update is not None else None
 
 
 def take_host_schedule(optimizer_params: dict | None) -> tuple[dict, HostSchedule | None]:

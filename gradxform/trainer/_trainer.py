@@ -327,6 +327,12 @@ class Trainer:
         if self._host_lr is not None:  # the next update's learning rate, from the host schedule
             self._set_hyper(learning_rate=self._host_lr.next_lr(lambda: host_done(self._hyper_view())))
 
+    def _host_lr_ran(self) -> None:
+        # counted only once the update has run: a failed step is retried at its own rate;
+        # with a guard the update may have been skipped, so the count is read back from the state
+        if self._host_lr is not None:
+            self._host_lr.commit(counted=not self._guarded)
+
     def _set_hyper(self, **values):
         key = ("set", tuple(sorted(values)))
         if key not in self._programs:
@@ -457,6 +463,7 @@ class Trainer:
             self._tx, present, mapped, has_rescale=self._has_rescale, devices=self._devices, zero=self._zero))
         self._feed_host_lr()
         self._params, self._state = program(self._params, self._state, g_leaves, rescale)
+        self._host_lr_ran()
         self._after_step()
 
     def step(self, grads, batch_size, ignore_stale_grad: bool = False) -> None:
@@ -485,6 +492,7 @@ class Trainer:
         self._feed_host_lr()
         self._params, self._state, residual = program(
             self._params, self._state, g_leaves, self._residual_of(present), rescale)
+        self._host_lr_ran()
         self._set_residual(present, residual)
         self._after_step()
 
@@ -523,6 +531,7 @@ class Trainer:
             self._feed_host_lr()
             self._params, self._state, self._residual, loss, aux = program(
                 self._params, self._state, self._residual, ar.split_batch(batch, self._n), rescale)
+            self._host_lr_ran()
             self._after_step()
             return (loss, aux) if has_aux else loss
 

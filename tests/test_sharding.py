@@ -1,0 +1,94 @@
+"""The optimizer state follows the user's own sharding (issue: JAX-native at scale).
+
+A JAX user shards parameters with `NamedSharding` (FSDP here: the kernel's rows
+over a 4-device axis) and jits their own step. Every optimizer's state must be
+sharded like the parameters it is shaped like (per-device bytes as optax's for
+the same rule), with explicit mesh axes too, and a `fori_loop` over steps must
+keep its carry's types (a replicated moment would make the carry change type).
+Runs on the 4 fake CPU devices of tests/conftest.py.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+import cases
+
+NAMES = cases.names()
+ROWS = 16  # divisible by the 4 devices
+
+
+def _mesh(explicit: bool):
+    kind = AxisType.Explicit if explicit else AxisType.Auto
+    return jax.make_mesh((4,), ("fsdp",), axis_types=(kind,))
+
+
+def _params(mesh):
+    kernel = jnp.linspace(-1.0, 1.0, ROWS * 4, dtype=jnp.float32).reshape(ROWS, 4)
+    return {"dense": {"kernel": jax.device_put(kernel, NamedSharding(mesh, P("fsdp", None))),
+                      "bias": jax.device_put(jnp.full((4,), 0.1, jnp.float32), NamedSharding(mesh, P()))}}
+
+
+def _unsharded_big_leaves(state):
+    """Paths of state leaves shaped like the kernel (or a stack of it) that sit
+    whole on one device (a replicated moment: 4x the bytes per device)."""
+    out = []
+    for path, x in jax.tree_util.tree_leaves_with_path(state):
+        if not isinstance(x, jax.Array) or x.shape[-2:] != (ROWS, 4):
+            continue
+        shard = x.addressable_shards[0].data
+        if shard.size * 4 != x.size:
+            out.append(f"{jax.tree_util.keystr(path)} {x.shape} {x.sharding.spec}")
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_state_is_sharded_like_the_params(name):
+    # explicit axes: the sharding is part of the type, and the state must carry it
+    # (with auto axes jit's outputs are replicated unless out_shardings says
+    # otherwise, for optax.adam too)
+    mesh = _mesh(explicit=True)
+    with jax.set_mesh(mesh):
+        params = _params(mesh)
+        tx = cases.create(name)
+        state = jax.jit(tx.init)(params)
+        assert _unsharded_big_leaves(state) == []
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fori_loop_carry_keeps_its_sharding(name):
+    mesh = _mesh(explicit=True)
+    with jax.set_mesh(mesh):
+        params = _params(mesh)
+        tx = cases.create(name)
+
+        def body(i, carry):
+            p, s = carry
+            grads = jax.tree.map(lambda x: jnp.cos(x + i.astype(x.dtype)), p)
+            u, s = tx.update(grads, s, p)
+            return optax.apply_updates(p, u), s
+
+        @jax.jit
+        def run(p):
+            return jax.lax.fori_loop(0, 3, body, (p, tx.init(p)))
+
+        new_params, state = run(params)
+        assert new_params["dense"]["kernel"].sharding.spec == P("fsdp", None)
+        assert _unsharded_big_leaves(state) == []
+        assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(new_params))
+
+
+def test_per_device_state_bytes_equal_optax_adam():
+    mesh = _mesh(explicit=True)
+    with jax.set_mesh(mesh):
+        params = _params(mesh)
+
+        def per_device(tree):
+            return sum(x.addressable_shards[0].data.nbytes for x in jax.tree.leaves(tree)
+                       if isinstance(x, jax.Array) and x.ndim)
+
+        ours = per_device(jax.jit(cases.create("mxnet.adam").init)(params))
+        theirs = per_device(jax.jit(optax.adam(1e-3).init)(params))
+        assert ours == theirs
