@@ -440,3 +440,15 @@ def test_set_lr_refused_and_a_forgotten_sync_warns():
         sched.step()  # stepped twice, never read in between: the state still holds 0.1
     with pytest.raises(ValueError, match="sync_lr"):
         gradxform.paddle.SGD(0.1).sync_lr(state)
+
+
+def test_another_family_given_a_paddle_scheduler_says_how_to_feed_it():
+    with pytest.raises(gradxform.schedules.HostScheduleError, match=r"holds the rate.*schedule\(\)"):
+        gradxform.create("mxnet.sgd", learning_rate=LR.StepDecay(0.1, 2))
+    sched = LR.StepDecay(0.1, 1, gamma=0.5)  # by name, the Trainer reads it for any family
+    trainer = gradxform.Trainer({"w": jnp.zeros(2)}, "mxnet.sgd", {"learning_rate": sched},
+                                devices=jax.devices()[:1])
+    for want in (-0.1, -0.15, -0.175):
+        trainer.update({"w": jnp.ones(2)}, 1)
+        sched.step()
+        np.testing.assert_allclose(trainer.params["w"], [want, want], rtol=1e-6)

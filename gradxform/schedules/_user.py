@@ -178,8 +178,9 @@ def adapt(sched, *, default: str, owner: str, arg: str, optimizer: str | None = 
     """The schedule an optimizer uses for ``sched`` (see the module docstring),
     checked at construction: a schedule JAX cannot trace raises
     `HostScheduleError` naming the two ways out."""
+    held = holds_its_rate(sched)  # a scheduler the user steps: its value lives on the host
     out = wrap(sched, default)
-    reason = untraceable_reason(out) if out is not None else None
+    reason = "it holds the rate you step it to" if held else untraceable_reason(out) if out is not None else None
     if reason:
         name = optimizer or owner
         raise HostScheduleError(
@@ -188,7 +189,8 @@ def adapt(sched, *, default: str, owner: str, arg: str, optimizer: str | None = 
             f"gradxform.mxnet.get_updater({name!r}, {{{arg!r}: schedule, ...}}), which evaluate it on the "
             "host before each update and feed the value in as the learning rate (no recompile); or "
             "(2) build the optimizer without it and, before each jitted step, set "
-            "state = gradxform.set_learning_rate(state, schedule(step)) (a hyperparameter: no recompile).")
+            f"state = gradxform.set_learning_rate(state, {'schedule()' if held else 'schedule(step)'}) "
+            "(a hyperparameter: no recompile).")
     return out
 
 
