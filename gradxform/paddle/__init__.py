@@ -19,3 +19,6 @@ __all__ = [
     "clip_grad_by_norm", "clip_grad_by_value", "L1Decay", "L2Decay", "l1_decay", "l2_decay", "ParamInfo",
     "get_lr", "set_lr",
 ]
+from . import lr, regularizer  # paddle.optimizer.lr and paddle.regularizer, as modules
+
+__all__ += ["lr", "regularizer"]

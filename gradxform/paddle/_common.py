@@ -28,8 +28,10 @@ other key is a ValueError.
 The learning rate: a number, or a `gradxform.schedules` Paddle schedule,
 read at the number of ``optimizer.step()`` calls done (Paddle's user calls
 ``scheduler.step()`` after ``opt.step()``), or a `ReduceOnPlateau` (then
-``update`` needs ``loss=``). `get_lr` / `set_lr` are Paddle's: `set_lr`
-under a scheduler is a RuntimeError.
+``update`` needs ``loss=``), or a Paddle scheduler object
+(`gradxform.paddle.lr`), stepped by the user and read on the host:
+``state = opt.sync_lr(state)`` before each update. `get_lr` / `set_lr` are
+Paddle's: `set_lr` under a scheduler is a RuntimeError.
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ from .._tree import param_names
 from ..pieces.internal import StepState
 from ..pieces.internal import only_slotted
 from ..pieces.internal import with_master_weights
-from ..schedules.internal import DynamicLR, as_schedule, check_number
+from ..schedules.internal import DynamicLR, as_schedule, check_number, holds_its_rate
 from ._clip import Clip, group_clip
 from ._plateau import ReduceOnPlateau
 from ._regularizer import Decay, as_regularizer, group_regularization
@@ -83,6 +85,8 @@ def _declare_ranges():
 
 _declare_ranges()
 
+SET_LR_UNDER_SCHEDULER = ("optimizer's learning rate can't be LRScheduler when invoke this API, because this "
+                          "will lead to conflict.")
 PADDLE_FP16_WARNING = ("Accumulating with FP16/BF16 in optimizer can lead to poor accuracy or slow convergence. "
                        "Consider using multi_precision=True option of the optimizer.")
 GROUP_KEYS = ("params", "learning_rate", "weight_decay", "grad_clip")
@@ -152,6 +156,7 @@ class PaddleOptions(Setup):
     explicit: bool              # parameters= was given: unnamed leaves are not optimized
     weight_decay: Decay | None
     grad_clip: Clip | None
+    lr_scheduler: Any = None    # a Paddle LRScheduler object: read on the host (PaddleOptimizer.sync_lr)
 
     def slots(self, params) -> np.ndarray:
         names, owner = param_names(params), self.owner
@@ -222,7 +227,7 @@ class PaddleOptions(Setup):
             tx = only_slotted(tx, _group_slots)
         tx = self.finish(tx, master_weights_inside=True, skip_nonfinite=skip_nonfinite,
                          fp16_warning=PADDLE_FP16_WARNING)
-        return PaddleOptimizer(tx, self.schedule)
+        return PaddleOptimizer(tx, self.schedule, self.lr_scheduler)
 
 
 def _group_slots(state):
@@ -244,7 +249,10 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
     ``group_keys``: the optimizer's own keys a group may set."""
     if learning_rate is None:
         raise ValueError(f"{owner}(learning_rate=None): learning_rate is not set.")
-    plateau = sched = None
+    plateau = sched = host = None
+    if holds_its_rate(learning_rate):  # gradxform.paddle.lr: the state holds its value, sync_lr writes it
+        host, learning_rate = learning_rate, float(learning_rate())
+        getattr(host, "_attach", lambda: None)()
     if isinstance(learning_rate, ReduceOnPlateau):
         plateau, base = learning_rate, learning_rate.base_lr
     else:
@@ -282,23 +290,37 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
         else:
             raise TypeError(f"{owner}(parameters=...): must be all names or all group dicts; got {parameters!r}.")
     return PaddleOptions(owner=owner, learning_rate=base, schedule=sched, plateau=plateau, groups=tuple(groups),
-                         explicit=explicit, weight_decay=wd, grad_clip=clip, multi_precision=multi_precision)
+                         explicit=explicit, weight_decay=wd, grad_clip=clip, multi_precision=multi_precision,
+                         lr_scheduler=host)
 
 
 class PaddleOptimizer(optax.GradientTransformationExtraArgs):
     """A Paddle optimizer: the ``(init, update)`` pair, with Paddle's
-    ``get_lr(state)`` / ``set_lr(state, value)`` as methods (``opt.get_lr()``)."""
+    ``get_lr(state)`` / ``set_lr(state, value)`` as methods (``opt.get_lr()``)
+    and, built with a Paddle scheduler object, ``sync_lr(state)``."""
 
-    def __new__(cls, tx, schedule=None):
+    def __new__(cls, tx, schedule=None, lr_scheduler=None):
         self = super().__new__(cls, tx.init, tx.update)
-        self.schedule = schedule
+        self.schedule, self.lr_scheduler = schedule, lr_scheduler
         return self
 
     def get_lr(self, state) -> float:
         return get_lr(state, self)
 
     def set_lr(self, state, value: float):
-        return set_lr(state, value)
+        out = set_lr(state, value)  # Paddle's type check first
+        if self.lr_scheduler is not None:
+            raise RuntimeError(SET_LR_UNDER_SCHEDULER)
+        return out
+
+    def sync_lr(self, state):
+        """``state`` with the scheduler's rate now (``scheduler()``, which Paddle's
+        optimizer reads at each ``step()``) as its ``learning_rate``: call it
+        before each update (outside jit); a hyperparameter, so no recompile."""
+        if self.lr_scheduler is None:
+            raise ValueError("sync_lr: this optimizer was not built with a Paddle LRScheduler object "
+                             "(gradxform.paddle.lr); its learning rate is already in the state.")
+        return set_hyper(state, learning_rate=float(self.lr_scheduler()))
 
 
 def with_groups(hyper: dict, groups: dict) -> dict:
@@ -323,11 +345,14 @@ def leaf_hyper(h: dict, slot, groups: dict) -> dict:
 
 def get_lr(state, tx=None) -> float:
     """Paddle ``optimizer.get_lr()``: the learning rate the next step uses
-    (without the group ratios): the number, the schedule at the number of
+    (without the group ratios): the number, a Paddle scheduler object's
+    ``scheduler()`` (what it holds now; pass ``tx``), the schedule at the number of
     steps done (``tx``, the optimizer, carries the schedule: pass it, or call
     ``tx.get_lr(state)``), or `ReduceOnPlateau`'s current value."""
     from ._plateau import PlateauState  # noqa: PLC0415
 
+    if getattr(tx, "lr_scheduler", None) is not None:  # Paddle: what the scheduler holds now
+        return float(tx.lr_scheduler())
     plateau = find_states(state, PlateauState)
     if plateau:
         return float(plateau[0].last_lr)
@@ -350,6 +375,5 @@ def set_lr(state, value: float):
     from ._plateau import PlateauState  # noqa: PLC0415
 
     if _scheduled(state) or find_states(state, PlateauState):
-        raise RuntimeError("optimizer's learning rate can't be LRScheduler when invoke this API, because this "
-                           "will lead to conflict.")
+        raise RuntimeError(SET_LR_UNDER_SCHEDULER)
     return set_hyper(state, learning_rate=float(value))

@@ -1,6 +1,8 @@
 """Paddle's ``ReduceOnPlateau``: a learning rate driven by the loss, so a stateful piece of the
 Paddle family rather than a function of the step count (re-exported by `gradxform.schedules`,
-where Paddle users look for ``paddle.optimizer.lr`` classes)."""
+where Paddle users look for ``paddle.optimizer.lr`` classes). Its comparison and its reduction,
+`is_better` and `reduced`, are also the rule of Paddle's own object on the host
+(`gradxform.paddle.lr.ReduceOnPlateau`)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -11,11 +13,24 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, StepContext, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
-from ..schedules.internal import check_number
+from ..schedules.internal import JAX32, Ops, check_number
 
-__all__ = ["ReduceOnPlateau", "PlateauState"]
+__all__ = ["ReduceOnPlateau", "PlateauState", "is_better", "reduced"]
 
 F32 = jnp.float32
+
+
+def is_better(mode, threshold_mode, threshold, cur, best):
+    """Paddle's ``ReduceOnPlateau._is_better`` (``threshold`` already cast by the caller)."""
+    if mode == "min":
+        return cur < (best - best * threshold if threshold_mode == "rel" else best - threshold)
+    return cur > (best + best * threshold if threshold_mode == "rel" else best + threshold)
+
+
+def reduced(lr, factor, min_lr, epsilon, o: Ops):
+    """``new = max(lr * factor, min_lr)``, taken only when ``lr - new > epsilon``."""
+    new = o.xp.maximum(lr * o.c(factor), o.c(min_lr))
+    return o.xp.where(lr - new > o.c(epsilon), new, lr)
 
 
 class PlateauState(NamedTuple):
@@ -74,10 +89,7 @@ class ReduceOnPlateau:
                             jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
     def _better(self, cur, best):
-        thr = F32(self.threshold)
-        if self.mode == "min":
-            return cur < (best - best * thr if self.threshold_mode == "rel" else best - thr)
-        return cur > (best + best * thr if self.threshold_mode == "rel" else best + thr)
+        return is_better(self.mode, self.threshold_mode, F32(self.threshold), cur, best)
 
     def update_metric(self, s: PlateauState, loss) -> PlateauState:
         loss = jnp.asarray(loss, F32).reshape(())
@@ -86,8 +98,7 @@ class ReduceOnPlateau:
         best = jnp.where(better, loss, s.best)
         bad = jnp.where(better, 0, s.num_bad_epochs + 1)
         trigger = bad > self.patience
-        new_lr = jnp.maximum(s.last_lr * F32(self.factor), F32(self.min_lr))
-        lr = jnp.where(trigger & (s.last_lr - new_lr > F32(self.epsilon)), new_lr, s.last_lr)
+        lr = jnp.where(trigger, reduced(s.last_lr, self.factor, self.min_lr, self.epsilon, JAX32), s.last_lr)
         bad = jnp.where(trigger, 0, bad)
         cool = jnp.where(trigger, self.cooldown, 0)
         return PlateauState(s.hyper,

@@ -7,21 +7,156 @@ the closed forms are evaluated in float32 (agreement ~1e-6 relative).
 Recursive Paddle formulas (CosineAnnealingDecay) are replaced by their
 closed form, which Paddle itself uses for ``step(epoch)``. ``LambdaDecay``'s
 and ``CyclicLR``'s user functions must accept a jax array.
+
+Each formula is written once, as a function of the step over an array
+namespace (`Ops`): `JAX32` here (float32, vectorised, inside jit) and
+`HOST64` for Paddle's own scheduler objects (`gradxform.paddle.lr`, Python
+float64 on the host, as Paddle's ``get_lr``). ``o.c`` casts a constant
+computed in Python float64 to the namespace's dtype, so both evaluate the
+expression in Paddle's order.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable, NamedTuple
 
 import jax.numpy as jnp
+import numpy as np
 
 from ._common import Schedule, check_number
 
 __all__ = ["StepDecay", "MultiStepDecay", "ExponentialDecay", "NaturalExpDecay", "InverseTimeDecay",
            "PolynomialDecay", "PiecewiseDecay", "CosineAnnealingDecay", "LinearWarmup", "NoamDecay",
-           "LambdaDecay", "OneCycleLR", "CyclicLR", "LinearLR"]
+           "LambdaDecay", "OneCycleLR", "CyclicLR", "LinearLR", "Ops", "JAX32", "HOST64", "step_decay",
+           "multi_step_decay", "exponential_decay", "natural_exp_decay", "inverse_time_decay", "polynomial_decay",
+           "piecewise_decay", "cosine_annealing", "linear_warmup", "noam_decay", "one_cycle_phases", "one_cycle",
+           "cyclic_scale_fn", "cyclic", "linear_lr"]
 
 F32 = jnp.float32
+
+
+class Ops(NamedTuple):
+    """An array namespace (``xp``) and the cast of a Python constant (``c``)."""
+    xp: Any
+    c: Callable
+
+
+JAX32 = Ops(jnp, jnp.float32)    # the schedules below: float32, inside jit
+HOST64 = Ops(np, np.float64)     # Paddle's objects: Python float64 on the host
+
+
+# -- the formulas (Paddle 3.3.1 ``paddle/optimizer/lr.py``, ``get_lr`` of each class) ------------------
+def step_decay(t, base, step_size, gamma, o: Ops):
+    """``base * gamma ** (t // step_size)``."""
+    return o.c(base) * o.xp.power(o.c(gamma), o.xp.floor(t / step_size))
+
+
+def multi_step_decay(t, base, milestones, gamma, o: Ops):
+    """``base * gamma ** (number of milestones <= t)``."""
+    i = sum(o.xp.where(t >= m, o.c(1.0), o.c(0.0)) for m in milestones) if milestones else t * 0
+    return o.c(base) * o.xp.power(o.c(gamma), i)
+
+
+def exponential_decay(t, base, gamma, o: Ops):
+    return o.c(base) * o.xp.power(o.c(gamma), t)
+
+
+def natural_exp_decay(t, base, gamma, o: Ops):
+    return o.c(base) * o.xp.exp(-o.c(gamma) * t)
+
+
+def inverse_time_decay(t, base, gamma, o: Ops):
+    return o.c(base) / (1 + o.c(gamma) * t)
+
+
+def polynomial_decay(t, base, decay_steps, end_lr, power, cycle, o: Ops):
+    """``(base - end_lr) * (1 - t' / T) ** power + end_lr``; ``t' = min(t, decay_steps)``, or with
+    ``cycle`` ``T = decay_steps * ceil(t / decay_steps)`` (1 cycle at t = 0)."""
+    d = o.c(decay_steps)
+    if cycle:
+        div = o.xp.where(t == 0, o.c(1.0), o.xp.ceil(t / d))
+        tt, total = t, d * div
+    else:
+        tt, total = o.xp.minimum(t, d), d
+    return o.c(base - end_lr) * o.xp.power(1 - tt / total, o.c(power)) + o.c(end_lr)
+
+
+def piecewise_decay(t, boundaries, values, o: Ops):
+    """``values[i]`` for the first ``i`` with ``t < boundaries[i]``, else the last value."""
+    out = t * 0 + o.c(values[-1])
+    for b, v in reversed(list(zip(boundaries, values))):
+        out = o.xp.where(t < b, o.c(v), out)
+    return out
+
+
+def cosine_annealing(t, base, t_max, eta_min, o: Ops):
+    """``eta_min + (base - eta_min) (1 + cos(pi t / t_max)) / 2`` (CosineAnnealingDecay's closed form,
+    CosineAnnealingWarmRestarts' ``get_lr`` with ``t = T_cur``, ``t_max = T_i``)."""
+    return o.c(eta_min) + o.c(base - eta_min) * (1 + o.xp.cos(o.c(math.pi) * t / o.c(t_max))) / 2
+
+
+def linear_warmup(t, start_lr, end_lr, warmup_steps, o: Ops):
+    """``(end_lr - start_lr) * t / warmup_steps + start_lr``."""
+    return o.c(end_lr - start_lr) * t / o.c(warmup_steps) + o.c(start_lr)
+
+
+def noam_decay(t, base, d_model, warmup_steps, o: Ops):
+    """``base * d_model ** -0.5 * min(t ** -0.5, warmup_steps ** -1.5 * t)`` (``t ** -0.5`` read as 1 at 0)."""
+    a = o.xp.where(t == 0, o.c(1.0), o.xp.power(o.xp.maximum(t, o.c(1.0)), o.c(-0.5)))
+    b = o.c(warmup_steps ** -1.5) * t
+    return o.c(base * d_model ** -0.5) * o.xp.minimum(a, b)
+
+
+def one_cycle_phases(max_lr, total_steps, divide_factor, end_lr, phase_pct, three_phase):
+    """OneCycleLR's phases: (start step of each phase, its length, its start/end rates)."""
+    initial, n = max_lr / float(divide_factor), total_steps
+    if three_phase:
+        steps = [0, phase_pct * n - 1, 2 * phase_pct * n - 2, n - 1, n - 1]
+        sizes = [steps[1] - steps[0], steps[2] - steps[1], steps[3] - steps[2], steps[3] - steps[2]]
+        return steps, sizes, [initial, max_lr, initial, float(end_lr)]
+    steps = [0, phase_pct * n - 1, n - 1, n - 1]
+    sizes = [steps[1] - steps[0], steps[2] - steps[1], steps[2] - steps[1]]
+    return steps, sizes, [initial, max_lr, float(end_lr)]
+
+
+def one_cycle(t, steps, sizes, lrs, anneal_strategy, o: Ops):
+    """The phase ``i`` of the first end step ``>= t`` (the last phase past them), annealed from
+    ``lrs[i]`` to ``lrs[i + 1]`` at ``(t - steps[i]) / sizes[i]``, by cosine or linearly."""
+    def anneal(start, end, pct):
+        if anneal_strategy == "cos":
+            return o.c(end) + o.c((start - end) / 2.0) * (o.xp.cos(o.c(math.pi) * pct) + 1)
+        return o.c(end - start) * pct + o.c(start)
+
+    def phase(i):
+        return anneal(lrs[i], lrs[i + 1], (t - o.c(steps[i])) / o.c(sizes[i]))
+
+    last = len(lrs) - 2
+    out = phase(last)
+    for i in reversed(range(last)):
+        out = o.xp.where(t <= o.c(steps[i + 1]), phase(i), out)
+    return out
+
+
+def cyclic_scale_fn(mode, gamma, o: Ops) -> Callable:
+    """CyclicLR's built-in scale functions (``_triangular_scale_fn`` and the others)."""
+    return {"triangular": lambda x: o.xp.ones_like(x),
+            "triangular2": lambda x: 1 / (2.0 ** (x - 1)),
+            "exp_range": lambda x: o.c(gamma) ** x}[mode]
+
+
+def cyclic(t, base, amplitude, cycle_size, step_up_pct, scale_fn, scale_mode, o: Ops):
+    """CyclicLR: ``base + amplitude * factor * scale_fn(cycle or t)``, ``factor`` the triangle."""
+    cycle = 1 + o.xp.floor(t / o.c(cycle_size))
+    pct = 1.0 + t / o.c(cycle_size) - cycle
+    factor = o.xp.where(pct <= o.c(step_up_pct), pct / o.c(step_up_pct), (1 - pct) / o.c(1 - step_up_pct))
+    return o.c(base) + o.c(amplitude) * factor * scale_fn(cycle if scale_mode == "cycle" else t)
+
+
+def linear_lr(t, base, total_steps, start_factor, end_factor, o: Ops):
+    """LinearLR's closed form ``base * (start + (end - start) * min(t, total) / total)`` (Paddle's
+    ``get_lr`` is its recursion)."""
+    tt = o.xp.minimum(t, o.c(total_steps))
+    return o.c(base) * (o.c(start_factor) + o.c(end_factor - start_factor) * tt / o.c(total_steps))
 
 
 def _lr(owner, learning_rate):
@@ -39,7 +174,7 @@ class StepDecay(Schedule):
         self.step_size, self.gamma = step_size, float(gamma)
 
     def value(self, step):
-        return F32(self.base_lr) * jnp.power(F32(self.gamma), jnp.floor(step / self.step_size))
+        return step_decay(step, self.base_lr, self.step_size, self.gamma, JAX32)
 
 
 class MultiStepDecay(Schedule):
@@ -55,8 +190,7 @@ class MultiStepDecay(Schedule):
         self.milestones, self.gamma = list(milestones), float(gamma)
 
     def value(self, step):
-        i = sum((step >= m).astype(F32) for m in self.milestones) if self.milestones else jnp.zeros_like(step)
-        return F32(self.base_lr) * jnp.power(F32(self.gamma), i)
+        return multi_step_decay(step, self.base_lr, self.milestones, self.gamma, JAX32)
 
 
 class ExponentialDecay(Schedule):
@@ -68,7 +202,7 @@ class ExponentialDecay(Schedule):
         self.gamma = float(gamma)
 
     def value(self, step):
-        return F32(self.base_lr) * jnp.power(F32(self.gamma), step)
+        return exponential_decay(step, self.base_lr, self.gamma, JAX32)
 
 
 class NaturalExpDecay(Schedule):
@@ -80,7 +214,7 @@ class NaturalExpDecay(Schedule):
         self.gamma = float(gamma)
 
     def value(self, step):
-        return F32(self.base_lr) * jnp.exp(-F32(self.gamma) * step)
+        return natural_exp_decay(step, self.base_lr, self.gamma, JAX32)
 
 
 class InverseTimeDecay(Schedule):
@@ -92,7 +226,7 @@ class InverseTimeDecay(Schedule):
         self.gamma = float(gamma)
 
     def value(self, step):
-        return F32(self.base_lr) / (1 + F32(self.gamma) * step)
+        return inverse_time_decay(step, self.base_lr, self.gamma, JAX32)
 
 
 class PolynomialDecay(Schedule):
@@ -108,13 +242,7 @@ class PolynomialDecay(Schedule):
         self.decay_steps, self.end_lr, self.power, self.cycle = decay_steps, float(end_lr), float(power), bool(cycle)
 
     def value(self, step):
-        d = F32(self.decay_steps)
-        if self.cycle:
-            div = jnp.where(step == 0, 1.0, jnp.ceil(step / d))
-            t, total = step, d * div
-        else:
-            t, total = jnp.minimum(step, d), d
-        return F32(self.base_lr - self.end_lr) * jnp.power(1 - t / total, F32(self.power)) + F32(self.end_lr)
+        return polynomial_decay(step, self.base_lr, self.decay_steps, self.end_lr, self.power, self.cycle, JAX32)
 
 
 class PiecewiseDecay(Schedule):
@@ -129,10 +257,7 @@ class PiecewiseDecay(Schedule):
         self.base_lr = self.values[0]
 
     def value(self, step):
-        out = jnp.full_like(step, self.values[-1])
-        for b, v in reversed(list(zip(self.boundaries, self.values))):
-            out = jnp.where(step < b, F32(v), out)
-        return out
+        return piecewise_decay(step, self.boundaries, self.values, JAX32)
 
 
 class CosineAnnealingDecay(Schedule):
@@ -146,8 +271,7 @@ class CosineAnnealingDecay(Schedule):
         self.T_max, self.eta_min = T_max, float(eta_min)
 
     def value(self, step):
-        return F32(self.eta_min) + F32(self.base_lr - self.eta_min) * (
-            1 + jnp.cos(F32(math.pi) * step / F32(self.T_max))) / 2
+        return cosine_annealing(step, self.base_lr, self.T_max, self.eta_min, JAX32)
 
 
 class LinearWarmup(Schedule):
@@ -168,7 +292,7 @@ class LinearWarmup(Schedule):
         self.base_lr = self.end_lr
 
     def value(self, step):
-        warm = F32(self.end_lr - self.start_lr) * step / F32(self.warmup_steps) + F32(self.start_lr)
+        warm = linear_warmup(step, self.start_lr, self.end_lr, self.warmup_steps, JAX32)
         if isinstance(self.learning_rate, Schedule):
             after = self.learning_rate(jnp.maximum(step - self.warmup_steps, 0))
         else:
@@ -187,9 +311,7 @@ class NoamDecay(Schedule):
         self.base_lr = _lr("NoamDecay", learning_rate)
 
     def value(self, step):
-        a = jnp.where(step == 0, 1.0, jnp.power(jnp.maximum(step, 1.0), -0.5))
-        b = F32(self.warmup_steps ** -1.5) * step
-        return F32(self.base_lr * self.d_model ** -0.5) * jnp.minimum(a, b)
+        return noam_decay(step, self.base_lr, self.d_model, self.warmup_steps, JAX32)
 
 
 class LambdaDecay(Schedule):
@@ -221,37 +343,14 @@ class OneCycleLR(Schedule):
             raise ValueError(f"{owner}(anneal_strategy=...): must be 'cos' or 'linear'; got {anneal_strategy!r}.")
         if three_phase and phase_pct >= 0.5:
             raise ValueError(f"{owner}(phase_pct=...): must be < 0.5 with three_phase; got {phase_pct}.")
-        initial = max_learning_rate / float(divide_factor)
-        n = total_steps
-        if three_phase:
-            steps = [0, phase_pct * n - 1, 2 * phase_pct * n - 2, n - 1, n - 1]
-            sizes = [steps[1] - steps[0], steps[2] - steps[1], steps[3] - steps[2], steps[3] - steps[2]]
-            lrs = [initial, max_learning_rate, initial, float(end_learning_rate)]
-        else:
-            steps = [0, phase_pct * n - 1, n - 1, n - 1]
-            sizes = [steps[1] - steps[0], steps[2] - steps[1], steps[2] - steps[1]]
-            lrs = [initial, max_learning_rate, float(end_learning_rate)]
-        self._steps, self._sizes, self._lrs = steps, sizes, lrs
+        self._steps, self._sizes, self._lrs = one_cycle_phases(max_learning_rate, total_steps, divide_factor,
+                                                               end_learning_rate, phase_pct, three_phase)
         self.total_steps, self.anneal_strategy = total_steps, anneal_strategy
         self.base_lr = float(max_learning_rate)
 
-    def _anneal(self, start, end, pct):
-        if self.anneal_strategy == "cos":
-            return F32(end) + F32((start - end) / 2.0) * (jnp.cos(F32(math.pi) * pct) + 1)
-        return F32(end - start) * pct + F32(start)
-
     def value(self, step):
         step = jnp.minimum(step, F32(self.total_steps))
-        last = len(self._lrs) - 2
-
-        def phase(i):
-            pct = (step - F32(self._steps[i])) / F32(self._sizes[i])
-            return self._anneal(self._lrs[i], self._lrs[i + 1], pct)
-
-        out = phase(last)
-        for i in reversed(range(last)):
-            out = jnp.where(step <= F32(self._steps[i + 1]), phase(i), out)
-        return out
+        return one_cycle(step, self._steps, self._sizes, self._lrs, self.anneal_strategy, JAX32)
 
 
 class CyclicLR(Schedule):
@@ -276,21 +375,15 @@ class CyclicLR(Schedule):
         self.max_lr, self.amplitude = float(max_learning_rate), float(max_learning_rate) - base_learning_rate
         self.mode, self.gamma = mode, float(exp_gamma)
         if scale_fn is None:
-            self.scale_fn = {"triangular": lambda x: jnp.ones_like(x),
-                             "triangular2": lambda x: 1 / (2.0 ** (x - 1)),
-                             "exp_range": lambda x: F32(self.gamma) ** x}[mode]
+            self.scale_fn = cyclic_scale_fn(mode, self.gamma, JAX32)
             self.scale_mode = "iterations" if mode == "exp_range" else "cycle"
         else:
             self.scale_fn, self.scale_mode = scale_fn, scale_mode
         self.base_lr = float(base_learning_rate)
 
     def value(self, step):
-        cycle = 1 + jnp.floor(step / F32(self.cycle_size))
-        pct = 1.0 + step / F32(self.cycle_size) - cycle
-        factor = jnp.where(pct <= self.step_up_pct, pct / F32(self.step_up_pct),
-                           (1 - pct) / F32(1 - self.step_up_pct))
-        x = cycle if self.scale_mode == "cycle" else step
-        return F32(self.base_lr) + F32(self.amplitude) * factor * jnp.asarray(self.scale_fn(x), F32)
+        return cyclic(step, self.base_lr, self.amplitude, self.cycle_size, self.step_up_pct,
+                      lambda x: jnp.asarray(self.scale_fn(x), F32), self.scale_mode, JAX32)
 
 
 class LinearLR(Schedule):
@@ -304,6 +397,4 @@ class LinearLR(Schedule):
         self.total_steps, self.start_factor, self.end_factor = total_steps, float(start_factor), float(end_factor)
 
     def value(self, step):
-        t = jnp.minimum(step, F32(self.total_steps))
-        return F32(self.base_lr) * (F32(self.start_factor) + F32(self.end_factor - self.start_factor)
-                                    * t / F32(self.total_steps))
+        return linear_lr(step, self.base_lr, self.total_steps, self.start_factor, self.end_factor, JAX32)

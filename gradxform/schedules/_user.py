@@ -19,6 +19,13 @@ What a schedule may be (wherever an optimizer takes one: MXNet's
    ``learning_rate`` hyperparameter (no recompile). Anywhere else (an
    optimizer you jit yourself) it raises at construction, naming these two
    ways out.
+5. an object that the user steps and that holds the rate of the next
+   update, Paddle's ``LRScheduler`` protocol (`holds_its_rate`: ``step()``,
+   ``last_epoch``, ``last_lr``, and ``obj()`` returns the rate, as Paddle's
+   optimizer reads it at each ``optimizer.step()``). `gradxform.Trainer` and
+   `gradxform.mxnet.get_updater` read ``obj()`` before each update, whatever
+   its steps; a Paddle optimizer built with one takes the value with
+   ``state = opt.sync_lr(state)``.
 
 **Which step a bare callable counts.** MXNet's ``num_update`` is 1 on the
 first update; optax's ``count``, MindSpore's ``global_step`` and Paddle's
@@ -48,7 +55,7 @@ from .._ranges import NON_NEGATIVE, check_value
 from ._common import COMPLETED, NUM_UPDATE, REPLACE, SCALE, FunctionSchedule, Schedule
 
 __all__ = ["UserSchedule", "mxnet_style", "optax_style", "adapt", "HostScheduleError", "HostSchedule",
-           "take_host_schedule"]
+           "take_host_schedule", "holds_its_rate"]
 
 _CONVENTIONS = (NUM_UPDATE, COMPLETED)
 
@@ -133,6 +140,13 @@ def wrap(sched, default: str) -> Schedule | None:
     return UserSchedule(sched, indexed_by=getattr(sched, "indexed_by", default))
 
 
+def holds_its_rate(obj) -> bool:
+    """Whether ``obj`` follows Paddle's ``LRScheduler`` protocol (item 5 of the
+    module docstring): the user steps it, and ``obj()`` is the rate it holds."""
+    return (callable(obj) and callable(getattr(obj, "step", None)) and hasattr(obj, "last_lr")
+            and hasattr(obj, "last_epoch") and not callable(getattr(obj, "lr_for_update", None)))
+
+
 def _snapshot(obj) -> dict | None:
     d = getattr(obj, "__dict__", None)
     return dict(d) if isinstance(d, dict) else None
@@ -166,8 +180,9 @@ def adapt(sched, *, default: str, owner: str, arg: str, optimizer: str | None = 
     """The schedule an optimizer uses for ``sched`` (see the module docstring),
     checked at construction: a schedule JAX cannot trace raises
     `HostScheduleError` naming the two ways out."""
+    held = holds_its_rate(sched)  # a scheduler the user steps: its value lives on the host
     out = wrap(sched, default)
-    reason = untraceable_reason(out) if out is not None else None
+    reason = "it holds the rate you step it to" if held else untraceable_reason(out) if out is not None else None
     if reason:
         name = optimizer or owner
         raise HostScheduleError(
@@ -176,13 +191,15 @@ def adapt(sched, *, default: str, owner: str, arg: str, optimizer: str | None = 
             f"gradxform.mxnet.get_updater({name!r}, {{{arg!r}: schedule, ...}}), which evaluate it on the "
             "host before each update and feed the value in as the learning rate (no recompile); or "
             "(2) build the optimizer without it and, before each jitted step, set "
-            "state = gradxform.set_learning_rate(state, schedule(step)) (a hyperparameter: no recompile).")
+            f"state = gradxform.set_learning_rate(state, {'schedule()' if held else 'schedule(step)'}) "
+            "(a hyperparameter: no recompile).")
     return out
 
 
 class HostSchedule:
     """An untraceable schedule evaluated on the host, one call per update,
-    with the convention of the keyword it came from (`UserSchedule`)."""
+    with the convention of the keyword it came from (`UserSchedule`), or an
+    object that holds its rate (`holds_its_rate`), read as it stands."""
 
     def __init__(self, sched: UserSchedule | FunctionSchedule, arg: str, begin_num_update: int = 0):
         self.sched, self.arg = sched, arg
@@ -192,10 +209,14 @@ class HostSchedule:
     def lr_at(self, num_update: int) -> float:
         """The learning rate of the update whose count (it included) is ``num_update``."""
         s = self.sched
-        index = num_update if s.indexed_by == NUM_UPDATE else num_update - 1
-        value = s.fn(index) if isinstance(s, UserSchedule) else s.fn(index, s.base_lr)
-        value = float(value.reshape(()) if getattr(value, "size", 0) == 1 else value)  # (1,): as above
-        check_value(f"schedule {s.fn!r}", "learning_rate", value, NON_NEGATIVE)
+        if holds_its_rate(s):  # Paddle: the rate it holds now, whatever the count
+            value, fn = float(s()), s
+        else:
+            index = num_update if s.indexed_by == NUM_UPDATE else num_update - 1
+            value = s.fn(index) if isinstance(s, UserSchedule) else s.fn(index, s.base_lr)
+            value = float(value.reshape(()) if getattr(value, "size", 0) == 1 else value)  # (1,): as above
+            fn = s.fn
+        check_value(f"schedule {fn!r}", "learning_rate", value, NON_NEGATIVE)
         return value
 
     def next_lr(self, done: Callable[[], int]) -> float:
@@ -225,6 +246,11 @@ def take_host_schedule(optimizer_params: dict | None) -> tuple[dict, HostSchedul
         given = params.get(arg)
         if given is None or isinstance(given, (int, float, list, tuple)) or hasattr(given, "shape"):
             continue
+        if holds_its_rate(given):
+            del params[arg]
+            host = HostSchedule(given, arg)
+            params["learning_rate"] = host.lr_at(0)
+            return params, host
         if not callable(given) or callable(getattr(given, "lr_for_update", None)) and \
                 not isinstance(given, (UserSchedule, FunctionSchedule)):
             continue
