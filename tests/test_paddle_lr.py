@@ -412,6 +412,20 @@ def test_trainer_reads_the_scheduler_before_each_update(case):
 
 
 @pytest.mark.parametrize("case", sorted(E2E))
+def test_trainer_given_a_built_optimizer_reads_its_scheduler(case):
+    name, kw = OPTS[case]
+    sched = _sched(case)
+    tx = gradxform.create(name, **dict(kw, learning_rate=sched))  # built first, then handed over
+    trainer = gradxform.Trainer(_params(), tx, devices=jax.devices()[:1])
+    for t in range(12):
+        trainer.update({f"p{i}": jnp.asarray(g) for i, g in enumerate(GRADS[t])}, 1)
+        if (t + 1) % E2E[case]["every"] == 0:
+            sched.step()
+        for i in range(len(W0)):
+            np.testing.assert_allclose(trainer.params[f"p{i}"], _want(case, t)[i], **E2E_TOL, err_msg=f"update {t}")
+
+
+@pytest.mark.parametrize("case", sorted(E2E))
 def test_get_updater_reads_the_scheduler_before_each_update(case):
     name, kw = OPTS[case]
     sched = _sched(case)

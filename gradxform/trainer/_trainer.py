@@ -18,7 +18,7 @@ from ..pieces.internal import check_guard, dynamic_loss_scale, get_loss_scale
 from ..pieces.internal import skip_nonfinite as guard_nonfinite
 from .._fused import FlatTree, flatten_state, fused as fuse, unflatten_state
 from .._registry import _resolve, create
-from ..schedules.internal import host_done, take_host_schedule
+from ..schedules.internal import HostSchedule, host_done, take_host_schedule
 from .._tree import param_names
 from ..checkpoint import load_state, save_state
 from . import _allreduce as ar
@@ -148,6 +148,8 @@ class Trainer:
                                  "optimizer is a transformation instead of a name (as in Gluon); "
                                  "build the transformation with those parameters instead.")
             tx, self._opt_name = optimizer, None
+            if getattr(optimizer, "lr_scheduler", None) is not None:  # a Paddle optimizer given its scheduler
+                self._host_lr = HostSchedule(optimizer.lr_scheduler, "learning_rate")
         else:
             raise TypeError(f"Trainer(optimizer=...): expected an optimizer name or a transformation; "
                             f"got {type(optimizer).__name__}.")
