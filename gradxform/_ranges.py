@@ -241,3 +241,7 @@ class HyperName(str):
 
 def owner_of(key) -> str | None:
     return getattr(key, "owner", None)
+
+
+# issue 24: the hyperparameters of MXNet LAMB (trust-ratio bounds)
+GENERIC.update(lower_bound=NON_NEGATIVE, upper_bound=NON_NEGATIVE)
