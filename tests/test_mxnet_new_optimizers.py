@@ -22,7 +22,7 @@ import pytest
 import gradxform as gx
 from goldens_io import cases, load
 
-NEW = ("lamb",)
+NEW = ("lamb", "lars", "groupadagrad")
 GOLDENS = [p for p in cases("mxnet") if load(p)[0]["optimizer"] in NEW]
 
 

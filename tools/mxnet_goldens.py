@@ -263,6 +263,30 @@ def layerwise_cases():
              scheduler=sched, idx2name=True, **mults, **z)
     run_case("lamb_mp_fp16", "lamb", {"learning_rate": 0.01, "wd": 0.01, "multi_precision": True},
              dtype="float16", **z)
+    # LARS as Gluon's Trainer calls it (one call, all indices): momentum_correction compares
+    # the learning rate per call (see gradxform.mxnet.lars)
+    zl = dict(zero_bias=True, call="list")
+    lsched = {"type": "FactorScheduler", "kwargs": {"step": 3, "factor": 0.5, "base_lr": 0.1}}
+    run_case("lars_default", "lars", {"learning_rate": 0.1, "momentum": 0.9}, **zl)
+    run_case("lars_wd_rescale_clip", "lars", dict(COMMON_B, learning_rate=0.1, momentum=0.9, eta=0.01, eps=1e-6),
+             big=True, **zl)
+    run_case("lars_factor_sched_mult_idx2name", "lars", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01,
+                                                         "eta": 0.02},
+             scheduler=lsched, idx2name=True, **mults, **zl)
+    run_case("lars_factor_sched_nocorrection", "lars", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01,
+                                                        "momentum_correction": False}, scheduler=lsched, **zl)
+    run_case("lars_nomom_factor_sched_wd_rescale_clip", "lars", dict(COMMON_B, learning_rate=0.1, eta=0.01),
+             scheduler=lsched, big=True, **zl)
+    run_case("lars_mp_fp16", "lars", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "multi_precision": True},
+             dtype="float16", **zl)
+    # GroupAdaGrad (mx.optimizer.contrib): 2-D weights only, no weight decay
+    g2d = dict(shapes=[(4, 3), (3, 1), (2, 4)])
+    run_case("groupadagrad_default", "groupadagrad", {"learning_rate": 0.1}, **g2d)
+    run_case("groupadagrad_rescale_clip", "groupadagrad",
+             {"learning_rate": 0.1, "eps": 1e-3, "rescale_grad": 0.5, "clip_gradient": 1.0}, big=True, **g2d)
+    run_case("groupadagrad_factor_sched_mult_idx2name", "groupadagrad", {"learning_rate": 0.1},
+             scheduler=dict(lsched, kwargs=dict(lsched["kwargs"], base_lr=0.1)), idx2name=True,
+             lr_mult={"dense0_bias": 2.0}, **g2d)
 
 
 def scheduler_golden():
