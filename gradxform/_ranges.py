@@ -252,3 +252,5 @@ FAMILY["mindspore"].update(rho=UNIT_CLOSED, etaminus=UNIT_OPEN, etaplus=Range(lo
 OWNER.update({"mindspore.adamax": {"eps": POSITIVE}, "mindspore.adadelta": {"epsilon": NON_NEGATIVE}})
 # MXNet LARS
 FAMILY["mxnet"].update(eta=NON_NEGATIVE)
+# Paddle RMSProp: a group's own centered, 0 or 1, where the groups disagree
+OWNER.setdefault("paddle.rmsprop", {})["centered"] = UNIT_CLOSED
