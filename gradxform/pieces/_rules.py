@@ -251,7 +251,11 @@ def scale_by_row_accumulated_squares(eps: float = 1e-5) -> GradientTransformatio
 
         def one(u, h):
             axes = tuple(range(1, u.ndim))
-            h = h + (jnp.mean(u * u, axis=axes, keepdims=True) if axes else u * u)
+            if not axes:
+                h = h + u * u
+            elif all(u.shape[1:]):
+                h = h + jnp.mean(u * u, axis=axes, keepdims=True)
+            # rows with no elements (shape (n, 0)): nothing to average, the history stays
             return u / jnp.sqrt(h + _c(e, h)), h
 
         out, h = map_unzip(one, 2, updates, state.trace)
