@@ -253,3 +253,43 @@ def test_lamb_bounds_and_flags_are_checked():
         gx.mxnet.LAMB(0.01, 1.5)
     # MXNet: a bound that is not > 0 is no bound
     assert gx.mxnet.LAMB(lower_bound=0).init([jnp.ones(2)]) is not None
+
+
+def test_lars_names_by_param_idx2name_on_a_named_tree():
+    """param_idx2name's values name the leaves: LARS skips the ratio for
+    *_bias/*_gamma and decays only *_weight by name, whatever the leaf order
+    (JAX sorts dict keys: bn_gamma, fc_bias, fc_weight; MXNet's indices differ)."""
+    rng = np.random.RandomState(7)
+    mx_order = ["fc_weight", "fc_bias", "bn_gamma"]
+    shapes = {"fc_weight": (5, 4), "fc_bias": (4,), "bn_gamma": (4,)}
+    w0 = {n: rng.randn(*shapes[n]) for n in mx_order}
+    grads = [{n: rng.randn(*shapes[n]) for n in mx_order} for _ in range(15)]
+    sched = lambda: gx.lr_scheduler.FactorScheduler(step=4, factor=0.5, base_lr=0.1)  # noqa: E731
+    kw = dict(momentum=0.9, eta=0.05, wd=0.02, rescale_grad=0.5, clip_gradient=0.4)
+    ref = MX("lars", dict(kw, learning_rate=0.1), names=mx_order, sched=Factor(4, 0.5, 0.1))
+    tx = gx.mxnet.LARS(**kw, learning_rate=0.1, lr_scheduler=sched(), param_idx2name=dict(enumerate(mx_order)))
+    params = {n: jnp.asarray(w0[n], jnp.float32) for n in mx_order}
+    state = tx.init(params)
+    w = [w0[n] for n in mx_order]
+    for g in grads:
+        w = ref.step(w, [g[n].astype(np.float32).astype(np.float64) for n in mx_order])
+        u, state = tx.update({n: jnp.asarray(g[n], jnp.float32) for n in mx_order}, state, params)
+        params = gx.apply_updates(params, u)
+        for n, want in zip(mx_order, w):
+            np.testing.assert_allclose(np.asarray(params[n], np.float64), want, rtol=2e-5, atol=2e-6, err_msg=n)
+
+
+def test_lars_and_groupadagrad_arguments():
+    with pytest.raises(ValueError, match="weight decay is not supported"):
+        gx.mxnet.GroupAdaGrad(wd=0.01)
+    with pytest.raises(TypeError, match="wd_mult"):
+        gx.mxnet.LARS(wd_mult=lambda names: np.ones(len(names)))
+    with pytest.raises(TypeError, match="momentum_correction"):
+        gx.mxnet.LARS(momentum_correction="yes")
+    with pytest.raises(ValueError, match="eta"):
+        gx.mxnet.LARS(eta=-1.0)
+    # MXNet's positional order: LARS(momentum, lazy_update, eta, ...), GroupAdaGrad(eps)
+    a, b = gx.mxnet.LARS(0.9, True, 0.01), gx.create("mxnet.lars", momentum=0.9, eta=0.01)
+    p = [jnp.ones((2, 2))]
+    assert gx.get_hyper(a.init(p), "eta") == gx.get_hyper(b.init(p), "eta") == pytest.approx(0.01)
+    assert gx.get_hyper(gx.mxnet.GroupAdaGrad(1e-3).init(p), "eps") == pytest.approx(1e-3)
