@@ -241,3 +241,16 @@ class HyperName(str):
 
 def owner_of(key) -> str | None:
     return getattr(key, "owner", None)
+
+
+# issue 24: the hyperparameters of MXNet LAMB (trust-ratio bounds)
+GENERIC.update(lower_bound=NON_NEGATIVE, upper_bound=NON_NEGATIVE)
+# MindSpore AdaMax, Adadelta, Rprop, ASGD (their constructors' checks)
+FAMILY["mindspore"].update(rho=UNIT_CLOSED, etaminus=UNIT_OPEN, etaplus=Range(low=1.0, low_open=True),
+                           step_size_min=NON_NEGATIVE, step_size_max=NON_NEGATIVE, lambd=NON_NEGATIVE,
+                           alpha=NON_NEGATIVE, t0=NON_NEGATIVE)
+OWNER.update({"mindspore.adamax": {"eps": POSITIVE}, "mindspore.adadelta": {"epsilon": NON_NEGATIVE}})
+# MXNet LARS
+FAMILY["mxnet"].update(eta=NON_NEGATIVE)
+# Paddle RMSProp: a group's own centered, 0 or 1, where the groups disagree
+OWNER.setdefault("paddle.rmsprop", {})["centered"] = UNIT_CLOSED

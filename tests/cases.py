@@ -129,6 +129,22 @@ TABLE.update({
     "paddle.rprop": Case(dict(learning_rate=0.01), {}, True, fuses=True),
 })
 
+# -- issue 24: the optimizers the recorded versions have and gradxform lacked --------------
+TABLE.update({
+    "mxnet.lamb": Case(dict(learning_rate=0.05, wd=1e-3), _WD, True, fuses=True, bit_exact=False),
+    "mxnet.lars": Case(dict(learning_rate=0.1, momentum=0.9, wd=1e-3, eta=0.01), _WD, True, fuses=True,
+                       bit_exact=False),
+    # GroupAdaGrad: no weight decay (MXNet asserts wd == 0); the row history is not shaped like w
+    "mxnet.groupadagrad": Case(dict(learning_rate=0.1), {}, True, fuses=False),
+    "mindspore.adamax": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    "mindspore.adadelta": Case(dict(learning_rate=1.0, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    # Rprop: a zero gradient has sign 0, so the weight stays
+    "mindspore.rprop": Case(dict(learning_rate=0.01, weight_decay=1e-3), _MS_WD, True, fuses=True),
+    # ASGD shrinks w by (1 - lambd * eta) whatever the gradient
+    "mindspore.asgd": Case(dict(learning_rate=0.05, lambd=1e-3, t0=5.0, weight_decay=1e-3), _MS_WD, False,
+                           fuses=True),
+})
+
 
 def case(name: str) -> Case:
     """The row for ``name``, or `DEFAULT` for a registered optimizer without one."""

@@ -254,7 +254,7 @@ def test_get_lr_and_set_lr_follow_paddle():
     (P.sgd, dict(parameters={"params": ["w"]}), TypeError, "parameters"),
     (P.adam, dict(parameters=[{"params": ["w"], "momentum": 0.5}]), ValueError, "momentum"),
     (P.adam, dict(parameters=[{"params": ["w"], "beta1": 1.5}]), ValueError, "beta1"),
-    (P.rmsprop, dict(learning_rate=0.1, parameters=[{"params": ["w"], "centered": True}]), ValueError, "centered"),
+    (P.rmsprop, dict(learning_rate=0.1, parameters=[{"params": ["w"], "centered": 1}]), TypeError, "centered"),
     (P.sgd, dict(multi_precision=1), TypeError, "multi_precision"),
 ])
 def test_arguments_checked_at_construction(fn, kw, exc, match):

@@ -73,13 +73,15 @@ def make_scheduler(spec):
 
 def run_case(case, optimizer, kwargs, *, idx2name=False, lr_mult=None,
              wd_mult=None, scheduler=None, dtype="float32", big=False,
-             shapes=None, note=None):
+             shapes=None, note=None, zero_bias=False, call="each"):
     if ONLY is not None and ONLY not in case:
         return None
     shapes = shapes or SHAPES
     lr_mult = lr_mult or {}
     wd_mult = wd_mult or {}
     w0, grads = make_data(shapes, np.dtype(dtype), big)
+    if zero_bias:  # index 1 starts at 0, as a bias does (trust ratios: the "a norm is 0" branch)
+        w0[1] = np.zeros_like(w0[1])
 
     create_kwargs = dict(kwargs)
     if idx2name:
@@ -99,8 +101,11 @@ def run_case(case, optimizer, kwargs, *, idx2name=False, lr_mult=None,
             weights = [mx.nd.array(w, dtype=dtype) for w in w0]
             traj = []
             for t in range(STEPS):
-                for i in range(len(shapes)):
-                    upd(i, mx.nd.array(grads[t][i], dtype=dtype), weights[i])
+                if call == "list":  # as Gluon's Trainer calls it: all indices in one call
+                    upd(list(range(len(shapes))), [mx.nd.array(g, dtype=dtype) for g in grads[t]], weights)
+                else:
+                    for i in range(len(shapes)):
+                        upd(i, mx.nd.array(grads[t][i], dtype=dtype), weights[i])
                 traj.append([w.asnumpy().copy() for w in weights])
     except Exception as e:  # record, never fake a golden
         msg = "%s: %s(%r) raised %s: %s" % (case, optimizer, kwargs, type(e).__name__, e)
@@ -122,6 +127,7 @@ def run_case(case, optimizer, kwargs, *, idx2name=False, lr_mult=None,
         "shapes": [list(s) for s in shapes],
         "big_grads": bool(big),
         "warnings": sorted(set(str(w.message) for w in wlist)),
+        "call": call,
     }
     if note:
         meta["note"] = note
@@ -242,6 +248,47 @@ def optimizer_cases():
              {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01}, dtype="float16")
 
 
+def layerwise_cases():
+    """LAMB, LARS, GroupAdaGrad (issue 24): parameter 1 starts at zero, so a
+    trust ratio meets a zero weight norm."""
+    sched = {"type": "FactorScheduler", "kwargs": {"step": 3, "factor": 0.5, "base_lr": 0.01}}
+    mults = dict(lr_mult={"dense0_bias": 2.0}, wd_mult={"bn_gamma": 0.5})
+    z = dict(zero_bias=True)
+    run_case("lamb_default", "lamb", {"learning_rate": 0.01}, **z)
+    run_case("lamb_wd_rescale_clip", "lamb", dict(COMMON_B, learning_rate=0.01), big=True, **z)
+    run_case("lamb_bounds_nobiascorr_wd_rescale_clip", "lamb",
+             dict(COMMON_B, learning_rate=0.01, lower_bound=0.5, upper_bound=3.0, bias_correction=False),
+             big=True, **z)
+    run_case("lamb_factor_sched_mult_idx2name", "lamb", {"learning_rate": 0.01, "wd": 0.01},
+             scheduler=sched, idx2name=True, **mults, **z)
+    run_case("lamb_mp_fp16", "lamb", {"learning_rate": 0.01, "wd": 0.01, "multi_precision": True},
+             dtype="float16", **z)
+    # LARS as Gluon's Trainer calls it (one call, all indices): momentum_correction compares
+    # the learning rate per call (see gradxform.mxnet.lars)
+    zl = dict(zero_bias=True, call="list")
+    lsched = {"type": "FactorScheduler", "kwargs": {"step": 3, "factor": 0.5, "base_lr": 0.1}}
+    run_case("lars_default", "lars", {"learning_rate": 0.1, "momentum": 0.9}, **zl)
+    run_case("lars_wd_rescale_clip", "lars", dict(COMMON_B, learning_rate=0.1, momentum=0.9, eta=0.01, eps=1e-6),
+             big=True, **zl)
+    run_case("lars_factor_sched_mult_idx2name", "lars", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01,
+                                                         "eta": 0.02},
+             scheduler=lsched, idx2name=True, **mults, **zl)
+    run_case("lars_factor_sched_nocorrection", "lars", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01,
+                                                        "momentum_correction": False}, scheduler=lsched, **zl)
+    run_case("lars_nomom_factor_sched_wd_rescale_clip", "lars", dict(COMMON_B, learning_rate=0.1, eta=0.01),
+             scheduler=lsched, big=True, **zl)
+    run_case("lars_mp_fp16", "lars", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "multi_precision": True},
+             dtype="float16", **zl)
+    # GroupAdaGrad (mx.optimizer.contrib): 2-D weights only, no weight decay
+    g2d = dict(shapes=[(4, 3), (3, 1), (2, 4)])
+    run_case("groupadagrad_default", "groupadagrad", {"learning_rate": 0.1}, **g2d)
+    run_case("groupadagrad_rescale_clip", "groupadagrad",
+             {"learning_rate": 0.1, "eps": 1e-3, "rescale_grad": 0.5, "clip_gradient": 1.0}, big=True, **g2d)
+    run_case("groupadagrad_factor_sched_mult_idx2name", "groupadagrad", {"learning_rate": 0.1},
+             scheduler=dict(lsched, kwargs=dict(lsched["kwargs"], base_lr=0.1)), idx2name=True,
+             lr_mult={"dense0_bias": 2.0}, **g2d)
+
+
 def scheduler_golden():
     specs = {}
     base = 0.1
@@ -286,6 +333,7 @@ def main():
     import logging
     logging.getLogger().setLevel(logging.ERROR)
     optimizer_cases()
+    layerwise_cases()
     if ONLY is None or ONLY in "schedulers":
         scheduler_golden()
     print("\n%d failures:" % len(FAILURES))

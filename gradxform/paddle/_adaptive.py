@@ -147,7 +147,10 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
     The learning rate is inside the momentum buffer here (Paddle's kernel),
     unlike Paddle's Momentum. ``rho, epsilon, momentum >= 0`` as Paddle checks
     them; ``learning_rate`` has no default. Accumulators: ``momentum``,
-    ``mean_square``, ``mean_grad``.
+    ``mean_square``, ``mean_grad`` (for every parameter, as Paddle's).
+    A parameter group may set its own ``centered`` (and ``rho``,
+    ``epsilon``, ``momentum``); where groups differ, ``centered`` is a 0/1
+    hyperparameter per group (``centered_group_<k>``), else it is static.
     """
     owner = "paddle.rmsprop"
     del name
@@ -157,15 +160,24 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
     o = parse(owner, learning_rate, parameters, weight_decay, grad_clip,
               group_keys=("rho", "epsilon", "momentum", "centered"))
     for k, c in o.group_extra("centered", centered).items():
-        if c != centered:
-            raise ValueError(f"{owner}(parameters[{k}]): a group's 'centered' must equal the optimizer's "
-                             f"({centered}) here (it decides the state's structure); got {c!r}.")
+        check_bool(f"{owner}(parameters[{k}])", "centered", c)
+    # a group's own 'centered' (Paddle's _update_param_group): every leaf keeps a
+    # mean_grad, as Paddle creates the accumulator for all; 'centered' becomes a 0/1
+    # hyperparameter, per group, only where the groups disagree (else it stays static)
+    mixed = any(c != centered for c in o.group_extra("centered", centered).values())
+    hyper = {"rho": rho, "epsilon": epsilon, "momentum": momentum}
+    if mixed:
+        hyper["centered"] = float(centered)
 
     def one(h, g, w, l, on, mom, ms, mg):
         c = lambda x: _c(x, g)  # noqa: E731
         rho_ = c(h["rho"])
         ms = rho_ * ms + (1 - rho_) * g * g
-        if centered:
+        if mixed:
+            on_c = h["centered"] > 0
+            mg = jnp.where(on_c, rho_ * mg + (1 - rho_) * g, mg)
+            den = jnp.sqrt(jnp.where(on_c, ms - jnp.square(mg), ms) + c(h["epsilon"]))
+        elif centered:
             mg = rho_ * mg + (1 - rho_) * g
             den = jnp.sqrt(ms - jnp.square(mg) + c(h["epsilon"]))
         else:
@@ -173,8 +185,7 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
         mom = c(h["momentum"]) * mom + c(l) * g / den
         return -mom, mom, ms, mg
 
-    return o.build(_rule(owner, RMSPropState, {"rho": rho, "epsilon": epsilon, "momentum": momentum}, (),
-                         one, o),
+    return o.build(_rule(owner, RMSPropState, hyper, (), one, o),
                    skip_nonfinite=skip_nonfinite)
 
 

@@ -21,3 +21,7 @@ __all__ = ['CenteredRmsState', 'FP16_WARNING', 'HyperState', 'MasterWeightsState
     'layout_segments', 'leaf_flags', 'leaf_sq_norm', 'masked_by_update_mask', 'one_minus_power',
     'only_slotted', 'per_leaf_counts', 'scale_loss', 'shard_of', 'skip_nonfinite', 'spread_leaf_values', 'whole_buffers',
     'with_master_weights']
+from ._trust import CorrectedMomentsState, LarsRatioState, LrRatioTraceState, TrustRatioState  # noqa: E402
+__all__ += ["CorrectedMomentsState", "LarsRatioState", "LrRatioTraceState", "TrustRatioState"]
+from ._rules import AdadeltaState, AveragedState, RpropState, RunningPowerState  # noqa: E402
+__all__ += ["AdadeltaState", "AveragedState", "RpropState", "RunningPowerState"]
