@@ -25,7 +25,7 @@ import pytest
 
 import gradxform as gx
 
-GOLD = pathlib.Path(__file__).parent / "goldens" / "mindspore_issue24"
+GOLD = pathlib.Path(__file__).parent / "goldens" / "mindspore" / "rules"
 CASES = sorted(p.stem for p in GOLD.glob("*.npz"))
 
 

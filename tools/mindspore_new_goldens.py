@@ -8,7 +8,7 @@ Run with the MindSpore venv (never imported by tests):
 
 Same harness and npz layout as tools/mindspore_goldens.py (its ``run_case``:
 CPU, PYNATIVE, 20 steps, gradients fed to ``opt(grads)``), written to
-tests/goldens/mindspore_issue24/ so that the older parity test, which maps
+tests/goldens/mindspore/rules/ so that the older parity test, which maps
 class names to its own table, does not read them. Parameter ``dense.bias``
 starts at zero here (a zero-initialised bias).
 """
@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import mindspore_goldens as base  # noqa: E402
 from mindspore import nn, Parameter, Tensor  # noqa: E402
 
-base.OUT = os.path.join(base.ROOT, "tests", "goldens", "mindspore_issue24")
+base.OUT = os.path.join(base.ROOT, "tests", "goldens", "mindspore", "rules")
 _make_params = base.make_params
 
 
