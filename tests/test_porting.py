@@ -234,7 +234,7 @@ def test_mindspore_positional_signature_with_group_params_of_parameter_objects()
     group_params = [{"params": bn_params, "weight_decay": 0.0}, {"params": rest, "lr": 0.05},
                     {"order_params": trainable}]
     # nn.Momentum(group_params, learning_rate=0.1, momentum=0.9, weight_decay=0.01, loss_scale=2.0)
-    tx = gx.mindspore.momentum(group_params, 0.1, 0.9, weight_decay=0.01, loss_scale=2.0)
+    tx = gx.mindspore.Momentum(group_params, 0.1, 0.9, weight_decay=0.01, loss_scale=2.0)
     same = gx.create("mindspore.Momentum", params=group_params, learning_rate=0.1, momentum=0.9,
                      weight_decay=0.01, loss_scale=2.0)
     u, v = one_update(tx), one_update(same)
@@ -249,7 +249,7 @@ def test_mindspore_positional_signature_with_group_params_of_parameter_objects()
 
 def test_mindspore_params_list_optimizes_only_those_and_filters_read_x_name():
     only = [Param("dense/weight"), Param("dense/bias")]
-    u = one_update(gx.mindspore.sgd(only, 0.1))           # nn.SGD(params, learning_rate=0.1)
+    u = one_update(gx.mindspore.SGD(only, 0.1))           # nn.SGD(params, learning_rate=0.1)
     assert float(jnp.abs(u["bn"]["beta"]).max()) == 0.0   # not in params: not optimized
     np.testing.assert_allclose(u["dense"]["weight"], -0.025, rtol=1e-6)
     # decay_filter / lars_filter written for MindSpore Parameters (x.name)

@@ -1,11 +1,15 @@
-"""The MXNet 1.x optimizer family under MXNet's names, keywords and defaults."""
-from .._registry import by_class_name, register_family
+"""The MXNet 1.x optimizer family under MXNet's names, keywords and defaults:
+snake_case factories (``sgd(learning_rate, momentum, ...)``), MXNet's
+classes in MXNet's positional order (``SGD(momentum, lazy_update, ...)``,
+`gradxform.mxnet._classes`), ``create`` / ``register`` as ``mx.optimizer``'s."""
+from .._registry import register_family
 from . import _adaptive, _momentum
-from ._common import with_common_keywords
+from ._classes import (AdaDelta, AdaGrad, Adam, Adamax, DCASGD, FTML, Ftrl, LBSGD, NAG, Nadam, RMSProp, SGD, SGLD,
+                       Signum, ccSGD)
+from ._create import create, register
 from ._updater import Updater, get_updater
 
-# help() lists the common keywords (wd, rescale_grad, clip_gradient, lr_mult, ...)
-_OPTIMIZERS = register_family("mxnet", (_momentum, _adaptive), wrap=with_common_keywords)
+_OPTIMIZERS = register_family("mxnet", (_momentum, _adaptive))
 globals().update(_OPTIMIZERS)
-__getattr__ = by_class_name(_OPTIMIZERS, __name__)  # mx.optimizer.SGD(...), NAG, RMSProp
-__all__ = [*_OPTIMIZERS, "Updater", "get_updater"]
+__all__ = [*_OPTIMIZERS, "AdaDelta", "AdaGrad", "Adam", "Adamax", "DCASGD", "FTML", "Ftrl", "LBSGD", "NAG",
+           "Nadam", "RMSProp", "SGD", "SGLD", "Signum", "ccSGD", "create", "register", "Updater", "get_updater"]

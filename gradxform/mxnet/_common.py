@@ -24,53 +24,32 @@ Porting notes, as MXNet reads these keywords:
   callable counts MXNet's ``num_update`` (1 on the first update). A callable
   ``learning_rate`` (an optax schedule, say) counts from 0.
 
-Every factory's ``help()`` lists these keywords: `with_common_keywords`
-writes them into its signature.
+Every factory lists these keywords in its own signature (keyword-only,
+with the defaults of `COMMON_DEFAULTS`; tests/test_registry.py checks that
+each one does) and hands them to `parse_options` with ``locals()``.
 """
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from typing import Any
 
 from .._base import GradientTransformation, chain
 from .._hyper import check_range
 from .._ranges import check_flag, check_hyper
+from .._registry import registered_name
 from .._selectors import check_keys, multipliers
 from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
 
-__all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS", "with_common_keywords"]
+__all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS"]
 
 COMMON_DEFAULTS: dict[str, Any] = dict(
     wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None, multi_precision=False,
     begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False,
     param_dict=None, aggregate_num=None, use_fused_step=None,
 )
-
-
-def with_common_keywords(factory):
-    """Writes the common keywords into ``factory``'s signature (keyword-only,
-    with their defaults) in place of its ``**kwargs``, so ``help()`` and
-    ``create``'s keyword check see them all. Returns ``factory`` itself."""
-    sig = inspect.signature(factory)
-    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    if len(own) == len(sig.parameters):
-        return factory
-    names = {p.name for p in own}
-    common = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v)
-              for k, v in COMMON_DEFAULTS.items() if k not in names]
-    factory.__signature__ = sig.replace(parameters=own + common)
-    return factory
-
-
-def _own_keywords(owner: str) -> list[str]:
-    from .._registry import _REGISTRY, keywords_of  # noqa: PLC0415
-
-    factory = _REGISTRY.get(owner)
-    return keywords_of(factory) if factory is not None else ["learning_rate", *COMMON_DEFAULTS]
 
 
 def _param_dict_mult(obj, what: str, where) -> float:
@@ -158,28 +137,30 @@ class MXNetOptions(Setup):
     def provide_wd(self) -> GradientTransformation:
         return provide_weight_decay(self.wd, wd_mult=self._resolver(self.wd_mult, True, "wd_mult"))
 
-    def build(self, *body: GradientTransformation, read_lr: str = "after") -> GradientTransformation:
+    def build(self, *body: GradientTransformation, read_lr: str = "after",
+              warn_as: str | None = None) -> GradientTransformation:
         """``chain(step, *body)``, under float32 master weights when
-        ``multi_precision``; otherwise float16 parameters warn as in MXNet."""
-        # MXNet's SGD, LBSGD and NAG name themselves in the float16 warning
-        who = {"mxnet.sgd": "SGD", "mxnet.ccsgd": "SGD", "mxnet.lbsgd": "SGD", "mxnet.nag": "NAG"}.get(self.owner)
-        warning = FP16_WARNING.replace("of the optimizer", f"of the {who} optimizer") if who else FP16_WARNING
+        ``multi_precision``; otherwise float16 parameters warn as in MXNet
+        (``warn_as``: the class name MXNet's SGD, LBSGD and NAG put in that warning)."""
+        warning = FP16_WARNING.replace("of the optimizer", f"of the {warn_as} optimizer") if warn_as \
+            else FP16_WARNING
         return self.finish(chain(self.step(read_lr), *body), fp16_warning=warning)
 
 
-def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNetOptions:
-    """Checks the common keywords at construction: an unknown keyword is a
-    TypeError naming it, a value out of range a ValueError naming the range.
+def parse_options(factory, given: dict) -> MXNetOptions:
+    """Checks the common keywords at construction: a value out of range is a
+    ValueError naming the range. ``factory``: the registered factory (its
+    registered name is the owner in every message); ``given``: its arguments
+    (``locals()`` on its first line), of which ``learning_rate`` and the
+    `COMMON_DEFAULTS` keywords are read.
 
     ``learning_rate=None`` (MXNet 1.9.1's base default) means 0.01, or, with
     an ``lr_scheduler``, the scheduler's own ``base_lr``; an explicit value
     becomes the scheduler's base, as MXNet overwrites ``base_lr`` with it.
     """
-    unknown = [k for k in kwargs if k not in COMMON_DEFAULTS]
-    if unknown:
-        from .._registry import unknown_keyword_message  # noqa: PLC0415
-        raise TypeError(unknown_keyword_message(owner, unknown[0], _own_keywords(owner)))
-    o = dict(COMMON_DEFAULTS, **kwargs)
+    owner = registered_name(factory)
+    learning_rate = given["learning_rate"]
+    o = {k: given[k] for k in COMMON_DEFAULTS}
     if o["clip_gradient"] is not None and not isinstance(o["clip_gradient"], bool) \
             and isinstance(o["clip_gradient"], (int, float)) and o["clip_gradient"] <= 0:
         o["clip_gradient"] = None  # MXNet's kernels: clip_gradient <= 0 turns clipping off
