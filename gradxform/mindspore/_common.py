@@ -17,7 +17,7 @@ from .._base import GradientTransformation, chain, identity
 from ._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay, parse_groups,
                        unselected_frozen)
 from .._optimizer import Setup
-from .._selectors import names_of
+from .._selectors import as_names
 from ..pieces import centralize_gradients, unscale
 from .._ranges import check_bool, check_hyper
 from ..schedules.internal import as_schedule, check_number
@@ -29,15 +29,15 @@ __all__ = ["MSOptions", "parse", "check_float", "check_bool", "params_as_groups"
 def params_as_groups(owner: str, params, groups=None):
     """MindSpore's ``params`` as gradxform's group list: a list of group dicts
     (MindSpore's group params), a list of parameter objects with a ``.name``
-    (only those are optimized, as in MindSpore: one group of them), or the
+    or of names (only those are optimized, as in MindSpore: one group of them), or the
     parameter pytree itself or None (every parameter; gradxform sees them at
     ``init``). ``groups``: the same list given by its gradxform keyword."""
     if params is None:
         return groups
     if isinstance(params, (list, tuple)) and params and all(isinstance(g, dict) for g in params):
         found = list(params)
-    elif names_of(params) is not None:
-        found = [{"params": names_of(params)}]
+    elif as_names(params) is not None:
+        found = [{"params": as_names(params)}]
     elif isinstance(params, dict) or hasattr(params, "shape") or isinstance(params, (list, tuple)):
         found = None
     else:

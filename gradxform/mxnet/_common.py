@@ -38,7 +38,7 @@ from .._base import GradientTransformation, chain
 from .._hyper import check_range
 from .._ranges import check_flag, check_hyper
 from .._registry import registered_name
-from .._selectors import check_keys, multipliers
+from .._selectors import check_keys, describe_names, multipliers
 from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
@@ -66,6 +66,40 @@ def _module_wd_default(name: str) -> float:
     return 1.0 if name.endswith("_weight") or name.endswith("_gamma") else 0.0
 
 
+def _mxnet_names(owner: str, idx2name, names: list[str]):
+    """``(mx_names, index_of, named)``: each leaf's MXNet name, the leaf
+    position of an MXNet parameter index (None: no such parameter), and the
+    MXNet names ``param_idx2name`` gives (those get MXNet's
+    ``_weight``/``_gamma`` decay rule).
+
+    ``param_idx2name`` (MXNet index -> name) is matched by name, never by
+    the leaves' order: when its values are the tree's leaf names
+    (`gradxform.param_names`), each leaf keeps its name and index ``i`` is
+    the leaf named ``idx2name[i]``; when the tree is a list of arrays (leaf
+    names ``'0'``, ``'1'``, ...), index ``i`` is the leaf named ``str(i)``,
+    MXNet's own index, and is called ``idx2name[i]``. Anything else is a
+    ValueError saying how to pass it. ``True``: the leaf names themselves."""
+    if not isinstance(idx2name, dict) or not idx2name:
+        positions = dict(enumerate(range(len(names))))  # MXNet's legacy integer keys: leaf order
+        return list(names), positions.get, set(names) if idx2name else set()
+    at = {n: i for i, n in enumerate(names)}
+    values = [str(v) for v in idx2name.values()]
+    if all(v in at for v in values):
+        return list(names), lambda k: at.get(str(idx2name[k])) if k in idx2name else None, set(values)
+    if all(str(k) in at for k in idx2name):
+        mx = list(names)
+        for k, v in idx2name.items():
+            mx[at[str(k)]] = str(v)
+        return mx, lambda k: at.get(str(k)), set(values)
+    missing = [v for v in values if v not in at][:4]
+    raise ValueError(f"{owner}(param_idx2name=...): its names {missing} are not parameters of this tree, and its "
+                     f"indices are not the tree's leaf names either, so it cannot be matched (never by position). "
+                     f"The tree's parameter names are {describe_names(names)}: pass "
+                     f"{{i: name for i, name in enumerate(gradxform.param_names(params))}} in your order, name the "
+                     f"tree's leaves as MXNet does (a dict keyed 'fc1_weight', ...), or pass param_idx2name=True "
+                     f"to apply MXNet's rule to the leaf names.")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MXNetOptions(Setup):
     """MXNet's common keywords (``schedule`` is ``lr_scheduler``)."""
@@ -83,16 +117,13 @@ class MXNetOptions(Setup):
         idx2name = self.param_idx2name
 
         def resolve(names):
-            if idx2name is True:
-                mx_names = list(names)
-            elif idx2name:
-                mx_names = [idx2name.get(i, n) for i, n in enumerate(names)]
-            else:
-                mx_names = list(names)
+            mx_names, index_of, named = _mxnet_names(self.owner, idx2name, list(names))
             if mapping and not callable(mapping):
                 known = list(dict.fromkeys(mx_names + list(names)))
                 check_keys(known, {k: v for k, v in mapping.items() if not isinstance(k, int)}, what)
-            default = _module_wd_default if (module_rule and idx2name) else 1.0
+            # MXNet's set_wd_mult: only the parameters param_idx2name names get the _weight/_gamma rule
+            default = (lambda n: _module_wd_default(n) if n in named else 1.0) if (module_rule and idx2name) \
+                else 1.0
             by_name = {k: v for k, v in (mapping or {}).items() if not isinstance(k, int)} \
                 if not callable(mapping) else mapping
             out = multipliers(mx_names, by_name, default, what)
@@ -100,15 +131,15 @@ class MXNetOptions(Setup):
                 # MXNet also accepts integer indices as keys (its legacy form).
                 for k, v in mapping.items():
                     if isinstance(k, int):
-                        if not 0 <= k < len(names):
+                        if index_of(k) is None:
                             raise ValueError(f"{what}: index {k} is out of range for {len(names)} parameters.")
-                        out[k] = float(v)
+                        out[index_of(k)] = float(v)
             if self.param_dict:
                 # MXNet: a parameter object's own multiplier wins (_get_lr / _get_wd)
                 for k, obj in self.param_dict.items():
-                    i = k if isinstance(k, int) else (mx_names.index(k) if k in mx_names else
-                                                      names.index(k) if k in names else None)
-                    if i is None or not 0 <= i < len(names):
+                    i = index_of(k) if isinstance(k, int) else (mx_names.index(k) if k in mx_names else
+                                                                names.index(k) if k in names else None)
+                    if i is None:
                         raise ValueError(f"param_dict: {k!r} is not a parameter index or name here; "
                                          f"{len(names)} parameters, named {names[:8]}.")
                     out[i] = _param_dict_mult(obj, what, k)
