@@ -212,7 +212,6 @@ def _clip_weights(clip_weights):
     """RMSProp's own piece: the new weight is clipped to ``[-c, c]``."""
     if not clip_weights:
         return identity()
-    check_hyper("mxnet.rmsprop", "clip_weights", clip_weights)
 
     def init(params):
         del params
@@ -249,6 +248,8 @@ def rmsprop(learning_rate=0.001, gamma1=0.9, gamma2=0.9, epsilon=1e-8, centered=
     ``centered`` is static.
     """
     o = parse_options(rmsprop, locals())
+    if clip_weights:
+        check_hyper(o.owner, "clip_weights", clip_weights)  # the weight clip's range (None/0: no clip)
     check_unit(o.owner, gamma1=gamma1, gamma2=gamma2)
     _check_eps(o.owner, epsilon=epsilon)
     if centered:

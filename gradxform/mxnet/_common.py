@@ -42,6 +42,7 @@ from .._selectors import check_keys, describe_names, multipliers
 from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
+from ..schedules.internal import COMPLETED, NUM_UPDATE, as_update_schedule
 
 __all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS"]
 
@@ -195,7 +196,6 @@ def parse_options(factory, given: dict) -> MXNetOptions:
     if o["clip_gradient"] is not None and not isinstance(o["clip_gradient"], bool) \
             and isinstance(o["clip_gradient"], (int, float)) and o["clip_gradient"] <= 0:
         o["clip_gradient"] = None  # MXNet's kernels: clip_gradient <= 0 turns clipping off
-    from ..schedules.internal import COMPLETED, NUM_UPDATE, as_update_schedule  # noqa: PLC0415
     if callable(learning_rate):  # an optax-style schedule as the learning rate (count from 0)
         if o["lr_scheduler"] is not None:
             raise TypeError(f"{owner}: give a schedule as learning_rate or as lr_scheduler, not both.")
