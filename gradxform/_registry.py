@@ -113,9 +113,12 @@ def registered_factory(name: str) -> Callable[..., GradientTransformation]:
 
 def by_class_name(optimizers: dict, module_name: str) -> Callable:
     """A family package's module ``__getattr__``: its optimizers under their
-    framework's class names as well (``Momentum``, ``AdamWeightDecay``,
-    ``AdamW``: case and underscores ignored, as `create` does), so a script
-    that wrote ``nn.Momentum(...)`` runs with only its import changed."""
+    framework's class names as well (Paddle's ``AdamW``, ``Momentum``: case and
+    underscores ignored, as `create` does), for a family whose factories
+    already take the framework's positional order, so a script that wrote
+    ``paddle.optimizer.AdamW(...)`` runs with only its import changed. (MXNet's
+    and MindSpore's classes differ in order from their factories: they are
+    functions of their own, `gradxform.mxnet._classes`, `gradxform.mindspore._classes`.)"""
     index = {_norm(name): factory for name, factory in optimizers.items()}
 
     def __getattr__(attr: str):

@@ -376,3 +376,16 @@ def test_param_idx2name_that_names_no_leaf_is_an_error_saying_how_to_pass_it():
     tx = gx.create("sgd", wd=0.1, param_idx2name={0: "conv0_weight", 1: "fc1_bias"})
     with pytest.raises(ValueError, match=r"mxnet.sgd\(param_idx2name=...\).*never by position.*param_names"):
         tx.init(params)
+
+
+def test_param_idx2name_takes_parameter_objects_as_gluon_hands_them_out():
+    params = {n: jnp.full(2, 1.5) for n in FIT_NAMES}
+    grads = {n: jnp.full(2, 0.5) for n in FIT_NAMES}
+    by_obj = gx.create("sgd", learning_rate=0.1, wd=0.1, param_idx2name={i: Param(n) for i, n in enumerate(FIT_NAMES)})
+    by_name = gx.create("sgd", learning_rate=0.1, wd=0.1, param_idx2name=dict(enumerate(FIT_NAMES)))
+    a, _ = by_obj.update(grads, by_obj.init(params), params)
+    b, _ = by_name.update(grads, by_name.init(params), params)
+    for n in FIT_NAMES:
+        np.testing.assert_array_equal(a[n], b[n])
+    np.testing.assert_allclose(a["fc1_bias"], -0.05, rtol=1e-6)                     # not decayed
+    np.testing.assert_allclose(a["fc1_weight"], -0.1 * (0.5 + 0.1 * 1.5), rtol=1e-6)  # decayed

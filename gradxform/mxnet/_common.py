@@ -38,7 +38,7 @@ from .._base import GradientTransformation, chain
 from .._hyper import check_range
 from .._ranges import check_flag, check_hyper
 from .._registry import registered_name
-from .._selectors import check_keys, describe_names, multipliers
+from .._selectors import as_names, check_keys, describe_names, multipliers
 from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
@@ -84,13 +84,15 @@ def _mxnet_names(owner: str, idx2name, names: list[str]):
         positions = dict(enumerate(range(len(names))))  # MXNet's legacy integer keys: leaf order
         return list(names), positions.get, set(names) if idx2name else set()
     at = {n: i for i, n in enumerate(names)}
-    values = [str(v) for v in idx2name.values()]
+    # a name, or a parameter object with a .name (Gluon's collect_params().values())
+    by_index = dict(zip(idx2name, as_names(list(idx2name.values())) or map(str, idx2name.values())))
+    values = list(by_index.values())
     if all(v in at for v in values):
-        return list(names), lambda k: at.get(str(idx2name[k])) if k in idx2name else None, set(values)
-    if all(str(k) in at for k in idx2name):
+        return list(names), lambda k: at.get(by_index[k]) if k in by_index else None, set(values)
+    if all(str(k) in at for k in by_index):
         mx = list(names)
-        for k, v in idx2name.items():
-            mx[at[str(k)]] = str(v)
+        for k, v in by_index.items():
+            mx[at[str(k)]] = v
         return mx, lambda k: at.get(str(k)), set(values)
     missing = [v for v in values if v not in at][:4]
     raise ValueError(f"{owner}(param_idx2name=...): its names {missing} are not parameters of this tree, and its "
