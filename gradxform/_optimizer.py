@@ -19,7 +19,7 @@ from .pieces.internal import masked_by_update_mask
 from .pieces.internal import FP16_WARNING, is_low_precision, with_master_weights
 from .pieces import track_step
 
-__all__ = ["Setup", "finalize", "guard", "with_guard_option"]
+__all__ = ["Setup", "finalize", "guard", "guarded"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,10 +99,17 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
 def guard(tx: GradientTransformation, skip_nonfinite: bool, max_consecutive: int | None = 100):
     """The one place an optimizer's ``skip_nonfinite=`` is applied
     (`gradxform.pieces.skip_nonfinite`); every family goes through it, via
-    `finalize` or `with_guard_option`."""
+    `finalize` or `guarded`."""
     if not isinstance(skip_nonfinite, bool):
         raise TypeError(f"skip_nonfinite must be a bool; got {skip_nonfinite!r}.")
     return _skip_nonfinite(tx, max_consecutive=max_consecutive) if skip_nonfinite else tx
+
+
+def guarded(tx: GradientTransformation, skip_nonfinite: bool) -> GradientTransformation:
+    """``skip_nonfinite=`` for an optimizer that wraps an already finished one
+    (MindSpore's LARS): the guard outside it, its state still donatable."""
+    out = guard(tx, skip_nonfinite)
+    return _donatable(out) if skip_nonfinite else out
 
 
 def _donatable(tx: GradientTransformation, owner: str | None = None) -> GradientTransformation:
@@ -112,26 +119,3 @@ def _donatable(tx: GradientTransformation, owner: str | None = None) -> Gradient
         state = tx.init(params)
         return distinct_buffers(state if owner is None else tag_owner(state, owner))
     return transformation(init, tx.update)
-
-
-def with_guard_option(factory):
-    """Gives an optimizer factory the keyword ``skip_nonfinite=False`` that
-    every gradxform optimizer takes (`finalize` handles it for the factories
-    that route it there themselves)."""
-    import functools  # noqa: PLC0415
-    import inspect  # noqa: PLC0415
-
-    sig = inspect.signature(factory)
-    if "skip_nonfinite" in sig.parameters:
-        return factory
-
-    @functools.wraps(factory)
-    def wrapper(*args, skip_nonfinite: bool = False, **kwargs):
-        tx = factory(*args, **kwargs)
-        return _donatable(guard(tx, skip_nonfinite)) if skip_nonfinite else tx
-
-    params = list(sig.parameters.values())
-    extra = inspect.Parameter("skip_nonfinite", inspect.Parameter.KEYWORD_ONLY, default=False)
-    at = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
-    wrapper.__signature__ = sig.replace(parameters=params[:at] + [extra] + params[at:])
-    return wrapper

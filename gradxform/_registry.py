@@ -22,9 +22,10 @@ from typing import Callable
 
 from ._base import GradientTransformation, transformation
 
-__all__ = ["create", "register", "registered_names", "register_family"]
+__all__ = ["create", "register", "registered_names", "register_family", "registered_name", "registered_factory"]
 
 _REGISTRY: dict[str, Callable[..., GradientTransformation]] = {}
+_NAMES: dict[Callable, str] = {}  # factory -> the name it was first registered under (its owner name)
 DEFAULT_FAMILY = "mxnet"
 
 # what porting users type for another framework's keyword
@@ -70,6 +71,7 @@ def register(name=None, *, family: str = DEFAULT_FAMILY):
             warnings.warn(f"register: {key!r} is being overridden by {factory.__module__}."
                           f"{factory.__qualname__}.", UserWarning, stacklevel=2)
         _REGISTRY[key] = factory
+        _NAMES.setdefault(factory, key)
         return factory
 
     if callable(name) and not isinstance(name, str):  # bare @register
@@ -80,26 +82,54 @@ def register(name=None, *, family: str = DEFAULT_FAMILY):
     return deco
 
 
-def register_family(family: str, modules, wrap: Callable | None = None) -> dict[str, Callable]:
+def register_family(family: str, modules) -> dict[str, Callable]:
     """Registers every factory that each of ``modules`` names in its
-    ``OPTIMIZERS`` tuple as ``family.<name>``, after ``wrap`` (a family's
-    shared keywords). Returns ``{name: registered factory}`` for the
-    family's ``__init__`` to re-export. So adding an optimizer touches its
-    family module (the function and its ``OPTIMIZERS`` entry), its
-    tests/cases.py row and the generated README table, nothing else."""
+    ``OPTIMIZERS`` tuple as ``family.<name>``, as it is (its signature is
+    what it accepts). Returns ``{name: factory}`` for the family's
+    ``__init__`` to re-export. So adding an optimizer touches its family
+    module (the function and its ``OPTIMIZERS`` entry), its tests/cases.py
+    row and the generated README table, nothing else."""
     out = {}
     for module in modules:
         for name in module.OPTIMIZERS:
-            factory = getattr(module, name)
-            out[name] = register(family=family)(wrap(factory) if wrap else factory)
+            out[name] = register(family=family)(getattr(module, name))
     return out
+
+
+def registered_name(factory) -> str:
+    """The name ``factory`` was registered under (``"mxnet.adam"``): the
+    owner name a family factory gives its messages and its hyperparameters'
+    declared ranges, so no factory spells its own name by hand."""
+    try:
+        return _NAMES[factory]
+    except (KeyError, TypeError):
+        raise LookupError(f"{getattr(factory, '__qualname__', factory)!r} is not a registered optimizer; "
+                          "register it with gradxform.register.") from None
+
+
+def registered_factory(name: str) -> Callable[..., GradientTransformation]:
+    """The factory registered under ``name`` (resolved as `create` does);
+    a ValueError naming the closest names when there is none."""
+    key = _resolve(name)
+    if key not in _REGISTRY and _norm(key.partition(".")[2]) in _ADAMW_NAMES:
+        raise ValueError(f"Cannot find optimizer {name!r}: {_DECOUPLED}. ('adam' with wd= is MXNet's coupled L2 "
+                         "decay, a different rule.)")
+    if key not in _REGISTRY:
+        close = _suggest(name)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
+        raise ValueError(f"Cannot find optimizer {name!r}{hint} (gradxform.registered_names() lists all "
+                         f"{len(_REGISTRY)}.)")
+    return _REGISTRY[key]
 
 
 def by_class_name(optimizers: dict, module_name: str) -> Callable:
     """A family package's module ``__getattr__``: its optimizers under their
-    framework's class names as well (``Momentum``, ``AdamWeightDecay``,
-    ``AdamW``: case and underscores ignored, as `create` does), so a script
-    that wrote ``nn.Momentum(...)`` runs with only its import changed."""
+    framework's class names as well (Paddle's ``AdamW``, ``Momentum``: case and
+    underscores ignored, as `create` does), for a family whose factories
+    already take the framework's positional order, so a script that wrote
+    ``paddle.optimizer.AdamW(...)`` runs with only its import changed. (MXNet's
+    and MindSpore's classes differ in order from their factories: they are
+    functions of their own, `gradxform.mxnet._classes`, `gradxform.mindspore._classes`.)"""
     index = {_norm(name): factory for name, factory in optimizers.items()}
 
     def __getattr__(attr: str):
@@ -177,7 +207,19 @@ def _as_transformation(obj, key: str) -> GradientTransformation:
 
 
 def create(name: str, **kwargs) -> GradientTransformation:
-    """Builds the optimizer registered under ``name`` with ``kwargs``.
+    """Builds the optimizer registered under ``name`` with ``kwargs`` (keywords only).
+
+    Families (a bare name is MXNet's; case and underscores do not count, so
+    a framework's class name works too)::
+
+        create('adam', learning_rate=1e-3, wd=1e-4)            # MXNet 1.9.1 / Gluon: gradxform.mxnet
+        create('mindspore.Momentum', learning_rate=0.1, momentum=0.9)   # MindSpore 2.x: gradxform.mindspore
+        create('paddle.AdamW', learning_rate=1e-3)              # Paddle 3.x: gradxform.paddle
+
+    ``gradxform.registered_names()`` lists every name (``'mxnet.sgd'``,
+    ``'mindspore.lamb'``, ``'paddle.rprop'``, ...); ``help()`` of a family's
+    factory (``help(gradxform.mxnet.adam)``) shows its keywords and rule.
+    `register` adds your own.
 
     Raises ValueError for an unknown name (suggesting the closest names) and
     TypeError for a keyword the optimizer does not take (naming its keywords
@@ -186,15 +228,7 @@ def create(name: str, **kwargs) -> GradientTransformation:
     if not isinstance(name, str):
         raise TypeError(f"create: name must be a string; got {type(name).__name__}.")
     key = _resolve(name)
-    if key not in _REGISTRY and _norm(key.partition(".")[2]) in _ADAMW_NAMES:
-        raise ValueError(f"Cannot find optimizer {name!r}: {_DECOUPLED}. ('adam' with wd= is MXNet's coupled L2 "
-                         "decay, a different rule.)")
-    if key not in _REGISTRY:
-        close = _suggest(name)
-        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else "."
-        raise ValueError(f"Cannot find optimizer {name!r}{hint} (gradxform.registered_names() lists all "
-                         f"{len(_REGISTRY)}.)")
-    factory = _REGISTRY[key]
+    factory = registered_factory(name)
     try:
         inspect.signature(factory).bind(**kwargs)
     except TypeError as err:

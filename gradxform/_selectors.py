@@ -37,7 +37,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Selector", "ParamName", "assign_slots", "multipliers", "check_keys", "describe_names"]
+__all__ = ["Selector", "ParamName", "assign_slots", "multipliers", "check_keys", "describe_names", "names_of",
+           "as_names"]
 
 _REGEX_ONLY = re.compile(r"[|()+^$\\{}]")
 
@@ -246,4 +247,16 @@ def names_of(objs: Iterable) -> list[str] | None:
     if isinstance(objs, (str, bytes, dict)) or not isinstance(objs, (list, tuple)) or not objs:
         return None
     got = [_object_name(x) for x in objs]
+    return got if all(n is not None for n in got) else None
+
+
+def as_names(objs) -> list[str] | None:
+    """``objs`` (a list of names and parameter objects with a ``.name``, as
+    the frameworks hand parameters out: Paddle's ``model.parameters()``,
+    MindSpore's ``net.trainable_params()``, Gluon's
+    ``collect_params().values()``) as a list of names; None when ``objs`` is
+    not such a list (patterns and predicates are for `Selector`)."""
+    if isinstance(objs, (str, bytes, dict)) or not isinstance(objs, (list, tuple)) or not objs:
+        return None
+    got = [x if isinstance(x, str) else _object_name(x) for x in objs]
     return got if all(n is not None for n in got) else None

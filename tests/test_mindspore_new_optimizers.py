@@ -143,7 +143,7 @@ def gradxform_run(meta, w0, grads, fused=False):
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["kwargs"].items()}
     if meta["lr_schedule"]:
         kw["learning_rate"] = getattr(gx.schedules, meta["lr_schedule"]["type"])(**meta["lr_schedule"]["kwargs"])
-    tx = getattr(gx.mindspore, meta["optimizer"])(**kw)  # the class name, as nn.AdaMax(...)
+    tx = getattr(gx.mindspore, meta["optimizer"])(None, **kw)  # the class, as nn.AdaMax(params, ...): None, every leaf
     if fused:
         tx = gx.fused(tx)
     names = meta["names"]
@@ -202,8 +202,8 @@ def test_params_first_as_mindspore():
     with pytest.raises(TypeError, match="etas"):
         gx.mindspore.Rprop(None, 0.1, [0.5, 1.2])
     with pytest.raises(ValueError, match="step_sizes"):
-        gx.mindspore.Rprop(step_sizes=(1.0, 0.5))
+        gx.mindspore.Rprop(None, step_sizes=(1.0, 0.5))
     with pytest.raises(TypeError, match="t0"):
-        gx.mindspore.ASGD(t0=5)
+        gx.mindspore.ASGD(None, t0=5)
     with pytest.raises(ValueError, match="beta1"):
-        gx.mindspore.AdaMax(beta1=1.0)
+        gx.mindspore.AdaMax(None, beta1=1.0)

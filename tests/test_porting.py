@@ -234,7 +234,7 @@ def test_mindspore_positional_signature_with_group_params_of_parameter_objects()
     group_params = [{"params": bn_params, "weight_decay": 0.0}, {"params": rest, "lr": 0.05},
                     {"order_params": trainable}]
     # nn.Momentum(group_params, learning_rate=0.1, momentum=0.9, weight_decay=0.01, loss_scale=2.0)
-    tx = gx.mindspore.momentum(group_params, 0.1, 0.9, weight_decay=0.01, loss_scale=2.0)
+    tx = gx.mindspore.Momentum(group_params, 0.1, 0.9, weight_decay=0.01, loss_scale=2.0)
     same = gx.create("mindspore.Momentum", params=group_params, learning_rate=0.1, momentum=0.9,
                      weight_decay=0.01, loss_scale=2.0)
     u, v = one_update(tx), one_update(same)
@@ -249,7 +249,7 @@ def test_mindspore_positional_signature_with_group_params_of_parameter_objects()
 
 def test_mindspore_params_list_optimizes_only_those_and_filters_read_x_name():
     only = [Param("dense/weight"), Param("dense/bias")]
-    u = one_update(gx.mindspore.sgd(only, 0.1))           # nn.SGD(params, learning_rate=0.1)
+    u = one_update(gx.mindspore.SGD(only, 0.1))           # nn.SGD(params, learning_rate=0.1)
     assert float(jnp.abs(u["bn"]["beta"]).max()) == 0.0   # not in params: not optimized
     np.testing.assert_allclose(u["dense"]["weight"], -0.025, rtol=1e-6)
     # decay_filter / lars_filter written for MindSpore Parameters (x.name)
@@ -299,3 +299,93 @@ def test_resume_from_gluon_has_a_fast_mode():
                          env={**__import__("os").environ, "PYTHONPATH": str(root)}).stdout
     rows = [r.split() for r in out.splitlines()[1:]]
     assert [r[1] for r in rows].count("gradxform") == 5 and all(float(r[4]) <= 1e-6 for r in rows if len(r) == 5)
+
+
+def test_paddle_takes_parameter_objects_as_model_parameters_hands_them_out():
+    # paddle.optimizer.Momentum(learning_rate=0.1, parameters=model.parameters()): objects with a .name
+    only = [Param("dense/weight"), Param("dense/bias")]
+    u = one_update(gx.paddle.Momentum(learning_rate=0.1, momentum=0.9, parameters=only))
+    assert float(jnp.abs(u["bn"]["beta"]).max()) == 0.0   # not in parameters: not optimized
+    # Paddle Momentum, first step: v = g; w -= lr * v
+    np.testing.assert_allclose(u["dense"]["weight"], -np.float32(0.1) * np.float32(0.25), rtol=1e-6)
+    # groups of objects (and of names, mixed), each with its own learning-rate ratio
+    groups = [{"params": [Param("dense/weight"), "dense/bias"], "learning_rate": 0.5},
+              {"params": [Param("bn/beta"), Param("bn/gamma")]}]
+    u = one_update(gx.paddle.Momentum(learning_rate=0.1, momentum=0.9, parameters=groups))
+    by_names = [{"params": ["dense/weight", "dense/bias"], "learning_rate": 0.5}, {"params": ["bn/beta", "bn/gamma"]}]
+    v = one_update(gx.paddle.Momentum(learning_rate=0.1, momentum=0.9, parameters=by_names))
+    for a, b in zip(jax.tree.leaves(u), jax.tree.leaves(v)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(u["dense"]["bias"], -np.float32(0.05) * np.float32(0.25), rtol=1e-6)
+    np.testing.assert_allclose(u["bn"]["beta"], -np.float32(0.1) * np.float32(0.25), rtol=1e-6)
+
+
+def test_mindspore_params_may_mix_names_and_parameter_objects():
+    mixed = [Param("dense/weight"), "dense/bias"]
+    u = one_update(gx.mindspore.SGD(mixed, 0.1))
+    assert float(jnp.abs(u["bn"]["gamma"]).max()) == 0.0
+    np.testing.assert_allclose(u["dense"]["bias"], -0.025, rtol=1e-6)
+
+
+# -- issue 24 item 5: param_idx2name by name, never by leaf position ---------------------------
+
+FIT_NAMES = ["conv0_weight", "bn0_gamma", "bn0_beta", "fc1_weight", "fc1_bias"]   # MXNet's index order
+
+
+def _mxnet_module_sgd_step(w, g, lr, wd, names):
+    """MXNet 1.9.1 SGD (no momentum) after ``Optimizer.set_wd_mult`` with
+    param_idx2name: a parameter whose name does not end in ``_weight`` or
+    ``_gamma`` gets wd_mult 0; then ``w -= lr * (g + wd * wd_mult * w)``."""
+    out = {}
+    for n in names:
+        mult = 1.0 if (n.endswith("_weight") or n.endswith("_gamma")) else 0.0
+        out[n] = w[n] - lr * (g[n] + wd * mult * w[n])
+    return out
+
+
+def test_param_idx2name_applies_mxnets_decay_rule_by_name_not_by_leaf_order():
+    rng = np.random.default_rng(0)
+    w64 = {n: rng.normal(size=3) for n in FIT_NAMES}
+    g64 = {n: rng.normal(size=3) for n in FIT_NAMES}
+    params = {n: jnp.asarray(v, jnp.float32) for n, v in w64.items()}
+    grads = {n: jnp.asarray(v, jnp.float32) for n, v in g64.items()}
+    assert gx.param_names(params) != FIT_NAMES   # JAX's sorted order is not MXNet's index order
+    tx = gx.create("sgd", learning_rate=0.1, wd=0.1, param_idx2name=dict(enumerate(FIT_NAMES)))
+    u, _ = tx.update(grads, tx.init(params), params)
+    want = _mxnet_module_sgd_step(w64, g64, 0.1, 0.1, FIT_NAMES)
+    for n in FIT_NAMES:   # float32 step against float64: rtol 1e-6
+        np.testing.assert_allclose(params[n] + u[n], want[n], rtol=1e-6, atol=1e-7, err_msg=n)
+
+
+def test_param_idx2name_names_list_leaves_by_their_index():
+    # a list of arrays (Module/Updater style): leaf '3' is MXNet's index 3
+    rng = np.random.default_rng(1)
+    w64 = {n: rng.normal(size=2) for n in FIT_NAMES}
+    g64 = {n: rng.normal(size=2) for n in FIT_NAMES}
+    params = [jnp.asarray(w64[n], jnp.float32) for n in FIT_NAMES]
+    grads = [jnp.asarray(g64[n], jnp.float32) for n in FIT_NAMES]
+    tx = gx.create("sgd", learning_rate=0.1, wd=0.1, param_idx2name=dict(enumerate(FIT_NAMES)))
+    u, _ = tx.update(grads, tx.init(params), params)
+    want = _mxnet_module_sgd_step(w64, g64, 0.1, 0.1, FIT_NAMES)
+    for i, n in enumerate(FIT_NAMES):
+        np.testing.assert_allclose(params[i] + u[i], want[n], rtol=1e-6, atol=1e-7, err_msg=n)
+
+
+def test_param_idx2name_that_names_no_leaf_is_an_error_saying_how_to_pass_it():
+    params = {"conv": {"weight": jnp.ones(2)}, "fc": {"bias": jnp.ones(2)}}
+    tx = gx.create("sgd", wd=0.1, param_idx2name={0: "conv0_weight", 1: "fc1_bias"})
+    with pytest.raises(ValueError, match=r"mxnet.sgd\(param_idx2name=...\).*never by position.*param_names"):
+        tx.init(params)
+
+
+def test_param_idx2name_takes_parameter_objects_as_gluon_hands_them_out():
+    params = {n: jnp.full(2, 1.5) for n in FIT_NAMES}
+    grads = {n: jnp.full(2, 0.5) for n in FIT_NAMES}
+    by_obj = gx.create("sgd", learning_rate=0.1, wd=0.1, param_idx2name={i: Param(n) for i, n in enumerate(FIT_NAMES)})
+    by_name = gx.create("sgd", learning_rate=0.1, wd=0.1, param_idx2name=dict(enumerate(FIT_NAMES)))
+    a, _ = by_obj.update(grads, by_obj.init(params), params)
+    b, _ = by_name.update(grads, by_name.init(params), params)
+    for n in FIT_NAMES:
+        np.testing.assert_array_equal(a[n], b[n])
+    np.testing.assert_allclose(a["fc1_bias"], -0.05, rtol=1e-6)                     # not decayed
+    np.testing.assert_allclose(a["fc1_weight"], -0.1 * (0.5 + 0.1 * 1.5), rtol=1e-6)  # decayed

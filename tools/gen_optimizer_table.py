@@ -26,10 +26,9 @@ MAX_CHARS = 160
 
 
 def _factory(name: str):
-    # The registry keeps no public lookup by name; this tool reads it directly.
-    from gradxform import _registry  # noqa: PLC0415
+    from gradxform._registry import registered_factory  # noqa: PLC0415
 
-    return _registry._REGISTRY[name]
+    return registered_factory(name)
 
 
 def _first_line(obj) -> str:

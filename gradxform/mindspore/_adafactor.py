@@ -7,6 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import not_fusable
 from .._hyper import hyper_scalar
@@ -121,7 +122,7 @@ def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_
 
 def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_rate=0.8, beta1=0.9,
               weight_decay=0.0, scale_parameter=True, relative_step=True, warmup_init=False, compression=False,
-              loss_scale=1.0, *, groups=None) -> GradientTransformation:
+              loss_scale=1.0, *, params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore AdaFactor (``nn.AdaFactor``), at step ``t`` (1 on the first update)::
 
         lr = min(1e-6 t if warmup_init else 1e-2, 1/sqrt(t))   if relative_step  else learning_rate
@@ -149,7 +150,7 @@ def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_r
       loss_scale: accepted; MindSpore's AdaFactor never applies it (no
         ``scale_grad`` call), so neither does this.
     """
-    owner = "mindspore.adafactor"
+    owner = registered_name(adafactor)
     if learning_rate is not None and relative_step:
         raise ValueError(f"{owner}(learning_rate=...): cannot combine a learning_rate with relative_step=True.")
     if warmup_init and not relative_step:
@@ -160,7 +161,8 @@ def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_r
         beta1 = 0.0
     fixed_lr = learning_rate is None or (isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool))
     o = parse(owner, 0.0 if learning_rate is None else learning_rate, weight_decay, loss_scale, groups,
-              allow_group_lr=False, allow_gc=False)
+              allow_group_lr=False, allow_gc=False,
+              params=params, skip_nonfinite=skip_nonfinite)
     if not isinstance(eps, (list, tuple)):
         raise TypeError(f"{owner}(eps=...): eps must be a list or tuple of 2 floats; got {eps!r}.")
     if len(eps) != 2:

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._registry import registered_name
 from .._base import GradientTransformation, chain, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
@@ -177,7 +178,7 @@ def offloaded_moments(inner: GradientTransformation) -> GradientTransformation:
 
 def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False, use_nesterov=False,
          weight_decay=0.0, loss_scale=1.0, use_amsgrad=False, *, use_lazy=False, use_offload=False,
-         groups=None) -> GradientTransformation:
+         params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore Adam (``nn.Adam`` -> ``P.Adam``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
@@ -196,7 +197,12 @@ def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False
         amsgrad combines with neither.
       Others as `gradxform.mindspore.momentum`.
     """
-    owner = "mindspore.adam"
+    return _adam(registered_name(adam), **locals())
+
+
+def _adam(owner, learning_rate, beta1, beta2, eps, use_locking, use_nesterov, weight_decay, loss_scale,
+          use_amsgrad=False, *, use_lazy=False, use_offload=False, params=None, groups=None,
+          skip_nonfinite=False) -> GradientTransformation:
     for name, flag in (("use_locking", use_locking), ("use_nesterov", use_nesterov),
                        ("use_amsgrad", use_amsgrad), ("use_lazy", use_lazy), ("use_offload", use_offload)):
         check_bool(owner, name, flag)
@@ -204,7 +210,8 @@ def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False
         raise ValueError(f"{owner}(use_lazy=True, use_offload=True): the two cannot both be True.")
     if use_amsgrad and (use_lazy or use_offload):
         raise ValueError(f"{owner}(use_amsgrad=True): not available with use_lazy or use_offload.")
-    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, allow_gc=not use_offload)
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, allow_gc=not use_offload,
+              params=params, skip_nonfinite=skip_nonfinite)
     _check_betas(owner, beta1, beta2, eps)
     if use_amsgrad:
         moments = _amsgrad_moments(beta1, beta2, eps)
@@ -219,28 +226,28 @@ def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False
 
 
 def lazy_adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False, use_nesterov=False,
-              weight_decay=0.0, loss_scale=1.0, *, groups=None) -> GradientTransformation:
+              weight_decay=0.0, loss_scale=1.0, *, params=None, groups=None,
+              skip_nonfinite=False) -> GradientTransformation:
     """MindSpore LazyAdam (``nn.LazyAdam``): `adam` where only the rows (first
     axis) touched by the gradient change: a row whose gradient is all zero
     keeps its weight and its moments (``FusedSparseLazyAdam``; the decay is
     applied to touched rows only). ``eps`` defaults to 1e-8 as in MindSpore's
     code (the seed says 1e-6). With dense gradients without zero rows this is `adam`."""
-    return adam(learning_rate, beta1, beta2, eps, use_locking, use_nesterov, weight_decay, loss_scale,
-                use_lazy=True, groups=groups)
+    return _adam(registered_name(lazy_adam), use_lazy=True, **locals())
 
 
 def adam_offload(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False, use_nesterov=False,
-                 weight_decay=0.0, loss_scale=1.0, *, groups=None) -> GradientTransformation:
+                 weight_decay=0.0, loss_scale=1.0, *, params=None, groups=None,
+                 skip_nonfinite=False) -> GradientTransformation:
     """MindSpore AdamOffload (``nn.AdamOffload`` -> ``AdamNoUpdateParam`` on the host):
     `adam`'s numbers; the moments live in pinned host memory where the JAX
     backend supports memory kinds, on the device otherwise. No gradient
     centralization (MindSpore's AdamOffload does not apply it)."""
-    return adam(learning_rate, beta1, beta2, eps, use_locking, use_nesterov, weight_decay, loss_scale,
-                use_offload=True, groups=groups)
+    return _adam(registered_name(adam_offload), use_offload=True, **locals())
 
 
 def adam_weight_decay(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *,
-                      groups=None) -> GradientTransformation:
+                      params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore AdamWeightDecay (``nn.AdamWeightDecay`` -> ``P.AdamWeightDecay``)::
 
         m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g^2
@@ -250,8 +257,9 @@ def adam_weight_decay(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weig
     No bias correction, no loss scale, no gradient centralization (MindSpore
     has none of them here). ``weight_decay`` is decoupled from the moments.
     """
-    owner = "mindspore.adam_weight_decay"
-    o = parse(owner, learning_rate, weight_decay, 1.0, groups, allow_gc=False)
+    owner = registered_name(adam_weight_decay)
+    o = parse(owner, learning_rate, weight_decay, 1.0, groups, allow_gc=False,
+              params=params, skip_nonfinite=skip_nonfinite)
     _check_betas(owner, beta1, beta2, eps)
     return o.build(scale_by_adam_moments(beta1, beta2, eps), o.decay(loss_scaled=False), scale_by_lr())
 
@@ -317,7 +325,7 @@ def _lamb_direction(beta1, beta2, eps, trust_ratio="update") -> GradientTransfor
 
 
 def lamb(learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *, trust_ratio="update",
-         groups=None) -> GradientTransformation:
+         params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore Lamb (``nn.Lamb`` -> ``Lamb`` kernel: Ascend, GPU)::
 
         m, v = EMAs of g, g^2;  m^ = m / (1 - beta1^t);  v^ = v / (1 - beta2^t)
@@ -342,10 +350,10 @@ def lamb(learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *, t
     per group as MindSpore. MindSpore has no CPU kernel for Lamb, so this is
     checked against float64 transcriptions of both rules.
     """
-    owner = "mindspore.lamb"
+    owner = registered_name(lamb)
     if trust_ratio not in ("update", "clipped"):
         raise ValueError(f"{owner}(trust_ratio=...): must be 'update' or 'clipped'; got {trust_ratio!r}.")
-    o = parse(owner, learning_rate, weight_decay, 1.0, groups)
+    o = parse(owner, learning_rate, weight_decay, 1.0, groups, params=params, skip_nonfinite=skip_nonfinite)
     _check_betas(owner, beta1, beta2, eps)
     return o.build(o.decay(loss_scaled=False, add=False), o.centralize(),
                    _lamb_direction(beta1, beta2, eps, trust_ratio), scale_by_lr())

@@ -14,6 +14,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
@@ -49,7 +50,7 @@ def _adagrad_step(accum: float, update_slots: bool) -> GradientTransformation:
 
 
 def adagrad(accum=0.1, learning_rate=0.001, update_slots=True, loss_scale=1.0, weight_decay=0.0, *,
-            groups=None) -> GradientTransformation:
+            params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore Adagrad (``nn.Adagrad`` -> ``ApplyAdagrad``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
@@ -63,8 +64,8 @@ def adagrad(accum=0.1, learning_rate=0.001, update_slots=True, loss_scale=1.0, w
     Args: accum: float >= 0; update_slots: bool (static); others as
     `gradxform.mindspore.momentum`.
     """
-    owner = "mindspore.adagrad"
-    o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
+    owner = registered_name(adagrad)
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, params=params, skip_nonfinite=skip_nonfinite)
     accum = check_float(owner, "accum", accum, low=0.0)
     check_bool(owner, "update_slots", update_slots)
     return o.build(o.head(), _adagrad_step(accum, update_slots))
@@ -102,7 +103,7 @@ def _proximal_adagrad_step(accum: float, l1: float, l2: float) -> GradientTransf
 
 
 def proximal_adagrad(accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking=False, loss_scale=1.0,
-                     weight_decay=0.0, *, groups=None) -> GradientTransformation:
+                     weight_decay=0.0, *, params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore ProximalAdagrad (``nn.ProximalAdagrad`` -> ``ApplyProximalAdagrad``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
@@ -119,8 +120,8 @@ def proximal_adagrad(accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking
     MindSpore's op documentation write ``lr`` there; the kernels agree with
     each other, so the framework's code wins. The two agree when l1 = l2 = 0.
     """
-    owner = "mindspore.proximal_adagrad"
-    o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
+    owner = registered_name(proximal_adagrad)
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, params=params, skip_nonfinite=skip_nonfinite)
     accum = check_float(owner, "accum", accum, low=0.0)
     l1 = check_float(owner, "l1", l1)
     l2 = check_float(owner, "l2", l2)
@@ -175,7 +176,7 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
 
 
 def ftrl(initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0, use_locking=False,
-         loss_scale=1.0, weight_decay=0.0, *, groups=None) -> GradientTransformation:
+         loss_scale=1.0, weight_decay=0.0, *, params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore FTRL (``nn.FTRL`` -> ``ApplyFtrl``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (all parameters decayed)
@@ -191,11 +192,12 @@ def ftrl(initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0, 
     where the seed has ``sign(u) * l1 - u`` (they differ for negative ``u``
     when l1 > 0); the seed's rule is kept here.
     """
-    owner = "mindspore.ftrl"
+    owner = registered_name(ftrl)
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, float):
         raise TypeError(f"{owner}(learning_rate=...): learning_rate must be a float; got {learning_rate!r}.")
     check_float(owner, "learning_rate", learning_rate)
-    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, allow_dynamic_lr=False, allow_group_lr=False)
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, allow_dynamic_lr=False, allow_group_lr=False,
+              params=params, skip_nonfinite=skip_nonfinite)
     initial_accum = check_float(owner, "initial_accum", initial_accum, low=0.0)
     lr_power = check_float(owner, "lr_power", lr_power)
     l1 = check_float(owner, "l1", l1)
@@ -248,7 +250,8 @@ def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool)
 
 
 def rmsprop(learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locking=False, centered=False,
-            loss_scale=1.0, weight_decay=0.0, *, groups=None) -> GradientTransformation:
+            loss_scale=1.0, weight_decay=0.0, *,
+            params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore RMSProp (``nn.RMSProp``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
@@ -260,8 +263,8 @@ def rmsprop(learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locki
     changing lr acts on new gradients only. Args: decay, momentum: floats >= 0;
     epsilon: float > 0; centered (static); use_locking accepted and ignored.
     """
-    owner = "mindspore.rmsprop"
-    o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
+    owner = registered_name(rmsprop)
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, params=params, skip_nonfinite=skip_nonfinite)
     decay = check_float(owner, "decay", decay)
     momentum = check_float(owner, "momentum", momentum)
     epsilon = check_float(owner, "epsilon", epsilon)

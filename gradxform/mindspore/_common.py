@@ -11,80 +11,42 @@ the beta/gamma filter or per group, gradient centralization, the static
 from __future__ import annotations
 
 import dataclasses
-import functools
-import inspect
 from typing import Any, Callable
 
 from .._base import GradientTransformation, chain, identity
 from ._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay, parse_groups,
                        unselected_frozen)
 from .._optimizer import Setup
+from .._selectors import as_names
 from ..pieces import centralize_gradients, unscale
 from .._ranges import check_bool, check_hyper
 from ..schedules.internal import as_schedule, check_number
 from ..schedules.internal import DynamicLR
 
-__all__ = ["MSOptions", "parse", "check_float", "check_bool", "accepts_params"]
+__all__ = ["MSOptions", "parse", "check_float", "check_bool", "params_as_groups"]
 
 
-def _params_as_groups(owner: str, params):
-    """MindSpore's ``params``: a list of group dicts (MindSpore's group
-    params), a list of parameter objects with a ``.name`` (only those are
-    optimized, as in MindSpore: one group of them), or the parameter pytree
-    itself (None: every parameter; gradxform sees them at ``init``)."""
-    from .._selectors import names_of  # noqa: PLC0415
-
+def params_as_groups(owner: str, params, groups=None):
+    """MindSpore's ``params`` as gradxform's group list: a list of group dicts
+    (MindSpore's group params), a list of parameter objects with a ``.name``
+    or of names (only those are optimized, as in MindSpore: one group of them), or the
+    parameter pytree itself or None (every parameter; gradxform sees them at
+    ``init``). ``groups``: the same list given by its gradxform keyword."""
+    if params is None:
+        return groups
     if isinstance(params, (list, tuple)) and params and all(isinstance(g, dict) for g in params):
-        return list(params)
-    names = names_of(params)
-    if names is not None:
-        return [{"params": names}]
-    if isinstance(params, dict) or hasattr(params, "shape") or isinstance(params, (list, tuple)):
-        return None
-    raise TypeError(f"{owner}(params=...): must be a list of group dicts, a list of parameters with a .name, "
-                    f"or the parameter pytree; got {type(params).__name__}.")
-
-
-def _looks_like_params(x) -> bool:
-    from .._selectors import names_of  # noqa: PLC0415
-
-    if isinstance(x, dict):
-        return True
-    return isinstance(x, (list, tuple)) and bool(x) and (all(isinstance(g, dict) for g in x)
-                                                        or names_of(x) is not None)
-
-
-def accepts_params(factory):
-    """MindSpore's own call forms for a factory that takes ``groups``:
-    ``momentum(params, learning_rate, momentum, ...)`` positionally, as
-    ``nn.Momentum(params, ...)``, and the keyword ``params=`` (see
-    `_params_as_groups`). A first positional argument is ``params`` when it
-    is a list of group dicts, a list of parameter objects, or a dict (a
-    pytree); a number, list of numbers or schedule is still the learning rate."""
-    sig = inspect.signature(factory)
-    if "groups" not in sig.parameters or "params" in sig.parameters:
-        return factory
-    owner = f"mindspore.{factory.__name__}"
-
-    @functools.wraps(factory)
-    def wrapper(*args, params=None, **kwargs):
-        if args and _looks_like_params(args[0]):
-            if params is not None:
-                raise TypeError(f"{owner}: params given twice (positionally and as params=).")
-            params, args = args[0], args[1:]
-        if params is not None:
-            groups = _params_as_groups(owner, params)
-            if groups is not None:
-                if kwargs.get("groups") is not None:
-                    raise TypeError(f"{owner}: give the group list as params= or as groups=, not both.")
-                kwargs["groups"] = groups
-        return factory(*args, **kwargs)
-
-    ps = list(sig.parameters.values())
-    at = next(i for i, p in enumerate(ps) if p.name == "groups")
-    extra = inspect.Parameter("params", inspect.Parameter.KEYWORD_ONLY, default=None)
-    wrapper.__signature__ = sig.replace(parameters=ps[:at] + [extra] + ps[at:])
-    return wrapper
+        found = list(params)
+    elif as_names(params) is not None:
+        found = [{"params": as_names(params)}]
+    elif isinstance(params, dict) or hasattr(params, "shape") or isinstance(params, (list, tuple)):
+        found = None
+    else:
+        raise TypeError(f"{owner}(params=...): must be a list of group dicts, a list of parameters with a .name, "
+                        f"the parameter pytree, or None; got {type(params).__name__}. MindSpore's order is "
+                        f"{owner.split('.', 1)[-1]}(params, learning_rate, ...): the parameters come first.")
+    if found is not None and groups is not None:
+        raise TypeError(f"{owner}: give the group list as params= or as groups=, not both.")
+    return groups if found is None else found
 
 
 def check_float(owner: str, name: str, value, *, ints: bool = False, **range_kw) -> float:
@@ -160,9 +122,13 @@ class MSOptions(Setup):
 
 
 def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=None, *,
-          allow_dynamic_lr=True, allow_group_lr=True, allow_gc=True, check_loss_scale=True) -> MSOptions:
+          allow_dynamic_lr=True, allow_group_lr=True, allow_gc=True, check_loss_scale=True,
+          params=None, skip_nonfinite: bool = False) -> MSOptions:
     """Checks the base-class arguments at construction (MindSpore's
-    ``Optimizer.__init__`` rules) and returns the shared options."""
+    ``Optimizer.__init__`` rules) and returns the shared options.
+    ``params``: MindSpore's first argument (`params_as_groups`);
+    ``skip_nonfinite``: gradxform's guard (`gradxform._optimizer.finalize`)."""
+    groups = params_as_groups(owner, params, groups)
     base, sched = as_schedule(owner, learning_rate, DynamicLR)
     if sched is not None and not allow_dynamic_lr:
         raise ValueError(f"{owner}(learning_rate=...): a dynamic learning rate is not supported; got {learning_rate!r}.")
@@ -173,4 +139,4 @@ def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=No
         check_float(owner, "loss_scale", loss_scale, ints=True)
     specs, order = parse_groups(owner, groups, allow_lr=allow_group_lr, allow_gc=allow_gc, list_cls=DynamicLR)
     return MSOptions(owner=owner, learning_rate=base, schedule=sched, weight_decay=float(weight_decay),
-                     loss_scale=float(loss_scale), specs=specs, order=order)
+                     loss_scale=float(loss_scale), specs=specs, order=order, skip_nonfinite=skip_nonfinite)

@@ -11,9 +11,11 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._registry import registered_name
 from .._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation
 from .._elementwise import fusable
 from .._errors import validated
+from .._optimizer import guarded
 from ._groups import beta_gamma_filter
 from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
 from .._ranges import check_hyper
@@ -30,7 +32,7 @@ OPTIMIZERS = ("momentum", "sgd", "lars")  # registered as 'mindspore.<name>' by 
 
 
 def momentum(learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nesterov=False, *,
-             groups=None) -> GradientTransformation:
+             params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore Momentum (``nn.Momentum`` -> ``ApplyMomentum``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
@@ -50,8 +52,8 @@ def momentum(learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nest
     ``use_nesterov`` (its golden equals plain momentum); the seed and the
     other kernels apply Nesterov, and so does this (the seed wins).
     """
-    owner = "mindspore.momentum"
-    o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
+    owner = registered_name(globals()["momentum"])  # the argument momentum shadows the factory
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, params=params, skip_nonfinite=skip_nonfinite)
     check_float(owner, "momentum", momentum)
     check_bool(owner, "use_nesterov", use_nesterov)
     return o.build(o.head(), trace(momentum, nesterov=use_nesterov), scale_by_lr())
@@ -100,7 +102,7 @@ def _sgd_momentum(momentum: float, dampening: float, nesterov: bool) -> Gradient
 
 
 def sgd(learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, loss_scale=1.0, *,
-        groups=None) -> GradientTransformation:
+        params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore SGD (``nn.SGD`` -> ``P.SGD``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
@@ -112,8 +114,8 @@ def sgd(learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nester
     them); nesterov (static) needs momentum > 0 and dampening == 0. Others as
     `momentum`.
     """
-    owner = "mindspore.sgd"
-    o = parse(owner, learning_rate, weight_decay, loss_scale, groups)
+    owner = registered_name(sgd)
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, params=params, skip_nonfinite=skip_nonfinite)
     momentum = check_float(owner, "momentum", momentum, ints=True)
     dampening = check_float(owner, "dampening", dampening, ints=True)
     check_bool(owner, "nesterov", nesterov)
@@ -185,7 +187,8 @@ def _inner_inspect(optimizer, updates, state, params, extra_args):
 
 def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, use_clip=False,
          lars_filter: Callable[[str], bool] = _default_lars_filter, *, weight_decay=None, loss_scale=None,
-         decay_filter: Callable[[str], bool] | None = beta_gamma_filter, learning_rate=None) -> GradientTransformation:
+         decay_filter: Callable[[str], bool] | None = beta_gamma_filter, learning_rate=None,
+         skip_nonfinite=False) -> GradientTransformation:
     """MindSpore LARS (``nn.LARS`` -> ``LARSUpdate``): rescales each filtered
     gradient by a layer-wise trust ratio, then runs ``optimizer``::
 
@@ -232,7 +235,7 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     wrapped optimizer already went through `finalize`, so this wrapper does
     not repeat it.
     """
-    owner = "mindspore.lars"
+    owner = registered_name(lars)
     if not (isinstance(optimizer, tuple) and hasattr(optimizer, "init") and hasattr(optimizer, "update")):
         raise TypeError(f"{owner}(optimizer=...): must be a gradxform/optax transformation; got {optimizer!r}.")
     epsilon = check_float(owner, "epsilon", epsilon)
@@ -356,4 +359,4 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     # come in. master_weights=True lets a float32 gradient of a float16
     # parameter through to the wrapped optimizer, which refuses it unless it
     # keeps master weights (LARS keeps the gradient's dtype).
-    return validated(transformation(init, update), master_weights=True, name=owner)
+    return guarded(validated(transformation(init, update), master_weights=True, name=owner), skip_nonfinite)

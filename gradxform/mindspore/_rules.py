@@ -1,4 +1,5 @@
-"""MindSpore (2.x) AdaMax, Adadelta, Rprop and ASGD, ``params`` first as MindSpore's.
+"""MindSpore (2.x) AdaMax, Adadelta, Rprop and ASGD (their classes, ``params``
+first as MindSpore's, are in `gradxform.mindspore._classes`).
 
 Sources: ``mindspore/nn/optim/adamax.py`` (``P.ApplyAdaMax``),
 ``adadelta.py`` (``P.ApplyAdadelta``), ``rprop.py`` and ``asgd.py`` (both in
@@ -10,27 +11,17 @@ MindSpore 2.10, so each has goldens (tools/mindspore_new_goldens.py).
 from __future__ import annotations
 
 from .._base import GradientTransformation
+from .._registry import registered_name
 from ..pieces import (averaged_sgd_step, running_bias_correction, scale_by_adadelta, scale_by_infinity_norm,
                       scale_by_lr, scale_by_rprop)
-from ._common import _params_as_groups, check_float, parse
+from ._common import check_float, parse
 
 __all__ = ["adamax", "adadelta", "rprop", "asgd"]
 OPTIMIZERS = ("adamax", "adadelta", "rprop", "asgd")  # registered as 'mindspore.<name>' by the family's __init__
 
 
-def _groups(owner: str, params, groups):
-    """MindSpore's ``params``: group dicts, parameter objects with a ``.name``
-    (only those are trained), or the parameter pytree / None (every leaf)."""
-    if params is None:
-        return groups
-    as_groups = _params_as_groups(owner, params)
-    if as_groups is not None and groups is not None:
-        raise TypeError(f"{owner}: give the group list as params= or as groups=, not both.")
-    return as_groups if as_groups is not None else groups
-
-
-def adamax(params=None, learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.0, loss_scale=1.0,
-           *, groups=None) -> GradientTransformation:
+def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.0, loss_scale=1.0, *,
+           params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore AdaMax (``nn.AdaMax`` -> ``ApplyAdaMax``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
@@ -40,12 +31,13 @@ def adamax(params=None, learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-08, 
 
     Args:
       params: MindSpore's ``params`` (group dicts, parameters with a ``.name``),
-        or None / the parameter pytree: every leaf (given to ``init``).
+        or None / the parameter pytree: every leaf (given to ``init``); by
+        keyword here, first in `gradxform.mindspore.AdaMax`.
       beta1, beta2: floats in (0, 1); eps: float > 0.
       learning_rate, weight_decay, loss_scale: as `gradxform.mindspore.momentum`.
     """
-    owner = "mindspore.adamax"
-    o = parse(owner, learning_rate, weight_decay, loss_scale, _groups(owner, params, groups))
+    owner = registered_name(adamax)
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, params=params, skip_nonfinite=skip_nonfinite)
     for name, v in (("beta1", beta1), ("beta2", beta2)):
         check_float(owner, name, v)
     check_float(owner, "eps", eps, low=0.0, low_open=True)
@@ -53,8 +45,8 @@ def adamax(params=None, learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-08, 
                    scale_by_lr())
 
 
-def adadelta(params=None, learning_rate=1.0, rho=0.9, epsilon=1e-6, loss_scale=1.0, weight_decay=0.0, *,
-             groups=None) -> GradientTransformation:
+def adadelta(learning_rate=1.0, rho=0.9, epsilon=1e-6, loss_scale=1.0, weight_decay=0.0, *,
+             params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore Adadelta (``nn.Adadelta`` -> ``ApplyAdadelta``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
@@ -66,8 +58,8 @@ def adadelta(params=None, learning_rate=1.0, rho=0.9, epsilon=1e-6, loss_scale=1
     Args: rho: float in [0, 1]; epsilon: float >= 0; others as `adamax`
     (note MindSpore's order here: ``loss_scale`` before ``weight_decay``).
     """
-    owner = "mindspore.adadelta"
-    o = parse(owner, learning_rate, weight_decay, loss_scale, _groups(owner, params, groups))
+    owner = registered_name(adadelta)
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, params=params, skip_nonfinite=skip_nonfinite)
     check_float(owner, "rho", rho, low=0.0, high=1.0)
     check_float(owner, "epsilon", epsilon, low=0.0)
     return o.build(o.head(), scale_by_adadelta(rho, epsilon), scale_by_lr())
@@ -81,8 +73,8 @@ def _pair(owner: str, name: str, value) -> tuple:
     return value
 
 
-def rprop(params=None, learning_rate=0.1, etas=(0.5, 1.2), step_sizes=(1e-6, 50.), weight_decay=0., *,
-          groups=None) -> GradientTransformation:
+def rprop(learning_rate=0.1, etas=(0.5, 1.2), step_sizes=(1e-6, 50.), weight_decay=0., *,
+         params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore Rprop (``nn.Rprop``)::
 
         g = g + weight_decay * w                               (no decay for 'beta'/'gamma')
@@ -98,7 +90,7 @@ def rprop(params=None, learning_rate=0.1, etas=(0.5, 1.2), step_sizes=(1e-6, 50.
       etas: (etaminus, etaplus), floats, 0 < etaminus < 1 < etaplus.
       step_sizes: (min, max), floats, min <= max.
     """
-    owner = "mindspore.rprop"
+    owner = registered_name(rprop)
     etaminus, etaplus = _pair(owner, "etas", etas)
     lo, hi = _pair(owner, "step_sizes", step_sizes)
     if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo > hi:
@@ -108,12 +100,12 @@ def rprop(params=None, learning_rate=0.1, etas=(0.5, 1.2), step_sizes=(1e-6, 50.
     check_float(owner, "etaplus", etaplus, low=1.0, low_open=True)
     check_float(owner, "step_size_min", lo, low=0.0)
     check_float(owner, "step_size_max", hi, low=0.0)
-    o = parse(owner, learning_rate, weight_decay, 1.0, _groups(owner, params, groups))
+    o = parse(owner, learning_rate, weight_decay, 1.0, groups, params=params, skip_nonfinite=skip_nonfinite)
     return o.build(o.head(), scale_by_rprop(etaminus, etaplus, lo, hi))
 
 
-def asgd(params=None, learning_rate=0.1, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, *,
-         groups=None) -> GradientTransformation:
+def asgd(learning_rate=0.1, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, *,
+         params=None, groups=None, skip_nonfinite=False) -> GradientTransformation:
     """MindSpore ASGD (``nn.ASGD``, averaged SGD), with ``t`` the global step after its increment::
 
         g = g + weight_decay * w                               (no decay for 'beta'/'gamma')
@@ -128,8 +120,8 @@ def asgd(params=None, learning_rate=0.1, lambd=1e-4, alpha=0.75, t0=1e6, weight_
 
     Args: lambd, alpha, t0: floats >= 0 (MindSpore checks they are floats).
     """
-    owner = "mindspore.asgd"
+    owner = registered_name(asgd)
     for name, v in (("lambd", lambd), ("alpha", alpha), ("t0", t0)):
         check_float(owner, name, v, low=0.0)
-    o = parse(owner, learning_rate, weight_decay, 1.0, _groups(owner, params, groups))
+    o = parse(owner, learning_rate, weight_decay, 1.0, groups, params=params, skip_nonfinite=skip_nonfinite)
     return o.build(o.head(), averaged_sgd_step(lambd, alpha, t0))

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
+from .._registry import registered_name
 from .._base import GradientTransformation, context_value, identity, transformation, uses_context
 from .._elementwise import not_fusable
 from .._hyper import hyper_scalar
@@ -288,10 +289,11 @@ def _clip_each_by_norm(enabled: bool) -> GradientTransformation:
     return transformation(init, update)
 
 
-def thor(learning_rate, damping, momentum, weight_decay=0.0, loss_scale=1.0, batch_size=32,
-         use_nesterov=False, decay_filter: Callable[[str], bool] = _every_parameter, split_indices=None,
-         enable_clip_grad=False, frequency=100, *, layers: Mapping[str, str], layout: str = "in_out",
-         factor_damping: str = "seed", block_size: int | None = None) -> GradientTransformation:
+def thor(net=None, learning_rate=None, damping=None, momentum=None, weight_decay=0.0, loss_scale=1.0,
+         batch_size=32, use_nesterov=False, decay_filter: Callable[[str], bool] = _every_parameter,
+         split_indices=None, enable_clip_grad=False, frequency=100, *, layers: Mapping[str, str],
+         layout: str = "in_out", factor_damping: str = "seed", block_size: int | None = None,
+         skip_nonfinite=False) -> GradientTransformation:
     r"""MindSpore THOR (``nn.thor`` -> ``ThorGpu``), second-order with Kronecker factors.
 
     Trace-based Hardware-driven layer-ORiented Natural Gradient Descent
@@ -317,7 +319,15 @@ def thor(learning_rate, damping, momentum, weight_decay=0.0, loss_scale=1.0, bat
     unnamed layers) get the same momentum step without preconditioning, as
     in MindSpore.
 
-    ``layers`` replaces MindSpore's ``net`` (whose ``ConvertNetUtils`` swaps
+    ``net``: MindSpore's first argument, accepted in its place so that
+    ``thor(net, learning_rate, damping, momentum, ...)`` reads as MindSpore's;
+    it may be the parameter pytree, a model object or None, and is not read
+    (gradxform sees the parameters at ``init``). ``learning_rate``,
+    ``damping`` and ``momentum`` are required, as in MindSpore (None is a
+    TypeError naming the one missing); their None default only lets ``net``
+    be left out (``gradxform.create('mindspore.thor', learning_rate=...)``).
+
+    ``layers`` replaces what MindSpore reads off ``net`` (whose ``ConvertNetUtils`` swaps
     Dense/Conv2d/Embedding cells for their THOR versions that record ``a``
     and ``D``): a mapping from a parameter name (``"Dense_0/kernel"``) or a
     glob pattern (``"*/kernel"``) to ``"dense"``, ``"conv"``, ``"embedding"``
@@ -402,8 +412,14 @@ def thor(learning_rate, damping, momentum, weight_decay=0.0, loss_scale=1.0, bat
     * Distributed all-reduce of A and G (``split_indices``): not done here;
       pass already reduced statistics.
     """
-    owner = OWNER
-    o = parse(owner, learning_rate, weight_decay, loss_scale, None)
+    del net  # MindSpore's network: gradxform sees the parameters at init, the layers in ``layers``
+    owner = registered_name(thor)
+    missing = [k for k, v in (("learning_rate", learning_rate), ("damping", damping), ("momentum", momentum))
+               if v is None]
+    if missing:
+        raise TypeError(f"{owner}: missing required argument {missing[0]!r} (MindSpore's "
+                        f"thor(net, learning_rate, damping, momentum, ...) requires it).")
+    o = parse(owner, learning_rate, weight_decay, loss_scale, None, skip_nonfinite=skip_nonfinite)
     check_float(owner, "momentum", momentum)
     if isinstance(loss_scale, bool) or not isinstance(loss_scale, float):
         raise TypeError(f"{owner}(loss_scale=...): loss_scale must be a float; got {loss_scale!r}.")

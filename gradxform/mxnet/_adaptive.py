@@ -37,8 +37,10 @@ def _check_eps(owner, **values):
         check_hyper(owner, name, v)
 
 
-def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, lazy_update=False,
-         **kwargs) -> GradientTransformation:
+def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, lazy_update=False, *, wd=0.0, rescale_grad=1.0,
+         clip_gradient=None, lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
+         param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
+         use_fused_step=None) -> GradientTransformation:
     """MXNet Adam (``Adam.update`` -> ``adam_update``)::
 
         g = clip(rescale_grad * grad + wd * w, clip_gradient)
@@ -48,23 +50,26 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, lazy_update=
     ``t`` is the parameter's own update count. ``lazy_update`` as in `sgd`
     (default False: MXNet's True only acts on row_sparse gradients).
     """
-    o = parse_options("mxnet.adam", learning_rate, kwargs)
-    check_unit("mxnet.adam", beta1=beta1, beta2=beta2)
-    _check_eps("mxnet.adam", epsilon=epsilon)
+    o = parse_options(adam, locals())
+    check_unit(o.owner, beta1=beta1, beta2=beta2)
+    _check_eps(o.owner, epsilon=epsilon)
     body = chain(o.rescale(), o.add_wd(), o.clip(), scale_by_adam_moments(beta1, beta2, epsilon),
                  bias_correction(beta1, beta2), scale_by_lr(), needs=("lr", "count"))
     return o.build(lazy_rows(body) if lazy_update else body)
 
 
-def adamax(learning_rate=0.002, beta1=0.9, beta2=0.999, **kwargs) -> GradientTransformation:
+def adamax(learning_rate=0.002, beta1=0.9, beta2=0.999, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+           lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
+           param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
+           use_fused_step=None) -> GradientTransformation:
     """MXNet Adamax (``Adamax.update``)::
 
         g = clip(rescale_grad * grad + wd * w, clip_gradient)
         m = beta1 m + (1 - beta1) g;   u = max(beta2 u, |g|)
         w -= lr / (1 - beta1^t) * m / u
     """
-    o = parse_options("mxnet.adamax", learning_rate, kwargs)
-    check_unit("mxnet.adamax", beta1=beta1, beta2=beta2)
+    o = parse_options(adamax, locals())
+    check_unit(o.owner, beta1=beta1, beta2=beta2)
     return o.build(o.rescale(), o.add_wd(), o.clip(), scale_by_adamax(beta1, beta2),
                    bias_correction(beta1, None), scale_by_lr())
 
@@ -161,8 +166,10 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
     return transformation(init, update)
 
 
-def nadam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, schedule_decay=0.004,
-          **kwargs) -> GradientTransformation:
+def nadam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, schedule_decay=0.004, *, wd=0.0,
+          rescale_grad=1.0, clip_gradient=None, lr_scheduler=None, multi_precision=False, begin_num_update=0,
+          lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
+          use_fused_step=None) -> GradientTransformation:
     """MXNet Nadam (``Nadam.update``)::
 
         g = clip(rescale_grad * grad + wd * w, clip_gradient)
@@ -172,23 +179,25 @@ def nadam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, schedule_de
         m_bar = (1 - mu_t) g / (1 - m_schedule) + mu_t1 m / (1 - m_schedule * mu_t1)
         w -= lr * m_bar / (sqrt(v / (1 - beta2^t)) + epsilon)
     """
-    o = parse_options("mxnet.nadam", learning_rate, kwargs)
-    check_unit("mxnet.nadam", beta1=beta1, beta2=beta2)
-    _check_eps("mxnet.nadam", epsilon=epsilon)
-    check_hyper("mxnet.nadam", "schedule_decay", schedule_decay)
+    o = parse_options(nadam, locals())
+    check_unit(o.owner, beta1=beta1, beta2=beta2)
+    _check_eps(o.owner, epsilon=epsilon)
+    check_hyper(o.owner, "schedule_decay", schedule_decay)
     return o.build(o.rescale(), o.add_wd(), o.clip(),
                    _nadam_direction(beta1, beta2, epsilon, schedule_decay), scale_by_lr())
 
 
-def adagrad(learning_rate=None, eps=1e-7, **kwargs) -> GradientTransformation:
+def adagrad(learning_rate=None, eps=1e-7, *, wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None,
+            multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None,
+            skip_nonfinite=False, param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet AdaGrad (``AdaGrad.update``, dense path)::
 
         g = clip(rescale_grad * grad, clip_gradient)
         history += g^2
         w -= lr * (g / sqrt(history + eps) + wd * w)
     """
-    o = parse_options("mxnet.adagrad", learning_rate, kwargs)
-    check_hyper("mxnet.adagrad", "eps", eps)
+    o = parse_options(adagrad, locals())
+    check_hyper(o.owner, "eps", eps)
     return o.build(o.rescale(), o.clip(), scale_by_accumulated_squares(eps), o.add_wd(), scale_by_lr())
 
 
@@ -200,7 +209,6 @@ def _clip_weights(clip_weights):
     """RMSProp's own piece: the new weight is clipped to ``[-c, c]``."""
     if not clip_weights:
         return identity()
-    check_hyper("mxnet.rmsprop", "clip_weights", clip_weights)
 
     def init(params):
         del params
@@ -216,8 +224,10 @@ def _clip_weights(clip_weights):
     return transformation(init, update)
 
 
-def rmsprop(learning_rate=0.001, gamma1=0.9, gamma2=0.9, epsilon=1e-8, centered=False,
-            clip_weights=None, **kwargs) -> GradientTransformation:
+def rmsprop(learning_rate=0.001, gamma1=0.9, gamma2=0.9, epsilon=1e-8, centered=False, clip_weights=None, *, wd=0.0,
+            rescale_grad=1.0, clip_gradient=None, lr_scheduler=None, multi_precision=False, begin_num_update=0,
+            lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False, param_dict=None,
+            aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet RMSProp (``rmsprop_update``; ``rmspropalex_update`` when centered).
 
     Tieleman & Hinton (``centered=False``)::
@@ -234,9 +244,11 @@ def rmsprop(learning_rate=0.001, gamma1=0.9, gamma2=0.9, epsilon=1e-8, centered=
     then, with ``clip_weights``, ``w = clip(w, -clip_weights, clip_weights)``.
     ``centered`` is static.
     """
-    o = parse_options("mxnet.rmsprop", learning_rate, kwargs)
-    check_unit("mxnet.rmsprop", gamma1=gamma1, gamma2=gamma2)
-    _check_eps("mxnet.rmsprop", epsilon=epsilon)
+    o = parse_options(rmsprop, locals())
+    if clip_weights:
+        check_hyper(o.owner, "clip_weights", clip_weights)  # the weight clip's range (None/0: no clip)
+    check_unit(o.owner, gamma1=gamma1, gamma2=gamma2)
+    _check_eps(o.owner, epsilon=epsilon)
     if centered:
         direction = (scale_by_centered_rms(gamma1, epsilon), scale_by_lr(), trace(gamma2, name="gamma2"))
     else:
@@ -275,7 +287,10 @@ def _adadelta_direction(rho, epsilon):
     return transformation(init, update)
 
 
-def adadelta(learning_rate=None, rho=0.90, epsilon=1e-5, **kwargs) -> GradientTransformation:
+def adadelta(learning_rate=None, rho=0.90, epsilon=1e-5, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+             lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
+             param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
+             use_fused_step=None) -> GradientTransformation:
     """MXNet AdaDelta (``AdaDelta.update``); no learning rate enters the rule::
 
         g = clip(rescale_grad * grad, clip_gradient)
@@ -284,9 +299,9 @@ def adadelta(learning_rate=None, rho=0.90, epsilon=1e-5, **kwargs) -> GradientTr
         acc_delta = rho acc_delta + (1 - rho) delta^2
         w -= delta + wd * w
     """
-    o = parse_options("mxnet.adadelta", learning_rate, kwargs)
-    check_unit("mxnet.adadelta", rho=rho)
-    _check_eps("mxnet.adadelta", epsilon=epsilon)
+    o = parse_options(adadelta, locals())
+    check_unit(o.owner, rho=rho)
+    _check_eps(o.owner, epsilon=epsilon)
     return o.build(o.rescale(), o.clip(), _adadelta_direction(rho, epsilon), o.add_wd(), scale(-1.0),
                    read_lr="before")
 
@@ -327,7 +342,10 @@ def _ftml_step(beta1, beta2, epsilon):
     return transformation(init, update)
 
 
-def ftml(learning_rate=None, beta1=0.6, beta2=0.999, epsilon=1e-8, **kwargs) -> GradientTransformation:
+def ftml(learning_rate=None, beta1=0.6, beta2=0.999, epsilon=1e-8, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+         lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
+         param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
+         use_fused_step=None) -> GradientTransformation:
     """MXNet FTML (Follow the Moving Leader, ``ftml_update``)::
 
         g = clip(rescale_grad * grad + wd * w, clip_gradient)
@@ -336,9 +354,9 @@ def ftml(learning_rate=None, beta1=0.6, beta2=0.999, epsilon=1e-8, **kwargs) -> 
         z = beta1 z + (1 - beta1) g - (d_t - beta1 d_{t-1}) w
         w = -z / d_t
     """
-    o = parse_options("mxnet.ftml", learning_rate, kwargs)
-    check_unit("mxnet.ftml", beta1=beta1, beta2=beta2)
-    _check_eps("mxnet.ftml", epsilon=epsilon)
+    o = parse_options(ftml, locals())
+    check_unit(o.owner, beta1=beta1, beta2=beta2)
+    _check_eps(o.owner, epsilon=epsilon)
     return o.build(o.rescale(), o.add_wd(), o.clip(), _ftml_step(beta1, beta2, epsilon))
 
 
@@ -377,7 +395,9 @@ def _ftrl_step(lamda1, beta):
     return transformation(init, update)
 
 
-def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, **kwargs) -> GradientTransformation:
+def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, *, wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None,
+         multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None,
+         skip_nonfinite=False, param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet Ftrl (FTRL-proximal, ``ftrl_update``)::
 
         g = clip(rescale_grad * grad, clip_gradient)
@@ -385,10 +405,10 @@ def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, **kwargs) -> GradientTransfor
         n += g^2
         w = (sign(z) * lamda1 - z) / ((beta + sqrt(n)) / lr + wd) * (|z| > lamda1)
     """
-    if kwargs.get("lr_scheduler") is not None:
+    if lr_scheduler is not None:
         # MXNet's Ftrl keeps learning_rate to itself, so a scheduler runs from its own base_lr.
         learning_rate = None
-    o = parse_options("mxnet.ftrl", learning_rate, kwargs)
-    check_hyper("mxnet.ftrl", "lamda1", lamda1)
-    check_hyper("mxnet.ftrl", "beta", beta)
+    o = parse_options(ftrl, locals())
+    check_hyper(o.owner, "lamda1", lamda1)
+    check_hyper(o.owner, "beta", beta)
     return o.build(o.provide_wd(), o.rescale(), o.clip(), _ftrl_step(lamda1, beta))

@@ -24,53 +24,33 @@ Porting notes, as MXNet reads these keywords:
   callable counts MXNet's ``num_update`` (1 on the first update). A callable
   ``learning_rate`` (an optax schedule, say) counts from 0.
 
-Every factory's ``help()`` lists these keywords: `with_common_keywords`
-writes them into its signature.
+Every factory lists these keywords in its own signature (keyword-only,
+with the defaults of `COMMON_DEFAULTS`; tests/test_registry.py checks that
+each one does) and hands them to `parse_options` with ``locals()``.
 """
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from typing import Any
 
 from .._base import GradientTransformation, chain
 from .._hyper import check_range
 from .._ranges import check_flag, check_hyper
-from .._selectors import check_keys, multipliers
+from .._registry import registered_name
+from .._selectors import as_names, check_keys, describe_names, multipliers
 from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
+from ..schedules.internal import COMPLETED, NUM_UPDATE, as_update_schedule
 
-__all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS", "with_common_keywords"]
+__all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS"]
 
 COMMON_DEFAULTS: dict[str, Any] = dict(
     wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None, multi_precision=False,
     begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False,
     param_dict=None, aggregate_num=None, use_fused_step=None,
 )
-
-
-def with_common_keywords(factory):
-    """Writes the common keywords into ``factory``'s signature (keyword-only,
-    with their defaults) in place of its ``**kwargs``, so ``help()`` and
-    ``create``'s keyword check see them all. Returns ``factory`` itself."""
-    sig = inspect.signature(factory)
-    own = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    if len(own) == len(sig.parameters):
-        return factory
-    names = {p.name for p in own}
-    common = [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v)
-              for k, v in COMMON_DEFAULTS.items() if k not in names]
-    factory.__signature__ = sig.replace(parameters=own + common)
-    return factory
-
-
-def _own_keywords(owner: str) -> list[str]:
-    from .._registry import _REGISTRY, keywords_of  # noqa: PLC0415
-
-    factory = _REGISTRY.get(owner)
-    return keywords_of(factory) if factory is not None else ["learning_rate", *COMMON_DEFAULTS]
 
 
 def _param_dict_mult(obj, what: str, where) -> float:
@@ -85,6 +65,42 @@ def _module_wd_default(name: str) -> float:
     # MXNet Optimizer.set_wd_mult: with param_idx2name, names not ending in
     # _weight or _gamma are not decayed (biases, BatchNorm beta, running stats).
     return 1.0 if name.endswith("_weight") or name.endswith("_gamma") else 0.0
+
+
+def _mxnet_names(owner: str, idx2name, names: list[str]):
+    """``(mx_names, index_of, named)``: each leaf's MXNet name, the leaf
+    position of an MXNet parameter index (None: no such parameter), and the
+    MXNet names ``param_idx2name`` gives (those get MXNet's
+    ``_weight``/``_gamma`` decay rule).
+
+    ``param_idx2name`` (MXNet index -> name) is matched by name, never by
+    the leaves' order: when its values are the tree's leaf names
+    (`gradxform.param_names`), each leaf keeps its name and index ``i`` is
+    the leaf named ``idx2name[i]``; when the tree is a list of arrays (leaf
+    names ``'0'``, ``'1'``, ...), index ``i`` is the leaf named ``str(i)``,
+    MXNet's own index, and is called ``idx2name[i]``. Anything else is a
+    ValueError saying how to pass it. ``True``: the leaf names themselves."""
+    if not isinstance(idx2name, dict) or not idx2name:
+        positions = dict(enumerate(range(len(names))))  # MXNet's legacy integer keys: leaf order
+        return list(names), positions.get, set(names) if idx2name else set()
+    at = {n: i for i, n in enumerate(names)}
+    # a name, or a parameter object with a .name (Gluon's collect_params().values())
+    by_index = dict(zip(idx2name, as_names(list(idx2name.values())) or map(str, idx2name.values())))
+    values = list(by_index.values())
+    if all(v in at for v in values):
+        return list(names), lambda k: at.get(by_index[k]) if k in by_index else None, set(values)
+    if all(str(k) in at for k in by_index):
+        mx = list(names)
+        for k, v in by_index.items():
+            mx[at[str(k)]] = v
+        return mx, lambda k: at.get(str(k)), set(values)
+    missing = [v for v in values if v not in at][:4]
+    raise ValueError(f"{owner}(param_idx2name=...): its names {missing} are not parameters of this tree, and its "
+                     f"indices are not the tree's leaf names either, so it cannot be matched (never by position). "
+                     f"The tree's parameter names are {describe_names(names)}: pass "
+                     f"{{i: name for i, name in enumerate(gradxform.param_names(params))}} in your order, name the "
+                     f"tree's leaves as MXNet does (a dict keyed 'fc1_weight', ...), or pass param_idx2name=True "
+                     f"to apply MXNet's rule to the leaf names.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -104,16 +120,13 @@ class MXNetOptions(Setup):
         idx2name = self.param_idx2name
 
         def resolve(names):
-            if idx2name is True:
-                mx_names = list(names)
-            elif idx2name:
-                mx_names = [idx2name.get(i, n) for i, n in enumerate(names)]
-            else:
-                mx_names = list(names)
+            mx_names, index_of, named = _mxnet_names(self.owner, idx2name, list(names))
             if mapping and not callable(mapping):
                 known = list(dict.fromkeys(mx_names + list(names)))
                 check_keys(known, {k: v for k, v in mapping.items() if not isinstance(k, int)}, what)
-            default = _module_wd_default if (module_rule and idx2name) else 1.0
+            # MXNet's set_wd_mult: only the parameters param_idx2name names get the _weight/_gamma rule
+            default = (lambda n: _module_wd_default(n) if n in named else 1.0) if (module_rule and idx2name) \
+                else 1.0
             by_name = {k: v for k, v in (mapping or {}).items() if not isinstance(k, int)} \
                 if not callable(mapping) else mapping
             out = multipliers(mx_names, by_name, default, what)
@@ -121,15 +134,15 @@ class MXNetOptions(Setup):
                 # MXNet also accepts integer indices as keys (its legacy form).
                 for k, v in mapping.items():
                     if isinstance(k, int):
-                        if not 0 <= k < len(names):
+                        if index_of(k) is None:
                             raise ValueError(f"{what}: index {k} is out of range for {len(names)} parameters.")
-                        out[k] = float(v)
+                        out[index_of(k)] = float(v)
             if self.param_dict:
                 # MXNet: a parameter object's own multiplier wins (_get_lr / _get_wd)
                 for k, obj in self.param_dict.items():
-                    i = k if isinstance(k, int) else (mx_names.index(k) if k in mx_names else
-                                                      names.index(k) if k in names else None)
-                    if i is None or not 0 <= i < len(names):
+                    i = index_of(k) if isinstance(k, int) else (mx_names.index(k) if k in mx_names else
+                                                                names.index(k) if k in names else None)
+                    if i is None:
                         raise ValueError(f"param_dict: {k!r} is not a parameter index or name here; "
                                          f"{len(names)} parameters, named {names[:8]}.")
                     out[i] = _param_dict_mult(obj, what, k)
@@ -158,32 +171,33 @@ class MXNetOptions(Setup):
     def provide_wd(self) -> GradientTransformation:
         return provide_weight_decay(self.wd, wd_mult=self._resolver(self.wd_mult, True, "wd_mult"))
 
-    def build(self, *body: GradientTransformation, read_lr: str = "after") -> GradientTransformation:
+    def build(self, *body: GradientTransformation, read_lr: str = "after",
+              warn_as: str | None = None) -> GradientTransformation:
         """``chain(step, *body)``, under float32 master weights when
-        ``multi_precision``; otherwise float16 parameters warn as in MXNet."""
-        # MXNet's SGD, LBSGD and NAG name themselves in the float16 warning
-        who = {"mxnet.sgd": "SGD", "mxnet.ccsgd": "SGD", "mxnet.lbsgd": "SGD", "mxnet.nag": "NAG"}.get(self.owner)
-        warning = FP16_WARNING.replace("of the optimizer", f"of the {who} optimizer") if who else FP16_WARNING
+        ``multi_precision``; otherwise float16 parameters warn as in MXNet
+        (``warn_as``: the class name MXNet's SGD, LBSGD and NAG put in that warning)."""
+        warning = FP16_WARNING.replace("of the optimizer", f"of the {warn_as} optimizer") if warn_as \
+            else FP16_WARNING
         return self.finish(chain(self.step(read_lr), *body), fp16_warning=warning)
 
 
-def parse_options(owner: str, learning_rate: float | None, kwargs: dict) -> MXNetOptions:
-    """Checks the common keywords at construction: an unknown keyword is a
-    TypeError naming it, a value out of range a ValueError naming the range.
+def parse_options(factory, given: dict) -> MXNetOptions:
+    """Checks the common keywords at construction: a value out of range is a
+    ValueError naming the range. ``factory``: the registered factory (its
+    registered name is the owner in every message); ``given``: its arguments
+    (``locals()`` on its first line), of which ``learning_rate`` and the
+    `COMMON_DEFAULTS` keywords are read.
 
     ``learning_rate=None`` (MXNet 1.9.1's base default) means 0.01, or, with
     an ``lr_scheduler``, the scheduler's own ``base_lr``; an explicit value
     becomes the scheduler's base, as MXNet overwrites ``base_lr`` with it.
     """
-    unknown = [k for k in kwargs if k not in COMMON_DEFAULTS]
-    if unknown:
-        from .._registry import unknown_keyword_message  # noqa: PLC0415
-        raise TypeError(unknown_keyword_message(owner, unknown[0], _own_keywords(owner)))
-    o = dict(COMMON_DEFAULTS, **kwargs)
+    owner = registered_name(factory)
+    learning_rate = given["learning_rate"]
+    o = {k: given[k] for k in COMMON_DEFAULTS}
     if o["clip_gradient"] is not None and not isinstance(o["clip_gradient"], bool) \
             and isinstance(o["clip_gradient"], (int, float)) and o["clip_gradient"] <= 0:
         o["clip_gradient"] = None  # MXNet's kernels: clip_gradient <= 0 turns clipping off
-    from ..schedules.internal import COMPLETED, NUM_UPDATE, as_update_schedule  # noqa: PLC0415
     if callable(learning_rate):  # an optax-style schedule as the learning rate (count from 0)
         if o["lr_scheduler"] is not None:
             raise TypeError(f"{owner}: give a schedule as learning_rate or as lr_scheduler, not both.")

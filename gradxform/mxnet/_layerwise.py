@@ -16,7 +16,7 @@ from .._selectors import multipliers
 from ..pieces import (add_decayed_weights, provide_lars_ratio, provide_weight_decay, scale_by_adam_moments, scale_by_corrected_moments,
                       scale_by_lr, scale_by_row_accumulated_squares, scale_by_trust_ratio, trace,
                       trace_with_lr_ratio)
-from ._common import check_unit, parse_options
+from ._common import _mxnet_names, check_unit, parse_options
 
 __all__ = ["lamb", "lars", "groupadagrad"]
 OPTIMIZERS = ("lamb", "lars", "groupadagrad")  # registered as 'mxnet.<name>' by the family's __init__
@@ -33,7 +33,9 @@ def _bound(owner: str, name: str, value):
 
 
 def lamb(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6, lower_bound=None, upper_bound=None,
-         bias_correction=True, **kwargs) -> GradientTransformation:
+         bias_correction=True, *, wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None, multi_precision=False,
+         begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False, param_dict=None,
+         aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet LAMB (``LAMB.update`` -> ``lamb_update_phase1`` + ``lamb_update_phase2``)::
 
         g = clip(rescale_grad * grad, clip_gradient)
@@ -53,11 +55,11 @@ def lamb(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6, lower_bound=
       lower_bound, upper_bound: None or a number; as MXNet, a bound that is
         not > 0 is no bound (static).
       bias_correction: bool (static).
-      **kwargs: the common keywords (wd, rescale_grad, clip_gradient,
-        lr_scheduler, multi_precision, ...).
+      wd, rescale_grad, clip_gradient, lr_scheduler, multi_precision, ...:
+        the common keywords (`gradxform.mxnet.sgd`).
     """
-    owner = "mxnet.lamb"
-    o = parse_options(owner, learning_rate, kwargs)
+    o = parse_options(lamb, locals())
+    owner = o.owner
     check_unit(owner, beta1=beta1, beta2=beta2, epsilon=epsilon)
     check_bool(owner, "bias_correction", bias_correction)
     lower, upper = _bound(owner, "lower_bound", lower_bound), _bound(owner, "upper_bound", upper_bound)
@@ -71,17 +73,10 @@ LARS_RATIO = LocalKey("lars_ratio", "mxnet.lars's provide_lars_ratio")
 _NO_LARS = ("gamma", "beta", "bias")  # LARS._get_lars / _update_impl: these names keep the plain lr
 
 
-def _mx_names(idx2name, names):
-    """The names MXNet's LARS sees: ``param_idx2name``'s values, matched to the
-    leaves by name where they name the leaves, else by index (MXNet's
-    ``str(i)`` where an index has none); ``str(i)`` for every leaf without it."""
-    if not idx2name:
-        return [str(i) for i in range(len(names))]
-    if idx2name is True:
-        return list(names)
-    if set(idx2name.values()) <= set(names):
-        return list(names)
-    return [idx2name.get(i, str(i)) for i in range(len(names))]
+def _mx_names(owner: str, idx2name, names):
+    """The names MXNet's LARS sees: ``param_idx2name`` matched by name, never
+    by position (`gradxform.mxnet._common._mxnet_names`)."""
+    return _mxnet_names(owner, idx2name, list(names))[0]
 
 
 def _lars_wd_mult(o):
@@ -93,7 +88,7 @@ def _lars_wd_mult(o):
     idx2name, spec, pd = o.param_idx2name, o.wd_mult, o.param_dict
 
     def resolve(names):
-        mx = _mx_names(idx2name, names)
+        mx = _mx_names(o.owner, idx2name, names)
         default = (lambda n: 1.0 if n.endswith("_weight") else 0.0) if idx2name else 1.0
         by_name = {k: v for k, v in (spec or {}).items() if not isinstance(k, int)}
         out = multipliers(mx, by_name, default, "wd_mult")
@@ -116,8 +111,10 @@ def _lars_wd_mult(o):
     return resolve
 
 
-def lars(momentum=0.0, lazy_update=False, eta=0.001, eps=0.0, momentum_correction=True, *, learning_rate=None,
-         **kwargs) -> GradientTransformation:
+def lars(learning_rate=None, momentum=0.0, lazy_update=False, eta=0.001, eps=0.0, momentum_correction=True, *,
+         wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None, multi_precision=False,
+         begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False, param_dict=None,
+         aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet LARS (``LARS.update``: ``multi_lars`` + ``preloaded_multi_sgd_mom_update``)::
 
         lr_i = lr * eta |w| / (rescale_grad |grad| + wd |w| + eps)   (|w| > 0 and |grad| > 0)
@@ -147,10 +144,10 @@ def lars(momentum=0.0, lazy_update=False, eta=0.001, eps=0.0, momentum_correctio
         ignore it (so the default here is False, and True changes nothing).
       eta: >= 0. eps: >= 0. momentum_correction: bool (static).
       learning_rate: >= 0; None means 0.01, or the lr_scheduler's base_lr.
-      **kwargs: the common keywords.
+      wd, rescale_grad, ...: the common keywords (`gradxform.mxnet.sgd`).
     """
-    owner = "mxnet.lars"
-    o = parse_options(owner, learning_rate, kwargs)
+    o = parse_options(lars, locals())
+    owner = o.owner
     check_unit(owner, momentum=momentum)
     check_hyper(owner, "eta", eta)
     check_hyper(owner, "eps", eps)
@@ -160,7 +157,7 @@ def lars(momentum=0.0, lazy_update=False, eta=0.001, eps=0.0, momentum_correctio
     layers = None
     if idx2name:
         layers = lambda names: np.asarray([0.0 if n.endswith(_NO_LARS) else 1.0  # noqa: E731
-                                           for n in _mx_names(idx2name, names)], np.float32)
+                                           for n in _mx_names(owner, idx2name, names)], np.float32)
     if momentum > 0:
         direction = trace_with_lr_ratio(momentum) if momentum_correction else trace(momentum)
     else:
@@ -169,7 +166,9 @@ def lars(momentum=0.0, lazy_update=False, eta=0.001, eps=0.0, momentum_correctio
                    o.clip(), add_decayed_weights(None), scale_by_lr(factor_key=LARS_RATIO), direction)
 
 
-def groupadagrad(eps=1e-5, *, learning_rate=None, **kwargs) -> GradientTransformation:
+def groupadagrad(learning_rate=None, eps=1e-5, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+                lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False, param_dict=None,
+                aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet GroupAdaGrad (``mx.optimizer.contrib.GroupAdaGrad.update``, dense path)::
 
         g = clip(rescale_grad * grad, clip_gradient)
@@ -183,10 +182,10 @@ def groupadagrad(eps=1e-5, *, learning_rate=None, **kwargs) -> GradientTransform
 
     Args:
       eps: >= 0, added inside the root. learning_rate: >= 0; None means 0.01,
-        or the lr_scheduler's base_lr. **kwargs: the common keywords.
+        or the lr_scheduler's base_lr. wd, rescale_grad, ...: the common keywords.
     """
-    owner = "mxnet.groupadagrad"
-    o = parse_options(owner, learning_rate, kwargs)
+    o = parse_options(groupadagrad, locals())
+    owner = o.owner
     check_hyper(owner, "eps", eps)
     if o.wd != 0:
         raise ValueError(f"{owner}(wd={o.wd!r}): weight decay is not supported for GroupAdaGrad "

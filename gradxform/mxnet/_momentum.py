@@ -26,7 +26,9 @@ OPTIMIZERS = ("sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld")  # reg
 
 
 
-def sgd(learning_rate=None, momentum=0.0, lazy_update=False, **kwargs) -> GradientTransformation:
+def sgd(learning_rate=None, momentum=0.0, lazy_update=False, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+        lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None,
+        skip_nonfinite=False, param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet SGD with momentum (``SGD.update`` -> ``sgd_update`` / ``sgd_mom_update``)::
 
         g   = clip(rescale_grad * grad, clip_gradient) + wd * w
@@ -39,20 +41,25 @@ def sgd(learning_rate=None, momentum=0.0, lazy_update=False, **kwargs) -> Gradie
         whose gradient is all zero are left alone, weight and momentum alike.
         MXNet's default True only acts on row_sparse gradients, so dense
         MXNet training matches the default False here.
-      **kwargs: the common keywords (wd, rescale_grad, clip_gradient,
-        lr_scheduler, multi_precision, begin_num_update, lr_mult, wd_mult,
-        param_idx2name, skip_nonfinite).
+      wd, rescale_grad, ... (keyword-only): the keywords every MXNet
+        optimizer takes, with MXNet's defaults (`gradxform.mxnet._common`).
     """
-    o = parse_options("mxnet.sgd", learning_rate, kwargs)
-    check_unit("mxnet.sgd", momentum=momentum)
+    return _sgd_rule(parse_options(sgd, locals()), momentum, lazy_update)
+
+
+def _sgd_rule(o, momentum, lazy_update) -> GradientTransformation:
+    check_unit(o.owner, momentum=momentum)
     body = chain(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(),
                  trace(momentum) if momentum > 0 else identity(), needs=("lr",))
-    return o.build(lazy_rows(body) if lazy_update else body)
+    return o.build(lazy_rows(body) if lazy_update else body, warn_as="SGD")
 
 
-def ccsgd(learning_rate=None, momentum=0.0, lazy_update=False, **kwargs) -> GradientTransformation:
+def ccsgd(learning_rate=None, momentum=0.0, lazy_update=False, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+          lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
+          param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
+          use_fused_step=None) -> GradientTransformation:
     """MXNet ccSGD: deprecated in MXNet, the same rule as `sgd`."""
-    return sgd(learning_rate, momentum, lazy_update, **kwargs)
+    return _sgd_rule(parse_options(ccsgd, locals()), momentum, lazy_update)
 
 
 class NAGState(NamedTuple):
@@ -88,7 +95,9 @@ def _nesterov_step(momentum):
     return transformation(init, update)
 
 
-def nag(learning_rate=None, momentum=0.0, **kwargs) -> GradientTransformation:
+def nag(learning_rate=None, momentum=0.0, *, wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None,
+        multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None,
+        skip_nonfinite=False, param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet NAG (Nesterov accelerated SGD; 1.9.1 ``nag_mom_update``)::
 
         G     = clip(rescale_grad * grad, clip_gradient) + wd * w
@@ -99,14 +108,17 @@ def nag(learning_rate=None, momentum=0.0, **kwargs) -> GradientTransformation:
     With ``momentum=0`` it is `sgd`. (The seed's older pure-Python NAG kept an
     un-scaled momentum; 1.9.1's kernel, followed here, is what MXNet runs.)
     """
-    o = parse_options("mxnet.nag", learning_rate, kwargs)
-    check_unit("mxnet.nag", momentum=momentum)
+    o = parse_options(nag, locals())
+    check_unit(o.owner, momentum=momentum)
     if momentum == 0:
-        return o.build(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(), identity())
-    return o.build(o.rescale(), o.clip(), o.provide_wd(), _nesterov_step(momentum))
+        return o.build(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(), identity(), warn_as="NAG")
+    return o.build(o.rescale(), o.clip(), o.provide_wd(), _nesterov_step(momentum), warn_as="NAG")
 
 
-def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, **kwargs) -> GradientTransformation:
+def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+           lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
+           param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
+           use_fused_step=None) -> GradientTransformation:
     """MXNet Signum (``signum_update``; ``signsgd_update`` when momentum is 0)::
 
         g   = clip(rescale_grad * grad, clip_gradient) + wd * w
@@ -122,12 +134,12 @@ def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, **kwargs) -> GradientTra
 
     Args: momentum in [0, 1) (0: signSGD, static); wd_lh >= 0, decoupled decay.
     """
-    o = parse_options("mxnet.signum", learning_rate, kwargs)
-    check_unit("mxnet.signum", momentum=momentum)
-    check_hyper("mxnet.signum", "wd_lh", wd_lh)
+    o = parse_options(signum, locals())
+    check_unit(o.owner, momentum=momentum)
+    check_hyper(o.owner, "wd_lh", wd_lh)
     if momentum == 0:
         if wd_lh:
-            raise ValueError("mxnet.signum(wd_lh=...): with momentum=0 (signSGD) wd_lh must be 0; "
+            raise ValueError(f"{o.owner}(wd_lh=...): with momentum=0 (signSGD) wd_lh must be 0; "
                              "MXNet's signsgd_update has no wd_lh (use wd).")
         return o.build(o.provide_wd(), sign(), scale_by_lr(), add_decoupled_weight_decay(None))
     return o.build(o.rescale(), o.clip(), o.add_wd(), ema(momentum), sign(), scale_by_lr(),
@@ -206,7 +218,10 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
 
 
 def lbsgd(learning_rate=None, momentum=0.0, warmup_strategy="linear", warmup_epochs=5, batch_scale=1,
-          updates_per_epoch=32, begin_epoch=0, num_epochs=60, **kwargs) -> GradientTransformation:
+          updates_per_epoch=32, begin_epoch=0, num_epochs=60, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+          lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
+          param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
+          use_fused_step=None) -> GradientTransformation:
     """MXNet LBSGD (large-batch SGD, ``LBSGD.update``).
 
     Reads the learning rate *before* bumping the update count. Gradients are
@@ -223,21 +238,21 @@ def lbsgd(learning_rate=None, momentum=0.0, warmup_strategy="linear", warmup_epo
     ``num_epochs`` is accepted and unused, as in MXNet.
     """
     del num_epochs
-    o = parse_options("mxnet.lbsgd", learning_rate, kwargs)
-    check_unit("mxnet.lbsgd", momentum=momentum)
+    o = parse_options(lbsgd, locals())
+    check_unit(o.owner, momentum=momentum)
     if warmup_strategy not in ("linear", "power2", "sqrt", "lars"):
-        raise ValueError(f"mxnet.lbsgd(warmup_strategy=...): must be one of 'linear', 'power2', "
+        raise ValueError(f"{o.owner}(warmup_strategy=...): must be one of 'linear', 'power2', "
                          f"'sqrt', 'lars'; got {warmup_strategy!r}.")
     for name, v in dict(warmup_epochs=warmup_epochs, updates_per_epoch=updates_per_epoch).items():
-        check_range("mxnet.lbsgd", name, v, low=0)
-    check_range("mxnet.lbsgd", "batch_scale", batch_scale, low=1)
-    check_range("mxnet.lbsgd", "begin_epoch", begin_epoch, low=0)
+        check_range(o.owner, name, v, low=0)
+    check_range(o.owner, "batch_scale", batch_scale, low=1)
+    check_range(o.owner, "begin_epoch", begin_epoch, low=0)
     sgd_step = chain(o.rescale(), o.clip(), o.add_wd_from_context(), scale_by_lr(factor_key=LBMULT),
                      trace(momentum) if momentum > 0 else identity(), needs=("lr", "wd", LBMULT))
     return o.build(o.provide_wd(),
                    _lbsgd_accumulate(int(batch_scale), warmup_strategy, warmup_epochs, updates_per_epoch,
                                      begin_epoch),
-                   gated(sgd_step, LBSGD_APPLY), read_lr="before")
+                   gated(sgd_step, LBSGD_APPLY), read_lr="before", warn_as="SGD")
 
 
 class DCASGDState(NamedTuple):
@@ -262,7 +277,10 @@ def _delay_compensation(lamda):
     return transformation(init, update)
 
 
-def dcasgd(learning_rate=None, momentum=0.0, lamda=0.04, **kwargs) -> GradientTransformation:
+def dcasgd(learning_rate=None, momentum=0.0, lamda=0.04, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
+           lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
+           param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
+           use_fused_step=None) -> GradientTransformation:
     """MXNet DCASGD (delay-compensated async SGD, ``DCASGD.update``)::
 
         g   = clip(rescale_grad * grad, clip_gradient)
@@ -273,9 +291,9 @@ def dcasgd(learning_rate=None, momentum=0.0, lamda=0.04, **kwargs) -> GradientTr
     element; the rule above is what its code writes, and what it computes for
     one-element parameters.
     """
-    o = parse_options("mxnet.dcasgd", learning_rate, kwargs)
-    check_unit("mxnet.dcasgd", momentum=momentum)
-    check_hyper("mxnet.dcasgd", "lamda", lamda)
+    o = parse_options(dcasgd, locals())
+    check_unit(o.owner, momentum=momentum)
+    check_hyper(o.owner, "lamda", lamda)
     return o.build(o.rescale(), o.clip(), _delay_compensation(lamda), o.add_wd(), scale_by_lr(),
                    trace(momentum) if momentum > 0 else identity())
 
@@ -307,7 +325,9 @@ def _langevin_noise(seed):
     return transformation(init, update)
 
 
-def sgld(learning_rate=None, seed=0, **kwargs) -> GradientTransformation:
+def sgld(learning_rate=None, seed=0, *, wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None,
+         multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None,
+         skip_nonfinite=False, param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet SGLD (stochastic gradient Langevin dynamics, ``SGLD.update``)::
 
         g  = clip(rescale_grad * grad, clip_gradient)
@@ -316,7 +336,7 @@ def sgld(learning_rate=None, seed=0, **kwargs) -> GradientTransformation:
     The noise comes from a JAX PRNG key in the state (``seed``), so it does
     not reproduce MXNet's random stream; its distribution is the same.
     """
-    o = parse_options("mxnet.sgld", learning_rate, kwargs)
+    o = parse_options(sgld, locals())
     return o.build(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(sign=-0.5), _langevin_noise(seed))
 
 

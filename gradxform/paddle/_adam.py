@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._ranges import check_hyper
@@ -178,7 +179,7 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=N
       give the same numbers with either value (goldens checked).
       use_multi_tensor: accepted (the same numbers).
     """
-    owner = "paddle.adam"
+    owner = registered_name(adam)
     del name
     _check_betas(owner, beta1, beta2, epsilon)
     for k, v in (("lazy_mode", lazy_mode), ("use_multi_tensor", use_multi_tensor), ("amsgrad", amsgrad)):
@@ -210,7 +211,7 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
     gets the gradxform parameter name. ``use_lowprecision_moment``: accepted
     (moments follow the update dtype here; float32 under multi_precision).
     """
-    owner = "paddle.adamw"
+    owner = registered_name(adamw)
     del name
     _check_betas(owner, beta1, beta2, epsilon)
     if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
@@ -291,7 +292,7 @@ def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters
     the kernel adds it inside the max (the code wins). Adamax has no
     multi_precision in Paddle.
     """
-    owner = "paddle.adamax"
+    owner = registered_name(adamax)
     del name
     _check_betas(owner, beta1, beta2, epsilon)
     o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, group_keys=("beta1", "beta2", "epsilon"))
@@ -387,7 +388,7 @@ def lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, ep
     trust ratio is 1 unless ``always_adapt`` (Paddle: "skip adaptation on
     parameters that are excluded from weight decay").
     """
-    owner = "paddle.lamb"
+    owner = registered_name(lamb)
     del name
     check_float(owner, "lamb_weight_decay", lamb_weight_decay)
     for k, v in (("beta1", beta1), ("beta2", beta2), ("epsilon", epsilon)):

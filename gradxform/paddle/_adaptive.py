@@ -11,6 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._ranges import check_hyper
@@ -81,7 +82,7 @@ def adagrad(learning_rate, epsilon=1e-6, parameters=None, weight_decay=None, gra
 
     ``learning_rate`` has no default, as in Paddle.
     """
-    owner = "paddle.adagrad"
+    owner = registered_name(adagrad)
     del name
     check_float(owner, "epsilon", epsilon)
     check_float(owner, "initial_accumulator_value", initial_accumulator_value)
@@ -117,7 +118,7 @@ def adadelta(learning_rate=0.001, epsilon=1e-6, rho=0.95, parameters=None, weigh
     has none; its documentation shows the rule without it): the code wins.
     Accumulators: ``_avg_squared_grad``, ``_avg_squared_update``.
     """
-    owner = "paddle.adadelta"
+    owner = registered_name(adadelta)
     del name
     check_float(owner, "epsilon", epsilon)
     check_float(owner, "rho", rho)
@@ -152,7 +153,7 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
     ``epsilon``, ``momentum``); where groups differ, ``centered`` is a 0/1
     hyperparameter per group (``centered_group_<k>``), else it is static.
     """
-    owner = "paddle.rmsprop"
+    owner = registered_name(rmsprop)
     del name
     for k, v in (("rho", rho), ("epsilon", epsilon), ("momentum", momentum)):
         check_float(owner, k, v, low=0.0)
@@ -204,7 +205,7 @@ def nadam(learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=1e-8, momentum_de
     Paddle keeps ``momentum_decay_pow``, ``beta2_pow``, ``mu_product`` shaped
     like the parameter (every element equal); here one scalar per leaf.
     """
-    owner = "paddle.nadam"
+    owner = registered_name(nadam)
     del name
     _check_betas(owner, beta1, beta2, epsilon)
     check_float(owner, "momentum_decay", momentum_decay, low=0.0)
@@ -246,7 +247,7 @@ def radam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
                     r_t = sqrt((rho_t - 4)(rho_t - 2) rho_inf / ((rho_inf - 4)(rho_inf - 2) rho_t))
         else:       w -= lr * m1^
     """
-    owner = "paddle.radam"
+    owner = registered_name(radam)
     del name
     _check_betas(owner, beta1, beta2, epsilon)
     o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, group_keys=("epsilon", "beta1", "beta2"))
@@ -287,7 +288,7 @@ def rprop(learning_rate=0.001, learning_rate_range=(1e-5, 50), parameters=None, 
     schedule is refused here (Paddle fails on it at construction as well).
     Hyperparameters ``lr_min``, ``lr_max``, ``eta_negative``, ``eta_positive``.
     """
-    owner = "paddle.rprop"
+    owner = registered_name(rprop)
     del name
     check_float(owner, "learning_rate", learning_rate)
     check_hyper(owner, "learning_rate", learning_rate)

@@ -11,6 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import not_fusable
 from .._tree import zeros_like_params
@@ -98,7 +99,7 @@ def asgd(learning_rate=0.001, batch_num=1, parameters=None, weight_decay=None, g
         parameters warn, as Paddle does.
       skip_nonfinite: a step with a NaN/Inf gradient changes nothing.
     """
-    owner = "paddle.asgd"
+    owner = registered_name(asgd)
     del name
     if learning_rate is None:
         raise ValueError(f"{owner}(learning_rate=None): learning_rate should not be None.")

@@ -48,7 +48,7 @@ from .._elementwise import fusable
 from .._hyper import _scheduled, get_hyper, get_learning_rate, set_hyper
 from .._optimizer import Setup
 from .._ranges import Range, check_bool, register_range
-from .._selectors import Selector, assign_slots, describe_names
+from .._selectors import Selector, as_names, assign_slots, describe_names
 from .._state_paths import find_states
 from .._tree import param_names
 from ..pieces.internal import StepState
@@ -139,13 +139,24 @@ class GroupState(NamedTuple):
     per_leaf_fields = ("slot", "lr_ratio")
 
 
+def _named(parameters):
+    """``parameters`` with each parameter object (anything with a ``.name``:
+    ``model.parameters()``) replaced by its name, at the top level and in
+    each group's ``'params'`` list; anything else as it was."""
+    names = as_names(parameters)
+    if names is not None:
+        return names
+    return [dict(g, params=as_names(g["params"]) or g["params"]) if isinstance(g, dict) and "params" in g
+            and as_names(g["params"]) is not None else g for g in parameters]
+
+
 def _selection(owner, i, sel):
     if callable(sel) or (isinstance(sel, str)):
         return [sel] if isinstance(sel, str) else sel
     if isinstance(sel, (list, tuple)) and all(isinstance(x, str) for x in sel):
         return list(sel)
-    raise TypeError(f"{owner}(parameters=...): group {i} 'params' must be a list of parameter names or glob "
-                    f"patterns, or a predicate over names; got {sel!r}.")
+    raise TypeError(f"{owner}(parameters=...): group {i} 'params' must be a list of parameter names (or of "
+                    f"parameter objects with a .name) or glob patterns, or a predicate over names; got {sel!r}.")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -268,6 +279,7 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
                             f"dicts (not a dict or a string); got {parameters!r}.")
         if not parameters:
             raise ValueError(f"{owner}(parameters=[]): the list is empty.")
+        parameters = _named(parameters)  # Paddle's model.parameters(): objects with a .name
         if all(isinstance(g, dict) for g in parameters):
             groups = []
             for i, g in enumerate(parameters):

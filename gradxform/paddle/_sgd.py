@@ -8,6 +8,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._ranges import check_hyper
@@ -103,7 +104,7 @@ def sgd(learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None,
       skip_nonfinite: a step with a NaN/Inf gradient changes nothing.
     """
     del name
-    o = parse("paddle.sgd", learning_rate, parameters, weight_decay, grad_clip, multi_precision)
+    o = parse(registered_name(sgd), learning_rate, parameters, weight_decay, grad_clip, multi_precision)
     return o.build(scale_by_lr(), skip_nonfinite=skip_nonfinite)
 
 
@@ -135,7 +136,7 @@ def momentum(learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=Fa
       rescale_grad: a number (hyperparameter). use_multi_tensor: accepted
       (Paddle's merged kernel computes the same numbers; see `gradxform.fused`).
     """
-    owner = "paddle.momentum"
+    owner = registered_name(globals()["momentum"])  # the argument momentum shadows the factory
     del name
     check_float(owner, "momentum", momentum)
     check_hyper(owner, "momentum", momentum)

@@ -133,10 +133,10 @@ class Trainer:
     and ``save_states`` stores them with the optimizer state.
     """
 
-    def __init__(self, params, optimizer, optimizer_params=None, *, devices=None,
-                 compression_params=None, skip_nonfinite=False, loss_scale=None, fused=None,
-                 fused_max_leaf_size: int | None = 1 << 16, kvstore="device", update_on_kvstore=None,
-                 shard_optimizer_state=None, pack_grads_on_host: bool | None = None):
+    def __init__(self, params, optimizer, optimizer_params=None, kvstore="device", compression_params=None,
+                 update_on_kvstore=None, *, devices=None, skip_nonfinite=False, loss_scale=None, fused=None,
+                 fused_max_leaf_size: int | None = 1 << 16, shard_optimizer_state=None,
+                 pack_grads_on_host: bool | None = None):
         self._host_lr = None  # an untraceable schedule, evaluated here before each update
         if isinstance(optimizer, str):
             optimizer_params, self._host_lr = take_host_schedule(optimizer_params)
