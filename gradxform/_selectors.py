@@ -41,6 +41,7 @@ __all__ = ["Selector", "ParamName", "assign_slots", "multipliers", "check_keys",
            "as_names"]
 
 _REGEX_ONLY = re.compile(r"[|()+^$\\{}]")
+_LINEN_PREFIX = "params/"  # Flax linen's variables['params']
 
 
 class ParamName(str):
@@ -124,8 +125,17 @@ class Selector:
         return "regex"
 
     def select(self, names: Sequence[str], shapes: Sequence[tuple] | None = None) -> np.ndarray:
-        """One bool per name."""
+        """One bool per name. Under Flax linen's ``{'params': ...}`` a name is
+        also read without its leading ``params/`` (``'dense/kernel'`` selects
+        ``params/dense/kernel``; so does the full name)."""
         names = list(names)
+        out = self._select(names, shapes)
+        if any(n.startswith(_LINEN_PREFIX) for n in names):
+            out |= self._select([n[len(_LINEN_PREFIX):] if n.startswith(_LINEN_PREFIX) else n for n in names],
+                                shapes)
+        return out
+
+    def _select(self, names: list[str], shapes: Sequence[tuple] | None) -> np.ndarray:
         if self._parts is not None:
             out = np.zeros(len(names), bool)
             for p in self._parts:

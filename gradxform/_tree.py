@@ -25,9 +25,19 @@ def key_name(key) -> str:
 
 
 def param_names(tree) -> list[str]:
-    """Names of the leaves of ``tree`` in flatten order."""
+    """Names of the leaves of ``tree`` in flatten order: each leaf's path
+    joined by ``/``. A Flax nnx Variable flattens to its array under the
+    attribute ``value``; that last step is left out (``l1/bias``, the name nnx
+    users see, not ``l1/bias/value``)."""
     leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
-    return ["/".join(key_name(k) for k in path) for path, _ in leaves]
+    return ["/".join(key_name(k) for k in _without_variable_value(path)) for path, _ in leaves]
+
+
+def _without_variable_value(path):
+    last = path[-1] if path else None
+    if isinstance(last, jax.tree_util.GetAttrKey) and last.name == "value" and len(path) > 1:
+        return path[:-1]
+    return path
 
 
 def once_per_value(fn):
