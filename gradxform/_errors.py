@@ -32,7 +32,7 @@ import numpy as np
 from jax.tree_util import keystr, tree_flatten_with_path
 
 from ._base import GradientTransformation, transformation
-from ._elementwise import fusable
+from ._spec import Fusion, declare
 
 __all__ = ["validated", "check_params", "check_updates", "check_state", "first_difference"]
 
@@ -233,7 +233,7 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
         cache.setdefault(key_of(params), jax.tree.map(lambda x: jax.ShapeDtypeStruct(_shape(x), _dtype(x)), state))
         return state
 
-    @fusable  # trace-time checks; on the fused path they see the flat buffers
+    @declare(inner=(tx,), fusion=Fusion())  # trace-time checks; on the fused path they see the flat buffers
     def update(updates, state, params=None, **extra_args):
         if params is not None:
             check_params(params, f"{pre}update")

@@ -26,38 +26,38 @@ buffers instead:
   ordinary trees they are concatenated and the updates sliced back, inside
   the same jit (see ``benchmarks/README.md`` for what that costs).
 
-Exactness is decided per chain, never guessed: `fused` walks the pieces a
-chain is built from (each piece's ``update`` function, and the transformations
-captured in its closure by wrappers such as `chain`, `gated`,
-`with_master_weights` and the guards) and fuses only when every one declares
-itself elementwise with per-leaf scalars or per-leaf reductions. Anything else
-(per-leaf PRNG noise, Adafactor's factored moments, any undeclared piece)
-keeps the per-leaf path, so ``fused(tx)`` is always safe to apply.
-``fused(tx, strict=True)`` raises instead, naming the piece.
+Exactness is decided per chain, never guessed: `fused` reads the declaration
+(`gradxform._spec.Spec`) of each piece a chain is built from, and of the
+transformations that wrappers such as `chain`, `gated`,
+`with_master_weights` and the guards declare they run, and fuses only when
+every one declares itself elementwise with per-leaf scalars or per-leaf
+reductions. Anything else (per-leaf PRNG noise, Adafactor's factored
+moments, any undeclared piece) keeps the per-leaf path, so ``fused(tx)`` is
+always safe to apply. ``fused(tx, strict=True)`` raises instead, naming the
+piece.
 
-The declaration protocol (`gradxform._elementwise`; a contributor adding a
-piece writes both parts where the piece is defined):
+The declaration protocol (`gradxform._spec`; a contributor adding a piece
+writes both parts where the piece is defined):
 
-* Mark the piece's ``update`` function with ``@fusable`` (public as
-  ``gradxform.fused.fusable``). The mark is an attribute of the function
-  object, so renaming or moving the function keeps it::
+* Declare the piece's ``update`` function with ``@fusable`` (public as
+  ``gradxform.fused.fusable``; the short form of `gradxform._spec.declare`).
+  The declaration is an attribute of the function object, so renaming or
+  moving the function, or any variable it captures, keeps it::
 
       def my_piece(decay):
           def init(params): ...
 
-          @fusable                      # or @fusable(bit_exact=False), @fusable(check=...)
+          @fusable                      # or @fusable(bit_exact=False, reductions=("leaf_sum",))
           def update(updates, state, params=None, **extra_args): ...
 
           return transformation(init, update)
 
   ``bit_exact=False``: the fused run agrees to float32 rounding only (a norm
   summed over a buffer, per-leaf values applied per element).
-  ``check(closure_cells, facts) -> reason | None`` sees the update's closure
-  (``{name: value}``) and may refuse a configuration (a reason string) or set
-  ``facts["bit_exact"] = False`` / ``facts["isolate_first"] = True``.
-  ``@not_fusable(reason)`` (a string, or ``reason(closure_cells)``) names why
-  a piece is never fused. A wrapper piece is walked into when its update's
-  closure holds the inner transformation(s).
+  ``isolate_first=True``: leaf 0 gets a buffer of its own. The factory
+  decides both from its own options. ``@not_fusable(reason)`` names why a
+  piece is never fused. A wrapper declares the transformations it runs
+  (``declare(inner=(tx,))``), and they are checked in turn.
 * A state NamedTuple whose fields hold one scalar per leaf (a tree of scalars
   shaped like the parameters: counts, multipliers, group slots) lists them in
   a class attribute, ``per_leaf_fields = ("count",)``: leaves are grouped by
@@ -76,7 +76,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import CONTEXT_KEY, GradientTransformation, transformation
-from ._elementwise import declaration, fusable, not_fusable
+from ._elementwise import fusable, not_fusable
+from ._spec import declare, spec_of
 from ._state_paths import map_param_shaped, with_optional_like
 from .pieces.internal import SEGMENTS_KEY, layout_segments
 
@@ -84,51 +85,33 @@ __all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_len
            "flatten_state", "packed", "packing", "ravel", "unflatten_state", "why_not_fused"]
 
 
-def _is_tx(x) -> bool:
-    return isinstance(x, tuple) and hasattr(x, "init") and hasattr(x, "update") and callable(x.update)
-
-
-def _cells(fn) -> dict:
-    code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
-    if code is None or not closure:
-        return {}
-    out = {}
-    for name, cell in zip(code.co_freevars, closure):
-        try:
-            out[name] = cell.cell_contents
-        except ValueError:  # an empty cell
-            pass
-    return out
-
-
 def _inspect(tx) -> tuple[list[str], dict]:
-    """Reasons the chain cannot be fused (empty when it can), and facts."""
+    """Reasons the chain cannot be fused (empty when it can), and facts,
+    from the pieces' declarations (`gradxform._spec.Spec`) and those of the
+    transformations they declare they run."""
     reasons: list[str] = []
     facts: dict = {"isolate_first": False, "bit_exact": True}
     seen: set[int] = set()
 
-    def visit(fn):
+    def visit(t):
+        fn = t.update
         if id(fn) in seen:
             return
         seen.add(id(fn))
-        decl = declaration(fn)
-        if decl is None:
+        spec = spec_of(fn)
+        if spec is None or spec.fusion is None:
             name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
             reasons.append(f"{name} is not declared elementwise (gradxform.fused.fusable)")
             return
-        cells = _cells(fn)
-        if not decl.bit_exact:
-            facts["bit_exact"] = False
-        if decl.check is not None:
-            why = decl.check(cells, facts)
-            if why:
-                reasons.append(why)
-        for value in cells.values():
-            for item in (value if isinstance(value, (tuple, list)) and not _is_tx(value) else (value,)):
-                if _is_tx(item):
-                    visit(item.update)
+        fusion = spec.fusion
+        facts["bit_exact"] = facts["bit_exact"] and fusion.bit_exact
+        facts["isolate_first"] = facts["isolate_first"] or fusion.isolate_first
+        if fusion.refuse:
+            reasons.append(fusion.refuse)
+        for inner in spec.inner:
+            visit(inner)
 
-    visit(tx.update)
+    visit(tx)
     return reasons, facts
 
 
@@ -508,6 +491,7 @@ def fused(tx: GradientTransformation, *, strict: bool = False,
         inner = jax.jit(lambda p: _flatten_state(tx.init(p), layout))(params)
         return FusedState(inner, layout)
 
+    @declare(inner=(tx,))  # runs tx; not itself a piece that fuses
     def update(updates, state, params=None, **extra_args):
         layout = _layout_of(state)
         flat_in = isinstance(updates, FlatTree)

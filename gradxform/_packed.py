@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._base import CONTEXT_KEY, GradientTransformation, transformation
-from ._elementwise import fusable
+from ._spec import Fusion, declare
 from ._state_paths import map_param_shaped
 from ._fused import (
     FlatTree,
@@ -135,7 +135,7 @@ def packed(tx: GradientTransformation, *, max_leaf_size: int = 1 << 16) -> Gradi
                 probes[key] = _shaped(_layout_for(ref, tx.init(probe), facts))
         return probes[key]
 
-    @fusable  # under `fused` (flat buffers in): the inner chain as it is
+    @declare(inner=(tx,), fusion=Fusion())  # under `fused` (flat buffers in): the inner chain as it is
     def update(updates, state, params=None, **extra_args):
         if (not enabled or not _PACKING[0] or isinstance(updates, FlatTree)
                 or extra_args.get("update_mask") is not None or buffer_segments(extra_args) is not None):

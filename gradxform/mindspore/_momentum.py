@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from .._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation
 from .._elementwise import fusable
+from .._spec import Fusion, declare
 from .._errors import validated
 from ._groups import beta_gamma_filter
 from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
@@ -280,7 +281,7 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     # fused: trust ratios from per-leaf norms, segment sums over each buffer (summed in
     # another order); the name filters are static per leaf and applied per element, so
     # leaves that skip LARS may share a buffer
-    @fusable(bit_exact=False)
+    @declare(inner=(optimizer,), fusion=Fusion(bit_exact=False, reductions=("leaf_sum", "leaf_flags")))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError(f"{owner}: needs params; call update(grads, state, params).")

@@ -30,12 +30,11 @@ class ASGDState(NamedTuple):
     y: object
 
 
-def _ring_not_fusable(cells):
+def _ring_not_fusable(n: int) -> str:
     # For gradxform.fused: the ring would have to be stored as (batch_num, group
     # size) buffers, which is what the chain's own init on flat buffers expects; the
     # layout only has params-shaped ones (batch_num == 1 included: (1, *shape) is not
     # params-shaped).
-    n = cells.get("batch_num")
     return (f"paddle.asgd keeps its last batch_num={n} gradients per parameter as a "
             f"({n}, *shape) ring, which the flat layout (params-shaped buffers only) cannot hold")
 
@@ -50,7 +49,7 @@ def _asgd_average(batch_num: int) -> GradientTransformation:
         return ASGDState({}, jax.tree.map(jnp.zeros_like, params),
                          jax.tree.map(lambda p: jnp.zeros((batch_num,) + jnp.shape(p), jnp.result_type(p)), params))
 
-    @not_fusable(_ring_not_fusable)
+    @not_fusable(_ring_not_fusable(batch_num))
     @uses_context("paddle.asgd", needs=("count",))
     def update(updates, state, params=None, **extra_args):
         del params

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import GradientTransformation, transformation
-from .._elementwise import fusable
+from .._spec import Fusion, declare
 from .._state_paths import find_states
 from ._segments import on_every_shard
 from .._hyper import check_range, hyper_scalar, register_check
@@ -183,7 +183,7 @@ def skip_nonfinite(inner: GradientTransformation, *, max_consecutive: int | None
     def init(params):
         return SkipNonfiniteState(_guard_init(limit), inner.init(params))
 
-    @fusable
+    @declare(inner=(inner,), fusion=Fusion(reductions=("whole",)))  # a sharded step's flags, all shards
     def update(updates, state, params=None, **extra_args):
         new_updates, new_inner = inner.update(updates, state.inner, params, **extra_args)
         ok = step_is_finite(updates, new_updates, new_inner, check_updates=check_updates,
@@ -253,7 +253,7 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
         wide = jnp.promote_types(g.dtype, jnp.float32)
         return (g.astype(wide) / s.astype(wide)).astype(g.dtype)
 
-    @fusable
+    @declare(inner=(inner,), fusion=Fusion(reductions=("whole",)))
     def update(updates, state, params=None, **extra_args):
         h = state.hyper
         grads = jax.tree.map(lambda g: unscale(g, state.scale), updates)

@@ -7,9 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import (GradientTransformation, StepContext, chain, checkable, context_value, transformation,
-                     uses_context)
-from .._elementwise import fusable
+from .._base import GradientTransformation, StepContext, chain, context_value, transformation
+from .._spec import Fusion, checkable, declare
 from .._hyper import check_range, hyper_scalar
 from .._selectors import multipliers
 from .._state_paths import map_states, written_out
@@ -87,15 +86,6 @@ def _derived(counts):
     return jnp.max(vec), jnp.argmax(vec).astype(jnp.int32)
 
 
-def _fused_track_step(cells, facts):
-    """track_step's `fusable` check (gradxform.fused)."""
-    if cells.get("read_lr") == "before" and cells.get("schedule") is not None:
-        # MXNet reads the schedule before leaf 0 bumps the shared count and
-        # after it for every later leaf: leaf 0 gets a group of its own.
-        facts["isolate_first"] = True
-    return None
-
-
 def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mult: Multiplier = None,
                begin_num_update: int = 0, read_lr: str = "after") -> GradientTransformation:
     """Counts updates per parameter and publishes each parameter's learning rate.
@@ -142,8 +132,10 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             lr_mult=per_leaf_multipliers(lr_mult, params, "lr_mult"),
             count=None, num_update=jnp.asarray(begin_num_update, jnp.int32))
 
-    @fusable(check=_fused_track_step)
-    @uses_context("track_step", provides=("lr", "count", "mask"))
+    # fused: MXNet reads the schedule before leaf 0 bumps the shared count and after
+    # it for every later leaf, so with read_lr='before' leaf 0 gets a group of its own
+    @declare(who="track_step", provides=("lr", "count", "mask"),
+             fusion=Fusion(isolate_first=read_lr == "before" and schedule is not None))
     def update(updates, state, params=None, **extra_args):
         del params
         treedef = jax.tree.structure(updates)
@@ -237,8 +229,7 @@ def scale_by_lr(sign: float = -1.0, factor_key=None) -> GradientTransformation:
         del params
         return ()
 
-    @fusable
-    @uses_context("scale_by_lr", needs=("lr", *checkable(factor_key)))
+    @declare(who="scale_by_lr", needs=("lr", *checkable(factor_key)), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "scale_by_lr")
