@@ -194,6 +194,21 @@ class StepContext:
             return cls(ctx)
         raise TypeError(f"{CONTEXT_KEY} must be a gradxform StepContext or a dict; got {type(ctx).__name__}.")
 
+    @classmethod
+    def on_buffers(cls, segments) -> StepContext:
+        """A fresh context for a chain run on flat buffers laid out as
+        ``segments`` (`gradxform.fused`, `gradxform.fused.packed`, the
+        Trainer's sharded step): the layout, and nothing of the caller's
+        (whose per-leaf values do not fit the buffers, and whose dict is not
+        written)."""
+        return cls({"segments": segments})
+
+    def probe(self) -> StepContext:
+        """A fresh context for a run whose published values only the prober
+        reads (MindSpore LARS asks its wrapped optimizer for ``lr`` and
+        ``wd``): this context's layout and nothing else."""
+        return StepContext({} if self.segments is None else {"segments": self.segments})
+
     def child(self) -> StepContext:
         """The context a nested chain runs in: the same shared fields, and a
         fresh layer for its local values over this one's."""

@@ -18,7 +18,8 @@ from gradxform import pieces
 from gradxform._base import transformation
 from gradxform._spec import Fusion, context_use, declare, spec_of
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools"))
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
 import spine_check  # noqa: E402
 
 PARAMS = {"a": jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3), "b": jnp.ones((4,), jnp.float32),
@@ -100,3 +101,33 @@ def test_an_optax_transformation_stays_opaque():
 def test_no_closure_reads_in_gradxform():
     found = spine_check.scan()
     assert found["closure reads"] == []
+
+
+@pytest.mark.parametrize("wrap", ["fused", "packed"])
+def test_the_fused_path_leaves_a_callers_context_untouched(wrap):
+    # the layout reaches the chain in a context of its own; a caller's dict (or
+    # StepContext) is neither written nor read for it
+    # (packed packs bit-exact chains only; LAMB's per-leaf norms exercise the layout under fused)
+    if wrap == "fused":
+        tx = gradxform.create("mindspore.lamb", learning_rate=0.05, weight_decay=1e-3)
+        ftx = gradxform.fused(tx, strict=True)
+    else:
+        tx = gradxform.create("mxnet.adam", learning_rate=0.05, wd=1e-3)
+        ftx = gradxform.fused.packed(tx, max_leaf_size=8)
+    g = jax.tree.map(lambda p: 0.1 * jnp.cos(p), PARAMS)
+    state = ftx.init(PARAMS)
+    ctx = {"my_flag": 1}
+    got, _ = ftx.update(g, state, PARAMS, gx_context=ctx)
+    assert ctx == {"my_flag": 1}
+    sctx = gradxform.StepContext()
+    ftx.update(g, state, PARAMS, gx_context=sctx)
+    assert sctx.segments is None and sctx.lr is None
+    ref, _ = tx.update(g, tx.init(PARAMS), PARAMS)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_no_import_cycles_and_no_fused_packed_cycle():
+    found = spine_check.scan()
+    assert not [c for c in found["import cycles"] if "gradxform._fused" in c or "gradxform._packed" in c]
+    assert not any("_PACKING" in line for line in (ROOT / "gradxform" / "_packed.py").read_text().splitlines())

@@ -176,12 +176,10 @@ def _inner_inspect(optimizer, updates, state, params, extra_args):
     the group pieces and the decay piece), from a run on zero gradients whose
     results are discarded (under jit only the scalars are computed)."""
     ctx = StepContext.of(extra_args)
-    probe = {}
-    if ctx is not None and ctx.get("segments") is not None:  # gradxform.fused's per-leaf layout
-        probe["segments"] = ctx.get("segments")
+    probe = StepContext() if ctx is None else ctx.probe()  # the layout of a fused step, if any
     zeros = jax.tree.map(jnp.zeros_like, updates)
     optimizer.update(zeros, state, params, **{**extra_args, CONTEXT_KEY: probe})
-    return probe.get("lr"), probe.get("wd"), probe.get("count")
+    return probe.lr, probe.wd, probe.count
 
 
 def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, use_clip=False,

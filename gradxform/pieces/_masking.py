@@ -8,7 +8,7 @@ from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, checkable, declare
 from .._state_paths import map_param_trees
 from .._tree import select_tree
-from ._segments import buffer_segments, row_sums
+from ._segments import present_rows
 from ._step import per_leaf_counts
 
 __all__ = ["gated", "lazy_rows", "masked_by_update_mask", "only_slotted"]
@@ -78,25 +78,6 @@ def masked_by_update_mask(inner: GradientTransformation) -> GradientTransformati
     return transformation(inner.init, update)
 
 
-def _present_rows(g):
-    g = jnp.asarray(g)
-    if g.ndim <= 1:
-        return g != 0
-    # any() over the trailing axes, not a reshape to (rows, -1): -1 is
-    # ambiguous for a leaf with no elements (ZeroDivisionError for (0, 3))
-    return jnp.any(g != 0, axis=tuple(range(1, g.ndim)))
-
-
-def _present(updates, extra_args):
-    """Per leaf, a flag per row (first axis; per element below two
-    dimensions); under `gradxform.fused` per buffer a flag per element: its
-    row's count of nonzeros is positive (an integer segment sum: exact)."""
-    if buffer_segments(extra_args) is None:
-        return jax.tree.map(_present_rows, updates)
-    counts = row_sums(jax.tree.map(lambda g: (g != 0).astype(jnp.int32), updates), extra_args)
-    return jax.tree.structure(updates).unflatten([c > 0 for c in counts])
-
-
 def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
     """Row-sparse ("lazy") semantics over dense gradients: rows (first axis)
     whose incoming gradient is all zero are treated as absent, so the
@@ -107,7 +88,7 @@ def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
     # applied per element
     @declare(inner=(inner,), fusion=Fusion(bit_exact=False, reductions=("row_sums",)))
     def update(updates, state, params=None, **extra_args):
-        rows = _present(updates, extra_args)
+        rows = present_rows(updates, extra_args)
         out, new_state = inner.update(updates, state, params, **extra_args)
 
         def expand(r, x):
