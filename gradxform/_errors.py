@@ -33,6 +33,7 @@ from jax.tree_util import keystr, tree_flatten_with_path
 
 from ._base import GradientTransformation, transformation
 from ._spec import Fusion, declare
+from .pieces.internal import per_leaf_counts
 
 __all__ = ["validated", "check_params", "check_updates", "check_state", "first_difference"]
 
@@ -243,7 +244,6 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
         if expected is not None:
             if first_difference(state, expected, "state", "init(params)"):
                 # the other form init's state takes: step counts per leaf after a masked update
-                from .pieces.internal import per_leaf_counts  # noqa: PLC0415  (pieces import this module)
                 per_leaf = per_leaf_counts(expected, ref)
                 if not first_difference(state, per_leaf, "state", "init(params)"):
                     expected = per_leaf

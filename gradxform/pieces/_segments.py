@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import StepContext
+from .._selectors import Selector
 from .._tree import param_names
 
 __all__ = ["SEGMENTS_KEY", "Segments", "ShardedSegments", "layout_segments", "buffer_segments", "leaf_sum",
@@ -336,9 +337,7 @@ def leaf_flags(tree, extra_args: dict, predicate: Callable[[str], bool]):
     """``predicate(name)`` of each parameter name, static: a tree of Python
     bools, or under `fused` per buffer one bool where all its leaves agree
     and else a bool per element."""
-    from .._selectors import Selector  # noqa: PLC0415  (a predicate may read x.name: MindSpore's filters)
-
-    predicate = Selector.of(predicate)
+    predicate = Selector.of(predicate)  # a predicate may read x.name: MindSpore's filters
     segs = buffer_segments(extra_args)
     if segs is None:
         names = param_names(tree)

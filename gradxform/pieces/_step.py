@@ -11,12 +11,12 @@ from .._base import GradientTransformation, StepContext, chain, context_value, t
 from .._spec import Fusion, checkable, declare
 from .._hyper import check_range, hyper_scalar
 from .._selectors import multipliers
-from .._state_paths import map_states, written_out
+from .._state_paths import find_states, map_states, written_out
 from .._tree import once_per_value, param_names
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
 
 __all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
-           "per_leaf_multipliers"]
+           "per_leaf_multipliers", "host_done"]
 
 # A per-parameter multiplier: a mapping from a selection (name, glob, Gluon regex:
 # `gradxform._selectors.Selector`) to a number, or a function ``names -> np.ndarray``
@@ -76,6 +76,13 @@ def per_leaf_counts(state, params):
     ``update_mask`` needs, made before the step (so the state keeps one
     structure inside ``jax.lax.scan``) or by the update itself."""
     return map_states(lambda _, node: written_out(node, "count", params), state, StepState)
+
+
+def host_done(state) -> int:
+    """Updates done, as an optimizer state records them (``num_update`` of
+    its step counter; 0 when it has none): where a host-side schedule resumes."""
+    found = find_states(state, StepState)
+    return max((int(jnp.max(jnp.asarray(s.num_update))) for s in found), default=0)
 
 
 def _derived(counts):
