@@ -136,3 +136,16 @@ def test_no_import_cycles_and_no_fused_packed_cycle():
 def test_no_import_cycles_outside_migrate():
     # (gradxform.migrate's own cycle is another change's)
     assert [c for c in spine_check.scan()["import cycles"] if "gradxform.migrate" not in c] == []
+
+
+def test_piece_states_are_typed():
+    # state fields say what they hold (gradxform._types), and the hints resolve
+    import typing
+    from gradxform.pieces import _decay, _guards, _moments, _precision, _scaling, _step
+    for module in (_decay, _guards, _moments, _precision, _scaling, _step):
+        for cls in vars(module).values():
+            if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields") and \
+                    cls.__module__ == module.__name__:
+                hints = typing.get_type_hints(cls)
+                assert set(hints) == set(cls._fields), cls
+                assert object not in hints.values() and dict not in hints.values(), (cls, hints)

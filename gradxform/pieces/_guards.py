@@ -40,6 +40,7 @@ from .._spec import Fusion, declare
 from .._state_paths import find_states
 from ._segments import on_every_shard
 from .._hyper import check_range, hyper_scalar, register_check
+from .._types import Hyper, ParamTree
 
 __all__ = [
     "GuardState", "SkipNonfiniteState", "LossScaleState", "NonFiniteError",
@@ -64,7 +65,7 @@ class GuardState(NamedTuple):
 
 class SkipNonfiniteState(NamedTuple):
     guard: GuardState
-    inner: object
+    inner: ParamTree
 
 
 class LossScaleState(NamedTuple):
@@ -72,10 +73,10 @@ class LossScaleState(NamedTuple):
     since the last change of scale; ``hyper``: ``growth_factor``,
     ``backoff_factor``, ``growth_interval`` (float32, settable with set_hyper)."""
     guard: GuardState
-    hyper: dict
+    hyper: Hyper
     scale: jax.Array
     good_steps: jax.Array
-    inner: object
+    inner: ParamTree
 
 
 register_check("growth_factor", low=1.0)

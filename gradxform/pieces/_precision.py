@@ -8,6 +8,7 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, transformation
 from .._spec import Fusion, declare
+from .._types import ParamTree
 
 __all__ = ["MasterWeightsState", "with_master_weights", "is_low_precision"]
 
@@ -24,8 +25,8 @@ class MasterWeightsState(NamedTuple):
     """``master``: a float32 copy of each low-precision leaf (an empty array for
     the others); ``inner``: the wrapped optimizer's state, built on the float32
     master values."""
-    master: object
-    inner: object
+    master: ParamTree
+    inner: ParamTree
 
 
 def with_master_weights(inner: GradientTransformation) -> GradientTransformation:

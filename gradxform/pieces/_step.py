@@ -13,6 +13,7 @@ from .._hyper import check_range, hyper_scalar
 from .._selectors import multipliers
 from .._state_paths import find_states, map_states, written_out
 from .._tree import once_per_value, param_names
+from .._types import Hyper, ParamTree
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
 
 __all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
@@ -61,9 +62,9 @@ class StepState(NamedTuple):
     ``update_mask``, and a migrated state whose counts differ, switch to
     per-leaf counts (`per_leaf_counts`). Nothing stored is derived from
     another field."""
-    hyper: dict
-    lr_mult: object
-    count: object
+    hyper: Hyper
+    lr_mult: Optional[ParamTree]
+    count: Optional[ParamTree]
     num_update: jax.Array
     per_leaf_fields = ("lr_mult", "count")  # trees of per-leaf scalars (gradxform.fused: one per buffer)
     # fields that may be None, and what each leaf holds then: count -> num_update, lr_mult -> 1
