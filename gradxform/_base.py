@@ -60,7 +60,9 @@ next: `optax.chain(track_step(...), scale_by_lr())` has no shared context
 (``scale_by_lr`` fails at its first update, as a standalone piece cannot be
 checked when built) unless the caller hands the same ``gx_context={}`` to
 the optax chain's update. A caller that passes ``gx_context=`` a dict gets the
-shared fields written into it (that is how tests look at ``lr``).
+shared fields written into it (that is how tests look at ``lr``). `gradxform.fused`
+and `gradxform.fused.packed`, which run the chain on flat buffers, give it a
+context of its own (`StepContext.on_buffers`) and leave the caller's as it was.
 """
 from __future__ import annotations
 
@@ -164,8 +166,10 @@ class StepContext:
 
     The shared fields are kept in a plain dict, the caller's own when the
     caller passes ``gx_context=`` a dict, so the caller sees what the chain
-    published (a caller-made dict is also how `gradxform.fused` hands in
-    ``segments`` without knowing this class). A string key that is not a field
+    published. ``segments`` is set only by the layout a chain runs on
+    (`on_buffers`: `gradxform.fused`, the Trainer's sharded step) and read
+    only by the layout's reductions (`gradxform.pieces._segments`), never by
+    a rule. A string key that is not a field
     (``ctx["my_flag"] = ...``, read by ``gated(inner, "my_flag")``) is an
     undeclared extension kept in the same dict: `chain` cannot check it.
     """
