@@ -29,8 +29,9 @@ pieces need the count (MXNet's Adam for bias correction, its LBSGD for
 warmup), and how a rule that uses the learning rate inside its formula (FTRL,
 FTML) gets the same learning rate as the rest of the chain.
 
-Pieces declare what they read and write (`uses_context`, on their update
-function, like `gradxform.fused.fusable`)::
+Pieces declare what they read and write in their one `gradxform._spec.Spec`
+(`uses_context` is its short form for the context; `gradxform.fused.fusable`
+fills in the same spec)::
 
     @uses_context("scale_by_lr", needs=("lr",))
     def update(updates, state, params=None, **extra_args):
@@ -41,8 +42,9 @@ piece of the chain provides is a ValueError naming the piece and the
 provider. A chain meant to run *inside* another gradxform.chain that
 provides the value says so, ``chain(..., needs=("lr",))``, and the
 enclosing chain checks it in turn. Wrappers (`gated`, `lazy_rows`, master
-weights, the guards, `fused`) need not declare anything: the check looks
-through the transformations their update closes over, as `fused` does.
+weights, the guards, `fused`) declare the transformations they run
+(``inner``), and the check reads those declarations, as `fused` does; an
+undeclared transformation (an optax one) needs and provides nothing.
 
 Values private to one optimizer (MXNet LBSGD's warmup multiplier and
 "apply now" flags) use a `LocalKey`: they live in a layer of the context that
@@ -58,19 +60,20 @@ next: `optax.chain(track_step(...), scale_by_lr())` has no shared context
 (``scale_by_lr`` fails at its first update, as a standalone piece cannot be
 checked when built) unless the caller hands the same ``gx_context={}`` to
 the optax chain's update. A caller that passes ``gx_context=`` a dict gets the
-shared fields written into it (that is how tests look at ``lr``).
+shared fields written into it (that is how tests look at ``lr``). `gradxform.fused`
+and `gradxform.fused.packed`, which run the chain on flat buffers, give it a
+context of its own (`StepContext.on_buffers`) and leave the caller's as it was.
 """
 from __future__ import annotations
 
 import collections
-import dataclasses
 from typing import Any, Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from ._elementwise import fusable
+from ._spec import FIELDS, ContextUse, Fusion, LocalKey, check_key, checkable, context_use, declare
 from ._tree import distinct_buffers
 
 __all__ = [
@@ -118,7 +121,7 @@ def identity() -> GradientTransformation:
         del params
         return EmptyState()
 
-    @fusable
+    @declare(fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         return updates, state
@@ -127,30 +130,6 @@ def identity() -> GradientTransformation:
 
 
 # -- the step context -----------------------------------------------------------
-
-#: The shared fields of a `StepContext` and who provides each (for messages).
-FIELDS: dict[str, str] = {
-    "lr": "track_step",
-    "count": "track_step",
-    "mask": "track_step",
-    "wd": "add_decayed_weights or provide_weight_decay",
-    "segments": "gradxform.fused",
-}
-
-
-class LocalKey:
-    """The key of a value private to one optimizer's chain (see the module
-    docstring). ``provider`` names the piece that writes it, for messages.
-    Two keys are the same key only if they are the same object."""
-
-    __slots__ = ("name", "provider")
-
-    def __init__(self, name: str, provider: str):
-        self.name, self.provider = name, provider
-
-    def __repr__(self):
-        return f"LocalKey({self.name!r}, provider={self.provider!r})"
-
 
 def _provider(key) -> str:
     if isinstance(key, LocalKey):
@@ -187,8 +166,10 @@ class StepContext:
 
     The shared fields are kept in a plain dict, the caller's own when the
     caller passes ``gx_context=`` a dict, so the caller sees what the chain
-    published (a caller-made dict is also how `gradxform.fused` hands in
-    ``segments`` without knowing this class). A string key that is not a field
+    published. ``segments`` is set only by the layout a chain runs on
+    (`on_buffers`: `gradxform.fused`, the Trainer's sharded step) and read
+    only by the layout's reductions (`gradxform.pieces._segments`), never by
+    a rule. A string key that is not a field
     (``ctx["my_flag"] = ...``, read by ``gated(inner, "my_flag")``) is an
     undeclared extension kept in the same dict: `chain` cannot check it.
     """
@@ -216,6 +197,21 @@ class StepContext:
         if isinstance(ctx, dict):
             return cls(ctx)
         raise TypeError(f"{CONTEXT_KEY} must be a gradxform StepContext or a dict; got {type(ctx).__name__}.")
+
+    @classmethod
+    def on_buffers(cls, segments) -> StepContext:
+        """A fresh context for a chain run on flat buffers laid out as
+        ``segments`` (`gradxform.fused`, `gradxform.fused.packed`, the
+        Trainer's sharded step): the layout, and nothing of the caller's
+        (whose per-leaf values do not fit the buffers, and whose dict is not
+        written)."""
+        return cls({"segments": segments})
+
+    def probe(self) -> StepContext:
+        """A fresh context for a run whose published values only the prober
+        reads (MindSpore LARS asks its wrapped optimizer for ``lr`` and
+        ``wd``): this context's layout and nothing else."""
+        return StepContext({} if self.segments is None else {"segments": self.segments})
 
     def child(self) -> StepContext:
         """The context a nested chain runs in: the same shared fields, and a
@@ -288,93 +284,18 @@ def context_value(extra_args: Mapping, key, who: str) -> Any:
 
 # -- what a piece declares about the context -------------------------------------
 
-_USE_ATTR = "gx_context_use"
-
-
-@dataclasses.dataclass(frozen=True)
-class ContextUse:
-    """What a piece's update reads from the step context (``needs``: key ->
-    the piece that reads it, for messages) and writes (``provides``)."""
-    needs: Mapping = dataclasses.field(default_factory=dict)
-    provides: frozenset = frozenset()
-
-
-def _check_key(key, where: str):
-    if not (isinstance(key, LocalKey) or key in FIELDS):
-        raise TypeError(f"{where}: {key!r} is not a step-context field ({', '.join(FIELDS)}) or a LocalKey.")
-
-
-def checkable(*keys) -> tuple:
-    """The keys among ``keys`` that `chain` can check: fields and LocalKeys
-    (None and undeclared extension names are left out)."""
-    return tuple(k for k in keys if isinstance(k, LocalKey) or (isinstance(k, str) and k in FIELDS))
-
-
 def uses_context(who: str, *, needs: Iterable = (), provides: Iterable = (),
                  inner: Iterable = ()) -> Callable:
     """Declares, on a piece's update function, what it reads (``needs``) and
     writes (``provides``) in the step context; ``who`` names the piece in
-    messages. ``inner``: transformations the piece runs, whose declarations
-    it adds to its own (a wrapper that declares itself). Returns a decorator::
+    messages; ``inner``: transformations the piece runs, whose declarations
+    are added to its own. The short form of `gradxform._spec.declare` for the
+    context (it fills in the same `Spec` as `fusable`). Returns a decorator::
 
         @uses_context("scale_by_lr", needs=("lr",))
         def update(updates, state, params=None, **extra_args): ...
     """
-    needs, provides = tuple(needs), frozenset(provides)
-    for key in (*needs, *provides):
-        _check_key(key, f"uses_context({who!r})")
-    use = ContextUse({k: who for k in needs}, provides)
-    for tx in inner:
-        use = _merge(use, context_use(tx))
-
-    def mark(fn):
-        setattr(getattr(fn, "__func__", fn), _USE_ATTR, use)
-        return fn
-
-    return mark
-
-
-def _merge(a: ContextUse, b: ContextUse) -> ContextUse:
-    needs = dict(a.needs)
-    for k, w in b.needs.items():
-        needs.setdefault(k, w)
-    return ContextUse(needs, a.provides | b.provides)
-
-
-def _is_tx(x) -> bool:
-    return isinstance(x, tuple) and hasattr(x, "init") and callable(getattr(x, "update", None))
-
-
-def _closure_transformations(fn) -> list:
-    code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
-    out = []
-    for name, cell in zip(code.co_freevars if code else (), closure or ()):
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        for item in (value if isinstance(value, (tuple, list)) and not _is_tx(value) else (value,)):
-            if _is_tx(item):
-                out.append(item)
-    return out
-
-
-def context_use(tx, _seen: set | None = None) -> ContextUse:
-    """What ``tx`` declares (`uses_context`); for an undeclared wrapper, what
-    the transformations its update closes over declare (their needs that
-    none of them provides). An undeclared piece needs and provides nothing."""
-    fn = tx.update
-    use = getattr(getattr(fn, "__func__", fn), _USE_ATTR, None)
-    if isinstance(use, ContextUse):
-        return use
-    seen = set() if _seen is None else _seen
-    if id(fn) in seen:
-        return ContextUse()
-    seen.add(id(fn))
-    use = ContextUse()
-    for inner in _closure_transformations(fn):
-        use = _merge(use, context_use(inner, seen))
-    return ContextUse({k: w for k, w in use.needs.items() if k not in use.provides}, use.provides)
+    return declare(who=who, needs=needs, provides=provides, inner=inner)
 
 
 def _check_order(uses: list, declared: tuple) -> ContextUse:
@@ -419,7 +340,7 @@ def chain(*pieces: optax.GradientTransformation, needs: Iterable = ()) -> Gradie
     pieces = tuple(optax.with_extra_args_support(p) for p in pieces)
     needs = tuple(needs)
     for key in needs:
-        _check_key(key, "gradxform.chain(needs=...)")
+        check_key(key, "gradxform.chain(needs=...)")
     use = _check_order([context_use(p) for p in pieces], needs)
 
     def init(params):
@@ -427,7 +348,8 @@ def chain(*pieces: optax.GradientTransformation, needs: Iterable = ()) -> Gradie
         # copies keep the state donatable
         return distinct_buffers(tuple(p.init(params) for p in pieces))
 
-    @fusable
+    # the chain's context is its order check's result; it fuses when its pieces do
+    @declare(needs=use.needs, provides=use.provides, inner=pieces, fusion=Fusion(), sealed=True)
     def update(updates, state, params=None, **extra_args):
         if not isinstance(state, tuple) or len(state) != len(pieces):
             raise ValueError(
@@ -444,7 +366,6 @@ def chain(*pieces: optax.GradientTransformation, needs: Iterable = ()) -> Gradie
             new_state.append(s)
         return updates, tuple(new_state)
 
-    setattr(update, _USE_ATTR, use)
     return transformation(init, update)
 
 

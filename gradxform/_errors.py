@@ -32,7 +32,8 @@ import numpy as np
 from jax.tree_util import keystr, tree_flatten_with_path
 
 from ._base import GradientTransformation, transformation
-from ._elementwise import fusable
+from ._spec import Fusion, declare
+from .pieces.internal import per_leaf_counts
 
 __all__ = ["validated", "check_params", "check_updates", "check_state", "first_difference"]
 
@@ -233,7 +234,7 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
         cache.setdefault(key_of(params), jax.tree.map(lambda x: jax.ShapeDtypeStruct(_shape(x), _dtype(x)), state))
         return state
 
-    @fusable  # trace-time checks; on the fused path they see the flat buffers
+    @declare(inner=(tx,), fusion=Fusion())  # trace-time checks; on the fused path they see the flat buffers
     def update(updates, state, params=None, **extra_args):
         if params is not None:
             check_params(params, f"{pre}update")
@@ -243,7 +244,6 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
         if expected is not None:
             if first_difference(state, expected, "state", "init(params)"):
                 # the other form init's state takes: step counts per leaf after a masked update
-                from .pieces.internal import per_leaf_counts  # noqa: PLC0415  (pieces import this module)
                 per_leaf = per_leaf_counts(expected, ref)
                 if not first_difference(state, per_leaf, "state", "init(params)"):
                     expected = per_leaf

@@ -26,38 +26,38 @@ buffers instead:
   ordinary trees they are concatenated and the updates sliced back, inside
   the same jit (see ``benchmarks/README.md`` for what that costs).
 
-Exactness is decided per chain, never guessed: `fused` walks the pieces a
-chain is built from (each piece's ``update`` function, and the transformations
-captured in its closure by wrappers such as `chain`, `gated`,
-`with_master_weights` and the guards) and fuses only when every one declares
-itself elementwise with per-leaf scalars or per-leaf reductions. Anything else
-(per-leaf PRNG noise, Adafactor's factored moments, any undeclared piece)
-keeps the per-leaf path, so ``fused(tx)`` is always safe to apply.
-``fused(tx, strict=True)`` raises instead, naming the piece.
+Exactness is decided per chain, never guessed: `fused` reads the declaration
+(`gradxform._spec.Spec`) of each piece a chain is built from, and of the
+transformations that wrappers such as `chain`, `gated`,
+`with_master_weights` and the guards declare they run, and fuses only when
+every one declares itself elementwise with per-leaf scalars or per-leaf
+reductions. Anything else (per-leaf PRNG noise, Adafactor's factored
+moments, any undeclared piece) keeps the per-leaf path, so ``fused(tx)`` is
+always safe to apply. ``fused(tx, strict=True)`` raises instead, naming the
+piece.
 
-The declaration protocol (`gradxform._elementwise`; a contributor adding a
-piece writes both parts where the piece is defined):
+The declaration protocol (`gradxform._spec`; a contributor adding a piece
+writes both parts where the piece is defined):
 
-* Mark the piece's ``update`` function with ``@fusable`` (public as
-  ``gradxform.fused.fusable``). The mark is an attribute of the function
-  object, so renaming or moving the function keeps it::
+* Declare the piece's ``update`` function with ``@fusable`` (public as
+  ``gradxform.fused.fusable``; the short form of `gradxform._spec.declare`).
+  The declaration is an attribute of the function object, so renaming or
+  moving the function, or any variable it captures, keeps it::
 
       def my_piece(decay):
           def init(params): ...
 
-          @fusable                      # or @fusable(bit_exact=False), @fusable(check=...)
+          @fusable                      # or @fusable(bit_exact=False, reductions=("leaf_sum",))
           def update(updates, state, params=None, **extra_args): ...
 
           return transformation(init, update)
 
   ``bit_exact=False``: the fused run agrees to float32 rounding only (a norm
   summed over a buffer, per-leaf values applied per element).
-  ``check(closure_cells, facts) -> reason | None`` sees the update's closure
-  (``{name: value}``) and may refuse a configuration (a reason string) or set
-  ``facts["bit_exact"] = False`` / ``facts["isolate_first"] = True``.
-  ``@not_fusable(reason)`` (a string, or ``reason(closure_cells)``) names why
-  a piece is never fused. A wrapper piece is walked into when its update's
-  closure holds the inner transformation(s).
+  ``isolate_first=True``: leaf 0 gets a buffer of its own. The factory
+  decides both from its own options. ``@not_fusable(reason)`` names why a
+  piece is never fused. A wrapper declares the transformations it runs
+  (``declare(inner=(tx,))``), and they are checked in turn.
 * A state NamedTuple whose fields hold one scalar per leaf (a tree of scalars
   shaped like the parameters: counts, multipliers, group slots) lists them in
   a class attribute, ``per_leaf_fields = ("count",)``: leaves are grouped by
@@ -66,218 +66,26 @@ piece writes both parts where the piece is defined):
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import warnings
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from ._base import CONTEXT_KEY, GradientTransformation, transformation
-from ._elementwise import declaration, fusable, not_fusable
+from ._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation
+from ._elementwise import fusable, not_fusable
+from ._flat import (FlatTree, Layout, _abstract_params, _flatten_state, _inspect, _layout_for, _make_layout,
+                    _unflatten_state, bit_exact, why_not_fused)
+from ._packed import packed
+from ._spec import declare
 from ._state_paths import map_param_shaped, with_optional_like
-from .pieces.internal import SEGMENTS_KEY, layout_segments
+from .pieces.internal import layout_segments
 
 __all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_lengths", "fusable", "not_fusable",
-           "flatten_state", "packed", "packing", "ravel", "unflatten_state", "why_not_fused"]
-
-
-def _is_tx(x) -> bool:
-    return isinstance(x, tuple) and hasattr(x, "init") and hasattr(x, "update") and callable(x.update)
-
-
-def _cells(fn) -> dict:
-    code, closure = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
-    if code is None or not closure:
-        return {}
-    out = {}
-    for name, cell in zip(code.co_freevars, closure):
-        try:
-            out[name] = cell.cell_contents
-        except ValueError:  # an empty cell
-            pass
-    return out
-
-
-def _inspect(tx) -> tuple[list[str], dict]:
-    """Reasons the chain cannot be fused (empty when it can), and facts."""
-    reasons: list[str] = []
-    facts: dict = {"isolate_first": False, "bit_exact": True}
-    seen: set[int] = set()
-
-    def visit(fn):
-        if id(fn) in seen:
-            return
-        seen.add(id(fn))
-        decl = declaration(fn)
-        if decl is None:
-            name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
-            reasons.append(f"{name} is not declared elementwise (gradxform.fused.fusable)")
-            return
-        cells = _cells(fn)
-        if not decl.bit_exact:
-            facts["bit_exact"] = False
-        if decl.check is not None:
-            why = decl.check(cells, facts)
-            if why:
-                reasons.append(why)
-        for value in cells.values():
-            for item in (value if isinstance(value, (tuple, list)) and not _is_tx(value) else (value,)):
-                if _is_tx(item):
-                    visit(item.update)
-
-    visit(tx.update)
-    return reasons, facts
-
-
-def why_not_fused(tx: GradientTransformation) -> list[str]:
-    """Why ``fused(tx)`` keeps the per-leaf path (an empty list: it fuses)."""
-    return _inspect(tx)[0]
-
-
-def bit_exact(tx: GradientTransformation) -> bool:
-    """Whether ``fused(tx)`` gives bit-identical results to ``tx`` (True too
-    when it keeps the per-leaf path). False where the chain sums a norm in
-    another order, or applies per-leaf values per element (per-leaf
-    reductions, Nadam's schedule, lazy rows): those agree to float32
-    rounding (about 1e-7 relative per step), not bit for bit."""
-    reasons, facts = _inspect(tx)
-    return bool(reasons) or facts["bit_exact"]
+           "flatten_state", "packed", "ravel", "unflatten_state", "why_not_fused"]
 
 
 # -- layout and flat trees ------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """How the leaves of a tree map to flat buffers: ``groups[j]`` lists the
-    leaf indices (flatten order) stored one after another in buffer ``j``."""
-    treedef: Any
-    shapes: tuple
-    dtypes: tuple
-    groups: tuple
-
-    @property
-    def num_leaves(self) -> int:
-        return len(self.shapes)
-
-    def sizes(self) -> list[int]:
-        return [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
-
-    def ravel_leaves(self, leaves) -> tuple:
-        out = []
-        for group in self.groups:
-            parts = [jnp.reshape(leaves[i], (-1,)) for i in group]
-            out.append(parts[0] if len(parts) == 1 else jnp.concatenate(parts))
-        return tuple(out)
-
-    def _leaves_of(self, tree) -> list:
-        """``tree``'s leaves, checked against this layout's structure and shapes."""
-        leaves = self.treedef.flatten_up_to(tree)
-        for i, (x, shape) in enumerate(zip(leaves, self.shapes)):
-            if np.shape(x) != shape:
-                path = jax.tree_util.keystr(jax.tree_util.tree_flatten_with_path(tree)[0][i][0])
-                raise ValueError(f"fused: tree{path} has shape {np.shape(x)}; this state was "
-                                 f"made for shape {shape}.")
-        return leaves
-
-    def ravel(self, tree) -> tuple:
-        """The group buffers of ``tree`` (which must have this layout's structure)."""
-        return self.ravel_leaves(self._leaves_of(tree))
-
-    def ravel_concrete(self, tree) -> tuple:
-        """`ravel` of concrete arrays (outside jit): a leaf with a buffer of its
-        own is reshaped where it is; the leaves packed together are
-        concatenated in NumPy. Eagerly on the device a packing is one dispatch
-        per leaf and a concatenation program compiled for that many operands
-        (measured: 6.8 s for 5,000 leaves of 16 floats; in NumPy 0.1 s)."""
-        return self.pack_concrete(self._leaves_of(tree))
-
-    def pack_concrete(self, leaves) -> tuple:
-        """`ravel_leaves` for concrete leaves (see `ravel_concrete`); the leaves'
-        own shapes are used (a state's placeholders may differ from the layout's)."""
-        return tuple(jnp.reshape(b, (-1,)) if len(g) == 1 else jnp.asarray(b.reshape(-1))
-                     for b, g in zip(self.pack_host(leaves, 1), self.groups))
-
-    def pack_host(self, leaves, lead: int) -> list:
-        """Each group's buffer for concrete leaves that carry ``lead`` leading
-        entries (one per device): the leaves of a group of several concatenated
-        in NumPy, a ``(lead, total)`` array; a leaf with a buffer of its own
-        passed as it is (a reshape inside the program). What `gradxform.Trainer`
-        hands its step on XLA:CPU for many leaves, whose compile time grows
-        with the number of array arguments (20,000 gradients: 82.5 s)."""
-        return [leaves[g[0]] if len(g) == 1 else
-                np.concatenate([np.asarray(leaves[i]).reshape(lead, -1) for i in g], axis=1) for g in self.groups]
-
-    def unravel_leaves(self, buffers) -> list:
-        # A custom VJP: the cotangent of the slices is the concatenation of
-        # the leaves' cotangents (one pass). Autodiff of the slices instead
-        # pads every leaf's cotangent to the whole buffer and adds them all:
-        # quadratic in the leaves (measured: a 400-leaf MLP's training step
-        # took 79x its forward+backward on XLA CPU).
-        return list(_unravel(self, tuple(buffers)))
-
-    def _slice_leaves(self, buffers, shapes=None) -> list:
-        """The leaves stored in ``buffers``, of this layout's shapes or of
-        ``shapes`` (one per leaf, e.g. a state's placeholders)."""
-        shapes = self.shapes if shapes is None else shapes
-        sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
-        leaves: list = [None] * self.num_leaves
-        for buf, group in zip(buffers, self.groups):
-            start = 0
-            for i in group:
-                piece = buf if len(group) == 1 else jax.lax.slice(buf, (start,), (start + sizes[i],))
-                leaves[i] = jnp.reshape(piece, shapes[i])
-                start += sizes[i]
-        return leaves
-
-    def unravel(self, buffers):
-        return self.treedef.unflatten(self.unravel_leaves(buffers))
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _unravel(layout: Layout, buffers: tuple) -> tuple:
-    return tuple(layout._slice_leaves(buffers))
-
-
-def _unravel_fwd(layout, buffers):
-    return _unravel(layout, buffers), None
-
-
-def _unravel_bwd(layout, _, cotangents):
-    return (layout.ravel_leaves(list(cotangents)),)
-
-
-_unravel.defvjp(_unravel_fwd, _unravel_bwd)
-
-
-@jax.tree_util.register_pytree_node_class
-class FlatTree:
-    """A tree stored as the flat buffers of a `Layout`: a pytree whose leaves
-    are the buffers, so `apply_updates`, ``jax.grad`` and donation act on them
-    directly. ``unravel()`` gives the original tree (reshaped slices: inside
-    jit XLA reads them in place)."""
-
-    def __init__(self, buffers, layout: Layout):
-        self.buffers = tuple(buffers)
-        self.layout = layout
-
-    def tree_flatten(self):
-        return self.buffers, self.layout
-
-    @classmethod
-    def tree_unflatten(cls, layout, buffers):
-        return cls(buffers, layout)
-
-    def unravel(self):
-        return self.layout.unravel(self.buffers)
-
-    def __repr__(self):
-        shapes = ", ".join(f"{getattr(b, 'dtype', '?')}[{np.size(b) if hasattr(b, 'shape') else '?'}]"
-                           for b in self.buffers)
-        return f"FlatTree({self.layout.num_leaves} leaves in {len(self.buffers)} buffers: {shapes})"
-
 
 class FusedState(NamedTuple):
     """``inner``: the chain's own state, built on the flat buffers (moment
@@ -310,100 +118,6 @@ def _layout_of(state):
 
 # -- state conversion -------------------------------------------------------------
 
-def _per_leaf_vectors(state, treedef) -> list[np.ndarray]:
-    found: list[np.ndarray] = []
-
-    def leaf_fn(_, x):
-        found.append(np.asarray([np.asarray(v) for v in treedef.flatten_up_to(x)]))
-        return x
-
-    map_param_shaped(state, treedef, per_leaf=leaf_fn, param_tree=lambda t: t)
-    return found
-
-
-def _make_layout(tx, params, facts) -> Layout:
-    # concrete even under an outer jit (``jax.jit(fused(tx).init)``): the
-    # groups come from the per-leaf numbers of a one-element probe's state
-    probe = jax.tree.map(lambda x: np.zeros((1,), jnp.result_type(x)), params)
-    with warnings.catch_warnings(), jax.ensure_compile_time_eval():
-        warnings.simplefilter("ignore")
-        return _layout_for(params, tx.init(probe), facts)
-
-
-def _layout_for(params, per_leaf_state, facts) -> Layout:
-    """Groups the leaves of ``params`` by dtype and by the per-leaf values
-    ``per_leaf_state`` holds (so a state whose counts diverged, e.g. one
-    loaded from a checkpoint, gets the groups its own numbers need)."""
-    leaves, treedef = jax.tree.flatten(params)
-    vectors = _per_leaf_vectors(per_leaf_state, treedef)
-    keys: dict = {}
-    groups: list[list[int]] = []
-    for i, x in enumerate(leaves):
-        key = (str(jnp.result_type(x)),) + tuple(v[i].item() for v in vectors)
-        if i == 0 and facts["isolate_first"]:
-            key = ("first",) + key
-        if facts.get("max_leaf_size") is not None and np.size(x) > facts["max_leaf_size"]:
-            key = ("alone", i)  # a buffer of its own: ravel and unravel are reshapes, no copy
-        if key not in keys:
-            keys[key] = len(groups)
-            groups.append([])
-        groups[keys[key]].append(i)
-    return Layout(treedef, tuple(tuple(jnp.shape(x)) for x in leaves),
-                  tuple(str(jnp.result_type(x)) for x in leaves), tuple(tuple(g) for g in groups))
-
-
-def _flatten_state(state, layout: Layout, *, concrete: bool = False):
-    reps = [g[0] for g in layout.groups]
-
-    def leaf_fn(field, x):
-        leaves = layout.treedef.flatten_up_to(x)
-        for g in layout.groups:  # the chain keeps one value per group: they must agree
-            vals = [leaves[i] for i in g]
-            if not any(isinstance(v, jax.core.Tracer) for v in vals) and \
-                    np.unique(np.asarray([np.asarray(v) for v in vals])).size > 1:
-                raise ValueError(f"fused: per-leaf {field} differs inside a group; this state "
-                                 "cannot be fused.")
-        return tuple(leaves[i] for i in reps)
-
-    pack = layout.pack_concrete if concrete else layout.ravel_leaves
-    return map_param_shaped(state, layout.treedef, per_leaf=leaf_fn,
-                            param_tree=lambda t: pack(layout.treedef.flatten_up_to(t)))
-
-
-class _Split:
-    """Where a params-shaped tree was, and its leaves' shapes."""
-    def __init__(self, shapes):
-        self.shapes = shapes
-
-
-_PER_LEAF = _Split(None)  # where a per-leaf field was
-
-
-def _unflatten_state(flat, template, layout: Layout):
-    """The per-leaf state for a flat one: ``template`` (the per-leaf state, or
-    its `jax.eval_shape`) says where a params-shaped tree and a per-leaf field
-    were (`map_param_shaped`, as `_flatten_state` found them)."""
-    treedef = layout.treedef
-    owner = [0] * layout.num_leaves
-    for j, group in enumerate(layout.groups):
-        for i in group:
-            owner[i] = j
-    # slice by the template's own leaf shapes: a params-shaped state tree may
-    # hold placeholders, e.g. master weights keep a (0,) array for a float32
-    # leaf, so its group buffer is empty
-    marks = map_param_shaped(template, treedef, per_leaf=lambda _, t: _PER_LEAF,
-                             param_tree=lambda t: _Split([tuple(np.shape(x)) for x in treedef.flatten_up_to(t)]))
-
-    def restore(mark, f):
-        if mark is _PER_LEAF:
-            return treedef.unflatten([f[owner[i]] for i in range(layout.num_leaves)])
-        if isinstance(mark, _Split):
-            return treedef.unflatten(layout._slice_leaves(f, mark.shapes))
-        return f
-
-    return jax.tree.map(restore, marks, flat, is_leaf=lambda x: isinstance(x, _Split))
-
-
 def buffer_lengths(tx: GradientTransformation, layout: Layout):
     """A tree shaped like ``fused(tx)``'s inner state for ``layout``: at each
     flat buffer (a params-shaped tree of the per-leaf state, one buffer per
@@ -420,10 +134,6 @@ def buffer_lengths(tx: GradientTransformation, layout: Layout):
     marks = map_param_shaped(template, layout.treedef, per_leaf=lambda _, x: (-1,) * len(layout.groups),
                              param_tree=lengths)
     return jax.tree.map(lambda m: m if type(m) is int else -1, marks)
-
-
-def _abstract_params(layout: Layout):
-    return layout.treedef.unflatten([jax.ShapeDtypeStruct(s, d) for s, d in zip(layout.shapes, layout.dtypes)])
 
 
 def flatten_state(tx: GradientTransformation, state, params, *,
@@ -508,6 +218,7 @@ def fused(tx: GradientTransformation, *, strict: bool = False,
         inner = jax.jit(lambda p: _flatten_state(tx.init(p), layout))(params)
         return FusedState(inner, layout)
 
+    @declare(inner=(tx,))  # runs tx; not itself a piece that fuses
     def update(updates, state, params=None, **extra_args):
         layout = _layout_of(state)
         flat_in = isinstance(updates, FlatTree)
@@ -534,11 +245,10 @@ def fused(tx: GradientTransformation, *, strict: bool = False,
         if mask is not None:
             leaves = layout.treedef.flatten_up_to(mask)
             extra_args = dict(extra_args, update_mask=tuple(leaves[g[0]] for g in layout.groups))
-        # Pieces that reduce per leaf (norms, row flags) find the leaves of
-        # each buffer here (gradxform.pieces._segments); a caller's context is added to.
-        if extra_args.get(CONTEXT_KEY) is None:
-            extra_args = {**extra_args, CONTEXT_KEY: {}}
-        extra_args[CONTEXT_KEY][SEGMENTS_KEY] = layout_segments(layout)
+        # Pieces that reduce per leaf (norms, row flags) find the leaves of each
+        # buffer in a context of the chain's own (gradxform.pieces._segments): the
+        # caller's per-leaf values do not fit the buffers, and its dict is not written.
+        extra_args = {**extra_args, CONTEXT_KEY: StepContext.on_buffers(layout_segments(layout))}
         out, inner = tx.update(u, state.inner, p, **extra_args)
         out = FlatTree(out, layout) if flat_in else layout.unravel(out)
         return out, FusedState(inner, layout)
@@ -554,11 +264,4 @@ fused.fusable = fusable
 fused.not_fusable = not_fusable
 fused.flatten_state = flatten_state
 fused.unflatten_state = unflatten_state
-
-
-# `packed` and `packing` live in their own module (`gradxform._packed`); they
-# are attributes of `fused` like the helpers above.
-from ._packed import packed, packing  # (it imports this module)
-
 fused.packed = packed
-fused.packing = packing

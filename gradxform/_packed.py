@@ -7,12 +7,11 @@ flat buffers inside the step, in `gradxform.fused`'s groups (dtype and
 per-leaf numbers), runs the chain once per buffer and slices the results
 back; larger leaves are buffers of their own and keep their shape. Only
 chains that `fused` runs with the same arithmetic (`bit_exact`) pack.
-Public as ``gradxform.fused.packed`` and ``gradxform.fused.packing``; see
+Public as ``gradxform.fused.packed`` (the per-leaf reference is ``tx`` itself); see
 ``benchmarks/README.md`` for what it costs and gains.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import warnings
 
@@ -20,37 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._base import CONTEXT_KEY, GradientTransformation, transformation
-from ._elementwise import fusable
+from ._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation
+from ._spec import Fusion, declare
 from ._state_paths import map_param_shaped
-from ._fused import (
-    FlatTree,
-    Layout,
-    _flatten_state,
-    _inspect,
-    _layout_for,
-    _unflatten_state,
-)
-from .pieces.internal import SEGMENTS_KEY, buffer_segments, layout_segments
+from ._flat import FlatTree, Layout, _flatten_state, _inspect, _layout_for, _unflatten_state
+from .pieces.internal import buffer_segments, layout_segments
 
-__all__ = ["packed", "packing"]
-
-
-_PACKING = [True]
-
-
-@contextlib.contextmanager
-def packing(enabled: bool):
-    """Turns the in-step packing of `packed` transformations on or off for
-    the steps traced inside the block (``packing(False)``: the per-leaf chain,
-    e.g. as a reference in tests). Read at trace time: a step already traced
-    by ``jit`` keeps what it was traced with."""
-    old = _PACKING[0]
-    _PACKING[0] = bool(enabled)
-    try:
-        yield
-    finally:
-        _PACKING[0] = old
+__all__ = ["packed"]
 
 
 def _per_leaf_values(state, treedef) -> list[list]:
@@ -71,8 +46,8 @@ def _diverged(pred) -> None:
             "gradxform: this optimizer packs small leaves into flat buffers inside its step, one "
             "buffer per group of leaves with the same per-leaf numbers at init (update counts, "
             "lr_mult, wd_mult); this state's per-leaf numbers differ inside a group (a state made "
-            "elsewhere, e.g. migrated with diverged update counts). Run this state unpacked: trace "
-            "the step inside `with gradxform.fused.packing(False):`, or pass update_mask.")
+            "elsewhere, e.g. migrated with diverged update counts). Run this state unpacked: with the "
+            "transformation given to gradxform.fused.packed itself, or pass update_mask.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,9 +110,9 @@ def packed(tx: GradientTransformation, *, max_leaf_size: int = 1 << 16) -> Gradi
                 probes[key] = _shaped(_layout_for(ref, tx.init(probe), facts))
         return probes[key]
 
-    @fusable  # under `fused` (flat buffers in): the inner chain as it is
+    @declare(inner=(tx,), fusion=Fusion())  # under `fused` (flat buffers in): the inner chain as it is
     def update(updates, state, params=None, **extra_args):
-        if (not enabled or not _PACKING[0] or isinstance(updates, FlatTree)
+        if (not enabled or isinstance(updates, FlatTree)
                 or extra_args.get("update_mask") is not None or buffer_segments(extra_args) is not None):
             return tx.update(updates, state, params, **extra_args)
         ref = updates if params is None else params
@@ -158,9 +133,7 @@ def packed(tx: GradientTransformation, *, max_leaf_size: int = 1 << 16) -> Gradi
         u = layout.ravel(updates)
         p = None if params is None else layout.ravel(params)
         flat_state = _flatten_state(state, layout)
-        if extra_args.get(CONTEXT_KEY) is None:
-            extra_args = {**extra_args, CONTEXT_KEY: {}}
-        extra_args[CONTEXT_KEY][SEGMENTS_KEY] = layout_segments(layout)
+        extra_args = {**extra_args, CONTEXT_KEY: StepContext.on_buffers(layout_segments(layout))}
         out, inner = tx.update(u, flat_state, p, **extra_args)
         return treedef.unflatten(layout._slice_leaves(out)), _unflatten_state(inner, state, layout)
 

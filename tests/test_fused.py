@@ -18,6 +18,7 @@ from gradxform import pieces
 from cases import case as case_row, create as create_case, names as case_names
 from gradxform._base import transformation
 from gradxform._fused import FlatTree, FusedState
+from gradxform._spec import spec_of
 
 PARAMS = {
     "dense": {"kernel": jnp.linspace(-1.0, 1.0, 12, dtype=jnp.float32).reshape(3, 4),
@@ -360,18 +361,16 @@ def test_state_round_trip_with_master_weights_placeholders():
 # -- declarations: a piece says where it is defined whether it fuses ------------------
 
 def _updates_of(tx) -> list:
-    """Every update function `fused` inspects in ``tx`` (wrappers' closures included)."""
-    from gradxform._fused import _cells, _is_tx
-    found, todo = [], [tx.update]
+    """Every update function `fused` inspects in ``tx`` (the transformations
+    wrappers declare they run included)."""
+    found, todo = [], [tx]
     while todo:
-        fn = todo.pop()
-        if any(fn is f for f in found):
+        t = todo.pop()
+        if any(t.update is f for f in found):
             continue
-        found.append(fn)
-        for value in _cells(fn).values():
-            for item in (value if isinstance(value, (tuple, list)) and not _is_tx(value) else (value,)):
-                if _is_tx(item):
-                    todo.append(item.update)
+        found.append(t.update)
+        spec = spec_of(t)
+        todo.extend(spec.inner if spec is not None else ())
     return found
 
 
@@ -482,11 +481,12 @@ def test_not_fusable_names_its_reason():
     def init(params):
         return ()
 
-    @gradxform.fused.not_fusable(lambda cells: f"needs the whole tree at once (k={cells['k']})")
+    k = 3
+
+    @gradxform.fused.not_fusable(f"needs the whole tree at once (k={k})")
     def update(updates, state, params=None, **extra_args):
         return jax.tree.map(lambda u: u * k, updates), state
 
-    k = 3
     tx = gradxform.chain(pieces.track_step(0.1), transformation(init, update), pieces.scale_by_lr())
     assert gradxform.fused.why_not_fused(tx) == ["needs the whole tree at once (k=3)"]
     with pytest.raises(ValueError, match="whole tree"):

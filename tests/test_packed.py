@@ -1,7 +1,7 @@
 """gradxform.fused.packed: small leaves packed inside the step, the state per leaf.
 
 The state keeps its per-leaf form; the numbers are those of the per-leaf chain
-(``gradxform.fused.packing(False)``): the same float32 arithmetic per element
+(the transformation given to ``packed``): the same float32 arithmetic per element
 with the same scalars. Two compiled programs may still round a multiply-add
 differently (XLA:CPU contracts a*b+c into an FMA per loop it emits, see
 benchmarks/README.md, "Two programs"), so where that was measured the
@@ -37,15 +37,14 @@ def _grads(k, master):
     return jax.tree.map(one, PARAMS)
 
 
-def _run(tx, pack, master, steps=3, jit=True):
-    with gradxform.fused.packing(pack):
-        state = tx.init(PARAMS)
-        step = (lambda g, s, p: tx.update(g, s, p))
-        step = jax.jit(step) if jit else step
-        params = PARAMS
-        for k in range(steps):
-            u, state = step(_grads(k, master), state, params)
-            params = gradxform.apply_updates(params, u)
+def _run(tx, master, steps=3, jit=True):
+    state = tx.init(PARAMS)
+    step = (lambda g, s, p: tx.update(g, s, p))
+    step = jax.jit(step) if jit else step
+    params = PARAMS
+    for k in range(steps):
+        u, state = step(_grads(k, master), state, params)
+        params = gradxform.apply_updates(params, u)
     return params, state
 
 
@@ -73,11 +72,12 @@ CASES = [
 
 @pytest.mark.parametrize("name,kwargs,exact", CASES, ids=[c[0] for c in CASES])
 def test_plain_tx_packs_and_matches_the_per_leaf_chain(name, kwargs, exact):
-    tx = gradxform.fused.packed(gradxform.create(name, **kwargs))
+    plain = gradxform.create(name, **kwargs)
+    tx = gradxform.fused.packed(plain)
     assert gradxform.fused.bit_exact(tx) and not gradxform.fused.why_not_fused(tx)
     master = bool(kwargs.get("multi_precision"))
-    got, got_state = _run(tx, True, master)
-    ref, ref_state = _run(tx, False, master)
+    got, got_state = _run(tx, master)
+    ref, ref_state = _run(plain, master)
     assert not isinstance(got_state, FusedState)  # the state keeps its per-leaf form
     _equal((got, got_state), (ref, ref_state), ulp=not exact)
     # and the numbers of `fused` in the Trainer's layout (same groups, but the state
@@ -96,7 +96,8 @@ def test_plain_tx_packs_and_matches_the_per_leaf_chain(name, kwargs, exact):
 def test_eager_call_groups_by_the_states_own_numbers():
     # Diverged counts (as migrated from a framework) are concrete outside jit: the
     # groups follow them and the step is the per-leaf one.
-    tx = gradxform.fused.packed(gradxform.create("adam", learning_rate=0.01))
+    plain = gradxform.create("adam", learning_rate=0.01)
+    tx = gradxform.fused.packed(plain)
     state = gradxform.per_leaf_counts(tx.init(PARAMS), PARAMS)
 
     def bump(_, node):
@@ -106,27 +107,23 @@ def test_eager_call_groups_by_the_states_own_numbers():
 
     state = map_states(bump, state, StepState)
     g = _grads(0, False)
-    with gradxform.fused.packing(True):
-        got = tx.update(g, state, PARAMS)
-    with gradxform.fused.packing(False):
-        ref = tx.update(g, state, PARAMS)
+    got = tx.update(g, state, PARAMS)
+    ref = plain.update(g, state, PARAMS)
     _equal(got, ref)
     # traced, the groups are those of a fresh init: the step refuses this state
-    with gradxform.fused.packing(True):
-        with pytest.raises(Exception, match="per-leaf numbers differ inside a group"):
-            jax.block_until_ready(jax.jit(lambda g, s, p: tx.update(g, s, p))(g, state, PARAMS))
+    with pytest.raises(Exception, match="per-leaf numbers differ inside a group"):
+        jax.block_until_ready(jax.jit(lambda g, s, p: tx.update(g, s, p))(g, state, PARAMS))
     # an update_mask keeps the per-leaf path, which handles any counts
     mask = jax.tree.map(lambda _: jnp.asarray(True), PARAMS)
-    with gradxform.fused.packing(True):
-        got = jax.jit(lambda g, s, p: tx.update(g, s, p, update_mask=mask))(g, state, PARAMS)
-    with gradxform.fused.packing(False):
-        ref = jax.jit(lambda g, s, p: tx.update(g, s, p, update_mask=mask))(g, state, PARAMS)
+    got = jax.jit(lambda g, s, p: tx.update(g, s, p, update_mask=mask))(g, state, PARAMS)
+    ref = jax.jit(lambda g, s, p: plain.update(g, s, p, update_mask=mask))(g, state, PARAMS)
     _equal(got, ref)
 
 
 def test_not_bit_exact_chains_stay_per_leaf():
-    tx = gradxform.fused.packed(gradxform.create("nadam", learning_rate=0.01))  # per-leaf values spread per element
+    plain = gradxform.create("nadam", learning_rate=0.01)
+    tx = gradxform.fused.packed(plain)  # per-leaf values spread per element
     assert not gradxform.fused.bit_exact(tx)
-    got = _run(tx, True, False, steps=2)
-    ref = _run(tx, False, False, steps=2)
+    got = _run(tx, False, steps=2)
+    ref = _run(plain, False, steps=2)
     _equal(got, ref)

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from .._registry import registered_name
 from .._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation
 from .._elementwise import fusable
+from .._spec import Fusion, declare
 from .._errors import validated
 from .._optimizer import guarded
 from ._groups import beta_gamma_filter
@@ -177,12 +178,10 @@ def _inner_inspect(optimizer, updates, state, params, extra_args):
     the group pieces and the decay piece), from a run on zero gradients whose
     results are discarded (under jit only the scalars are computed)."""
     ctx = StepContext.of(extra_args)
-    probe = {}
-    if ctx is not None and ctx.get("segments") is not None:  # gradxform.fused's per-leaf layout
-        probe["segments"] = ctx.get("segments")
+    probe = StepContext() if ctx is None else ctx.probe()  # the layout of a fused step, if any
     zeros = jax.tree.map(jnp.zeros_like, updates)
     optimizer.update(zeros, state, params, **{**extra_args, CONTEXT_KEY: probe})
-    return probe.get("lr"), probe.get("wd"), probe.get("count")
+    return probe.lr, probe.wd, probe.count
 
 
 def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, use_clip=False,
@@ -283,7 +282,7 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     # fused: trust ratios from per-leaf norms, segment sums over each buffer (summed in
     # another order); the name filters are static per leaf and applied per element, so
     # leaves that skip LARS may share a buffer
-    @fusable(bit_exact=False)
+    @declare(inner=(optimizer,), fusion=Fusion(bit_exact=False, reductions=("leaf_sum", "leaf_flags")))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError(f"{owner}: needs params; call update(grads, state, params).")

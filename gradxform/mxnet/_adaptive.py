@@ -13,7 +13,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from .._base import GradientTransformation, chain, context_value, identity, transformation, uses_context
 from .._elementwise import fusable
@@ -21,7 +20,7 @@ from .._hyper import hyper_residual, hyper_scalar
 from .._ranges import check_hyper
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import one_minus_power
-from ..pieces.internal import buffer_segments, spread_leaf_values
+from ..pieces.internal import leaf_scan
 from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adam_moments,
                       scale_by_adamax, scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
 from ._common import check_unit, parse_options
@@ -100,31 +99,16 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
         mom_t1 = h["beta1"] * (1.0 - 0.5 * 0.96 ** ((t + 1) * h["schedule_decay"]))
         return t, mom_t, mom_t1
 
-    def fused_schedules(h, sched, count, mask, segs):
-        """Under `gradxform.fused`: each leaf's ``1 - m_schedule`` and
-        ``1 - m_schedule * mu_t1``, spread over its buffer, and the last
-        ``m_schedule``. The running product still goes leaf by leaf in index
-        order (a scan over one scalar per leaf: the same multiplications in
-        the same order as the per-leaf loop), from per-buffer momenta."""
-        owner = np.zeros(sum(len(s.leaves) for s in segs), np.int32)
-        for j, s in enumerate(segs):
-            owner[list(s.leaves)] = j
-        per_buf = [momenta(h, t)[1:] for t in count]
-        mom_t = jnp.stack([m for m, _ in per_buf])[owner]
-        mom_t1 = jnp.stack([m for _, m in per_buf])[owner]
-        on = jnp.stack([jnp.asarray(m).reshape(()) for m in mask])[owner]
+    def advance(sched, x):
+        mom_t, _, on = x
+        return jnp.where(on, sched * mom_t, sched)  # advanced once per parameter update
 
-        def advance(sched, x):
-            m, o = x
-            sched = jnp.where(o, sched * m, sched)  # advanced once per parameter update
-            return sched, sched
-
-        last, scheds = jax.lax.scan(advance, sched, (mom_t, on))
-        return (spread_leaf_values(1.0 - scheds, segs), spread_leaf_values(1.0 - scheds * mom_t1, segs), last)
+    def denominators(sched, x):
+        return 1.0 - sched, 1.0 - sched * x[1]
 
     # fused: the shared schedule is one scalar per leaf, multiplied leaf by leaf in index
-    # order as per leaf, then spread over the buffers (per-leaf values per element)
-    @fusable(bit_exact=False)
+    # order as per leaf (`leaf_scan`), then spread over the buffers (per-leaf values per element)
+    @fusable(bit_exact=False, reductions=("leaf_scan",))
     @uses_context("mxnet.nadam", needs=("count", "mask"))
     def update(updates, state, params=None, **extra_args):
         del params
@@ -132,21 +116,15 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
         count = context_value(extra_args, "count", "mxnet.nadam")
         mask = context_value(extra_args, "mask", "mxnet.nadam")
         leaves, treedef = jax.tree.flatten(updates)
-        sched = state.m_schedule
-        segs = buffer_segments(extra_args)
-        if segs is not None:
-            one_minus, one_minus_next, sched = fused_schedules(h, sched, treedef.flatten_up_to(count),
-                                                               treedef.flatten_up_to(mask), segs)
+        steps = [(*momenta(h, t)[1:], jnp.asarray(on).reshape(()))
+                 for t, on in zip(treedef.flatten_up_to(count), treedef.flatten_up_to(mask))]
+        sched, dens = leaf_scan(advance, denominators, state.m_schedule, steps, extra_args)
         mus, nus, outs = [], [], []
         for i, (g, m, v, t, on) in enumerate(zip(leaves, treedef.flatten_up_to(state.mu),
                                                  treedef.flatten_up_to(state.nu), treedef.flatten_up_to(count),
                                                  treedef.flatten_up_to(mask))):
             t, mom_t, mom_t1 = momenta(h, t)
-            if segs is None:
-                sched = jnp.where(on, sched * mom_t, sched)  # advanced once per parameter update
-                g_den, m_den = 1.0 - sched, 1.0 - sched * mom_t1
-            else:
-                g_den, m_den = one_minus[i], one_minus_next[i]
+            g_den, m_den = dens[i]
             c = lambda x: x.astype(g.dtype)  # noqa: E731
             m = c(h["beta1"]) * m + (1 - c(h["beta1"])) * g
             v = c(h["beta2"]) * v + (1 - c(h["beta2"])) * g * g

@@ -154,14 +154,6 @@ class LBSGDState(NamedTuple):
     per_leaf_fields = ("num_cums",)  # trees of per-leaf scalars (gradxform.fused: one per buffer)
 
 
-def _fused_lars_warmup(cells, facts):
-    """_lbsgd_accumulate's `fusable` check (gradxform.fused): LARS warmup takes
-    per-leaf norms, segment sums over the flat buffers (summed in another order)."""
-    if cells.get("warmup_strategy") == "lars":
-        facts["bit_exact"] = False
-    return None
-
-
 # LBSGD's own values: local to the LBSGD chain (gradxform.LocalKey), never on the shared context
 LBMULT = LocalKey("lbmult", "mxnet.lbsgd's accumulator")
 LBSGD_APPLY = LocalKey("lbsgd_apply", "mxnet.lbsgd's accumulator")
@@ -194,7 +186,9 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
         return LBSGDState({}, jax.tree.map(jnp.zeros_like, params),
                           jax.tree.map(lambda _: jnp.asarray(init_updates, jnp.int32), params))
 
-    @fusable(check=_fused_lars_warmup)
+    # fused: LARS warmup takes per-leaf norms, segment sums over the flat buffers
+    # (summed in another order)
+    @fusable(bit_exact=warmup_strategy != "lars", reductions=("leaf_sum",) if warmup_strategy == "lars" else ())
     @uses_context("mxnet.lbsgd", needs=("wd",) if warmup_strategy == "lars" else (),
                   provides=(LBMULT, LBSGD_APPLY))
     def update(updates, state, params=None, **extra_args):

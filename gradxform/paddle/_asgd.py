@@ -32,12 +32,11 @@ class ASGDState(NamedTuple):
     y: object
 
 
-def _ring_not_fusable(cells):
+def _ring_not_fusable(n: int) -> str:
     # For gradxform.fused: the ring would have to be stored as (batch_num, group
     # size) buffers, which is what the chain's own init on flat buffers expects; the
     # layout only has params-shaped ones (batch_num == 1 included: (1, *shape) is not
     # params-shaped).
-    n = cells.get("batch_num")
     return (f"paddle.asgd keeps its last batch_num={n} gradients per parameter as a "
             f"({n}, *shape) ring, which the flat layout (params-shaped buffers only) cannot hold")
 
@@ -52,7 +51,7 @@ def _asgd_average(batch_num: int) -> GradientTransformation:
         return ASGDState({}, zeros_like_params(params),
                          jax.tree.map(lambda z: jnp.broadcast_to(z[None], (batch_num,) + z.shape), zeros_like_params(params)))
 
-    @not_fusable(_ring_not_fusable)
+    @not_fusable(_ring_not_fusable(batch_num))
     @uses_context("paddle.asgd", needs=("count",))
     def update(updates, state, params=None, **extra_args):
         del params

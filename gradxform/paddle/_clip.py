@@ -26,7 +26,7 @@ import numpy as np
 import optax
 
 from .._base import transformation
-from .._elementwise import fusable
+from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
 from .._selectors import Selector
@@ -70,13 +70,14 @@ class ClipState(NamedTuple):
     per_leaf_fields = ("slot", "need")
 
 
-def _fusion(cells, facts):
-    kinds = {c.kind for _, c in cells.get("active", ())}
+def _fusion(active) -> Fusion:
+    """How `group_clip` with the clips ``active`` fuses (gradxform.fused)."""
+    kinds = {c.kind for _, c in active}
     if "norm" in kinds:
-        return "paddle.clip_grad_by_norm needs a norm per parameter"
-    if "global" in kinds:
-        facts["bit_exact"] = False  # fused: the norm of the buffers, summed in another order
-    return None
+        return Fusion(refuse="paddle.clip_grad_by_norm needs a norm per parameter")
+    if "global" in kinds:  # fused: the norm of the buffers, summed in another order
+        return Fusion(bit_exact=False, reductions=("whole",))
+    return Fusion()
 
 
 def group_clip(clips: list, slots_of, *, default=None) -> optax.GradientTransformation:
@@ -104,7 +105,7 @@ def group_clip(clips: list, slots_of, *, default=None) -> optax.GradientTransfor
         return ClipState(hyper, treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]),
                          treedef.unflatten([jnp.asarray(bool(b)) for b in need]))
 
-    @fusable(check=_fusion)
+    @declare(fusion=_fusion(active))
     def update(updates, state, params=None, **extra_args):
         del params
         if not active:

@@ -55,7 +55,7 @@ def clip_by_global_norm(max_norm: float, *, name: str = "max_norm") -> GradientT
         del params
         return HyperState({name: hyper_scalar(max_norm)})
 
-    @fusable(bit_exact=False)  # fused: the norm of the buffers, summed in another order
+    @fusable(bit_exact=False, reductions=("whole",))  # fused: the norm of the buffers, summed in another order
     def update(updates, state, params=None, **extra_args):
         del params
         norm = global_norm(updates, extra_args)

@@ -1,13 +1,14 @@
 """Weight decay: coupled (``wd * w`` added to the gradient) and decoupled."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 
 from .._base import GradientTransformation, StepContext, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
+from .._types import Hyper, ParamTree
 from ._step import Multiplier, per_leaf_multipliers
 
 __all__ = ["DecayState", "add_decayed_weights", "provide_weight_decay", "add_decoupled_weight_decay"]
@@ -16,8 +17,8 @@ __all__ = ["DecayState", "add_decayed_weights", "provide_weight_decay", "add_dec
 class DecayState(NamedTuple):
     """``wd_mult``: per-leaf float32 multipliers, a tree of scalars, or None
     when every one is 1 (the decay is then one scalar for every leaf)."""
-    hyper: dict
-    wd_mult: object
+    hyper: Hyper
+    wd_mult: Optional[ParamTree]
     per_leaf_fields = ("wd_mult",)  # trees of per-leaf scalars (gradxform.fused: one per buffer)
     optional_fields = {"wd_mult": 1.0}  # None: every leaf's multiplier is 1
 

@@ -36,10 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import GradientTransformation, transformation
-from .._elementwise import fusable
+from .._spec import Fusion, declare
 from .._state_paths import find_states
 from ._segments import on_every_shard
 from .._hyper import check_range, hyper_scalar, register_check
+from .._types import Hyper, ParamTree
 
 __all__ = [
     "GuardState", "SkipNonfiniteState", "LossScaleState", "NonFiniteError",
@@ -64,7 +65,7 @@ class GuardState(NamedTuple):
 
 class SkipNonfiniteState(NamedTuple):
     guard: GuardState
-    inner: object
+    inner: ParamTree
 
 
 class LossScaleState(NamedTuple):
@@ -72,10 +73,10 @@ class LossScaleState(NamedTuple):
     since the last change of scale; ``hyper``: ``growth_factor``,
     ``backoff_factor``, ``growth_interval`` (float32, settable with set_hyper)."""
     guard: GuardState
-    hyper: dict
+    hyper: Hyper
     scale: jax.Array
     good_steps: jax.Array
-    inner: object
+    inner: ParamTree
 
 
 register_check("growth_factor", low=1.0)
@@ -183,7 +184,7 @@ def skip_nonfinite(inner: GradientTransformation, *, max_consecutive: int | None
     def init(params):
         return SkipNonfiniteState(_guard_init(limit), inner.init(params))
 
-    @fusable
+    @declare(inner=(inner,), fusion=Fusion(reductions=("whole",)))  # a sharded step's flags, all shards
     def update(updates, state, params=None, **extra_args):
         new_updates, new_inner = inner.update(updates, state.inner, params, **extra_args)
         ok = step_is_finite(updates, new_updates, new_inner, check_updates=check_updates,
@@ -253,7 +254,7 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
         wide = jnp.promote_types(g.dtype, jnp.float32)
         return (g.astype(wide) / s.astype(wide)).astype(g.dtype)
 
-    @fusable
+    @declare(inner=(inner,), fusion=Fusion(reductions=("whole",)))
     def update(updates, state, params=None, **extra_args):
         h = state.hyper
         grads = jax.tree.map(lambda g: unscale(g, state.scale), updates)

@@ -4,11 +4,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, checkable, context_value, transformation, uses_context
-from .._elementwise import fusable
+from .._base import GradientTransformation, context_value, transformation
+from .._spec import Fusion, checkable, declare
 from .._state_paths import map_param_trees
 from .._tree import select_tree
-from ._segments import buffer_segments, row_sums
+from ._segments import present_rows
 from ._step import per_leaf_counts
 
 __all__ = ["gated", "lazy_rows", "masked_by_update_mask", "only_slotted"]
@@ -21,7 +21,7 @@ def only_slotted(inner: GradientTransformation, read_slots) -> GradientTransform
     one per leaf, so it works on fused buffers too), read from a state
     rather than from names: under `gradxform.fused` updates have none."""
 
-    @fusable  # the slots are per leaf, hence per group
+    @declare(inner=(inner,), fusion=Fusion())  # the slots are per leaf, hence per group
     def update(updates, state, params=None, **extra_args):
         treedef = jax.tree.structure(updates)
         selected = treedef.unflatten([s >= 0 for s in treedef.flatten_up_to(read_slots(state))])
@@ -39,8 +39,8 @@ def gated(inner: GradientTransformation, key) -> GradientTransformation:
     accumulate). ``key``: a `gradxform.LocalKey` or a context field, which
     `gradxform.chain` checks, or the name of an undeclared extension."""
 
-    @fusable  # its mask is per leaf, hence per group
-    @uses_context("gated", needs=checkable(key), inner=(inner,))
+    # its mask is per leaf, hence per group
+    @declare(who="gated", needs=checkable(key), inner=(inner,), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         mask = context_value(extra_args, key, "gated")
         out, new_state = inner.update(updates, state, params, **extra_args)
@@ -62,7 +62,8 @@ def masked_by_update_mask(inner: GradientTransformation) -> GradientTransformati
     dropped. Scalars shared by all leaves (the step counter's ``num_update``)
     are the new ones, as `gradxform._tree.select_tree` does."""
 
-    @fusable  # its mask is per leaf, hence per group (gradxform.fused passes one per buffer)
+    # its mask is per leaf, hence per group (gradxform.fused passes one per buffer)
+    @declare(inner=(inner,), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         mask = extra_args.get("update_mask")
         if mask is None:
@@ -77,25 +78,6 @@ def masked_by_update_mask(inner: GradientTransformation) -> GradientTransformati
     return transformation(inner.init, update)
 
 
-def _present_rows(g):
-    g = jnp.asarray(g)
-    if g.ndim <= 1:
-        return g != 0
-    # any() over the trailing axes, not a reshape to (rows, -1): -1 is
-    # ambiguous for a leaf with no elements (ZeroDivisionError for (0, 3))
-    return jnp.any(g != 0, axis=tuple(range(1, g.ndim)))
-
-
-def _present(updates, extra_args):
-    """Per leaf, a flag per row (first axis; per element below two
-    dimensions); under `gradxform.fused` per buffer a flag per element: its
-    row's count of nonzeros is positive (an integer segment sum: exact)."""
-    if buffer_segments(extra_args) is None:
-        return jax.tree.map(_present_rows, updates)
-    counts = row_sums(jax.tree.map(lambda g: (g != 0).astype(jnp.int32), updates), extra_args)
-    return jax.tree.structure(updates).unflatten([c > 0 for c in counts])
-
-
 def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
     """Row-sparse ("lazy") semantics over dense gradients: rows (first axis)
     whose incoming gradient is all zero are treated as absent, so the
@@ -104,9 +86,9 @@ def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
 
     # fused: row flags from integer counts of nonzeros per row (exact in any order),
     # applied per element
-    @fusable(bit_exact=False)
+    @declare(inner=(inner,), fusion=Fusion(bit_exact=False, reductions=("row_sums",)))
     def update(updates, state, params=None, **extra_args):
-        rows = _present(updates, extra_args)
+        rows = present_rows(updates, extra_args)
         out, new_state = inner.update(updates, state, params, **extra_args)
 
         def expand(r, x):

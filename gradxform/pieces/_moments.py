@@ -15,6 +15,7 @@ from .._base import GradientTransformation, context_value, transformation, uses_
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
 from .._tree import full_like_params, once_per_value, zeros_like_params as _zeros
+from .._types import Hyper, ParamTree
 
 __all__ = [
     "TraceState", "trace", "ema", "sign", "MomentsState", "scale_by_adam_moments",
@@ -28,8 +29,8 @@ def _c(h, x):
 
 
 class TraceState(NamedTuple):
-    hyper: dict
-    trace: object
+    hyper: Hyper
+    trace: ParamTree
 
 
 def trace(momentum: float, *, nesterov: bool = False, name: str = "momentum") -> GradientTransformation:
@@ -84,9 +85,9 @@ def sign() -> GradientTransformation:
 
 
 class MomentsState(NamedTuple):
-    hyper: dict
-    mu: object
-    nu: object
+    hyper: Hyper
+    mu: ParamTree
+    nu: ParamTree
 
 
 def adam_emas(mu, nu, updates, beta1, beta2):
@@ -145,9 +146,9 @@ def scale_by_rms(decay: float = 0.9, epsilon: float = 1e-8, *, name: str = "gamm
 
 
 class CenteredRmsState(NamedTuple):
-    hyper: dict
-    n: object
-    g: object
+    hyper: Hyper
+    n: ParamTree
+    g: ParamTree
 
 
 def scale_by_centered_rms(decay: float = 0.9, epsilon: float = 1e-8, *,
@@ -220,8 +221,8 @@ def one_minus_power(beta, beta_lo, t):
 
 
 class BiasCorrectionState(NamedTuple):
-    hyper: dict
-    hyper_lo: dict
+    hyper: Hyper
+    hyper_lo: Hyper
 
 
 def bias_correction(beta1: float = 0.9, beta2: float | None = 0.999) -> GradientTransformation:

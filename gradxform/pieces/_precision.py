@@ -7,7 +7,8 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, transformation
-from .._elementwise import fusable
+from .._spec import Fusion, declare
+from .._types import ParamTree
 
 __all__ = ["MasterWeightsState", "with_master_weights", "is_low_precision"]
 
@@ -24,8 +25,8 @@ class MasterWeightsState(NamedTuple):
     """``master``: a float32 copy of each low-precision leaf (an empty array for
     the others); ``inner``: the wrapped optimizer's state, built on the float32
     master values."""
-    master: object
-    inner: object
+    master: ParamTree
+    inner: ParamTree
 
 
 def with_master_weights(inner: GradientTransformation) -> GradientTransformation:
@@ -44,7 +45,7 @@ def with_master_weights(inner: GradientTransformation) -> GradientTransformation
             lambda p: p.astype(jnp.float32) if is_low_precision(p) else jnp.zeros((0,), jnp.float32), params)
         return MasterWeightsState(master, inner.init(_full(params, master)))
 
-    @fusable
+    @declare(inner=(inner,), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("with_master_weights: needs params; call update(grads, state, params).")

@@ -8,13 +8,14 @@ import jax
 from .._base import GradientTransformation, transformation
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
+from .._types import Hyper
 
 __all__ = ["HyperState", "rescale", "scale", "unscale"]
 
 
 class HyperState(NamedTuple):
     """State of a piece that holds only hyperparameters."""
-    hyper: dict
+    hyper: Hyper
 
 
 def rescale(rescale_grad: float = 1.0, *, name: str = "rescale_grad") -> GradientTransformation:

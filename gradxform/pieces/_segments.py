@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import StepContext
+from .._selectors import Selector
 from .._tree import param_names
 
 __all__ = ["SEGMENTS_KEY", "Segments", "ShardedSegments", "layout_segments", "buffer_segments", "leaf_sum",
@@ -336,9 +337,7 @@ def leaf_flags(tree, extra_args: dict, predicate: Callable[[str], bool]):
     """``predicate(name)`` of each parameter name, static: a tree of Python
     bools, or under `fused` per buffer one bool where all its leaves agree
     and else a bool per element."""
-    from .._selectors import Selector  # noqa: PLC0415  (a predicate may read x.name: MindSpore's filters)
-
-    predicate = Selector.of(predicate)
+    predicate = Selector.of(predicate)  # a predicate may read x.name: MindSpore's filters
     segs = buffer_segments(extra_args)
     if segs is None:
         names = param_names(tree)
@@ -348,6 +347,59 @@ def leaf_flags(tree, extra_args: dict, predicate: Callable[[str], bool]):
         flags = np.asarray(predicate.select(list(s.names)))
         out.append(bool(flags[0]) if (flags == flags[0]).all() else s.spread(flags))
     return jax.tree.structure(tree).unflatten(out)
+
+
+def _present_rows(g):
+    g = jnp.asarray(g)
+    if g.ndim <= 1:
+        return g != 0
+    # any() over the trailing axes, not a reshape to (rows, -1): -1 is
+    # ambiguous for a leaf with no elements (ZeroDivisionError for (0, 3))
+    return jnp.any(g != 0, axis=tuple(range(1, g.ndim)))
+
+
+def present_rows(tree, extra_args: dict):
+    """Whether each row (first axis; each element below two dimensions) of
+    ``tree`` has a nonzero: per leaf a flag per row; under `fused` per buffer
+    a flag per element, from its row's count of nonzeros (an integer segment
+    sum: exact)."""
+    if buffer_segments(extra_args) is None:
+        return jax.tree.map(_present_rows, tree)
+    counts = row_sums(jax.tree.map(lambda g: (g != 0).astype(jnp.int32), tree), extra_args)
+    return jax.tree.structure(tree).unflatten([c > 0 for c in counts])
+
+
+def leaf_scan(step: Callable, out: Callable, carry, xs: Sequence, extra_args: dict) -> tuple:
+    """Carries ``carry`` over the leaves in index order, as a per-leaf loop
+    does: at each leaf ``carry = step(carry, x)``, and that leaf's values are
+    ``out(carry, x)`` (a tuple). ``xs``: a tuple of scalars per entry of the
+    tree being updated (a leaf; under `fused` a buffer, whose leaves share
+    its scalars). Returns (the last carry, per entry the tuple of values:
+    per leaf 0-d; under `fused` each leaf's value at each element of its
+    leaf in the buffer).
+
+    Per leaf this is a Python loop; under `fused` a ``lax.scan`` over one
+    scalar per leaf (the same operations in the same order), whose
+    outputs ``out`` computes for all leaves at once, spread per element."""
+    segs = buffer_segments(extra_args)
+    if segs is None or not xs:
+        outs = []
+        for x in xs:
+            carry = step(carry, x)
+            outs.append(out(carry, x))
+        return carry, outs
+    owner = np.zeros(sum(len(s.leaves) for s in segs), np.int32)
+    for j, s in enumerate(segs):
+        owner[list(s.leaves)] = j
+    per_leaf = tuple(jnp.stack([jnp.asarray(x[k]) for x in xs])[owner] for k in range(len(xs[0])))
+
+    def body(c, x):
+        c = step(c, x)
+        return c, c
+
+    last, carries = jax.lax.scan(body, carry, per_leaf)
+    values = [spread_leaf_values(v, segs) for v in out(carries, per_leaf)]
+    return last, [tuple(v[j] for v in values) for j in range(len(segs))]
 
 
 def spread_leaf_values(values: jax.Array, segs: Sequence[Segments]) -> list:

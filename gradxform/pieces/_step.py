@@ -7,17 +7,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import (GradientTransformation, StepContext, chain, checkable, context_value, transformation,
-                     uses_context)
-from .._elementwise import fusable
+from .._base import GradientTransformation, StepContext, chain, context_value, transformation
+from .._spec import Fusion, checkable, declare
 from .._hyper import check_range, hyper_scalar
 from .._selectors import multipliers
-from .._state_paths import map_states, written_out
+from .._state_paths import find_states, map_states, written_out
 from .._tree import once_per_value, param_names
+from .._types import Hyper, ParamTree
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
 
 __all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
-           "per_leaf_multipliers"]
+           "per_leaf_multipliers", "host_done"]
 
 # A per-parameter multiplier: a mapping from a selection (name, glob, Gluon regex:
 # `gradxform._selectors.Selector`) to a number, or a function ``names -> np.ndarray``
@@ -62,9 +62,9 @@ class StepState(NamedTuple):
     ``update_mask``, and a migrated state whose counts differ, switch to
     per-leaf counts (`per_leaf_counts`). Nothing stored is derived from
     another field."""
-    hyper: dict
-    lr_mult: object
-    count: object
+    hyper: Hyper
+    lr_mult: Optional[ParamTree]
+    count: Optional[ParamTree]
     num_update: jax.Array
     per_leaf_fields = ("lr_mult", "count")  # trees of per-leaf scalars (gradxform.fused: one per buffer)
     # fields that may be None, and what each leaf holds then: count -> num_update, lr_mult -> 1
@@ -79,21 +79,19 @@ def per_leaf_counts(state, params):
     return map_states(lambda _, node: written_out(node, "count", params), state, StepState)
 
 
+def host_done(state) -> int:
+    """Updates done, as an optimizer state records them (``num_update`` of
+    its step counter; 0 when it has none): where a host-side schedule resumes."""
+    found = find_states(state, StepState)
+    return max((int(jnp.max(jnp.asarray(s.num_update))) for s in found), default=0)
+
+
 def _derived(counts):
     """(max_count, first_max) of a list of count scalars, by reduction."""
     if not counts:
         return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
     vec = jnp.stack([jnp.asarray(c, jnp.int32).reshape(()) for c in counts])
     return jnp.max(vec), jnp.argmax(vec).astype(jnp.int32)
-
-
-def _fused_track_step(cells, facts):
-    """track_step's `fusable` check (gradxform.fused)."""
-    if cells.get("read_lr") == "before" and cells.get("schedule") is not None:
-        # MXNet reads the schedule before leaf 0 bumps the shared count and
-        # after it for every later leaf: leaf 0 gets a group of its own.
-        facts["isolate_first"] = True
-    return None
 
 
 def _usable_rate(lr) -> jax.Array:
@@ -152,8 +150,10 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             lr_mult=per_leaf_multipliers(lr_mult, params, "lr_mult"),
             count=None, num_update=jnp.asarray(begin_num_update, jnp.int32))
 
-    @fusable(check=_fused_track_step)
-    @uses_context("track_step", provides=("lr", "count", "mask"))
+    # fused: MXNet reads the schedule before leaf 0 bumps the shared count and after
+    # it for every later leaf, so with read_lr='before' leaf 0 gets a group of its own
+    @declare(who="track_step", provides=("lr", "count", "mask"),
+             fusion=Fusion(isolate_first=read_lr == "before" and schedule is not None))
     def update(updates, state, params=None, **extra_args):
         del params
         treedef = jax.tree.structure(updates)
@@ -247,8 +247,7 @@ def scale_by_lr(sign: float = -1.0, factor_key=None) -> GradientTransformation:
         del params
         return ()
 
-    @fusable
-    @uses_context("scale_by_lr", needs=("lr", *checkable(factor_key)))
+    @declare(who="scale_by_lr", needs=("lr", *checkable(factor_key)), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "scale_by_lr")

@@ -11,15 +11,15 @@ from ._masking import (masked_by_update_mask, only_slotted)
 from ._moments import (CenteredRmsState, MomentsState, TraceState, adam_emas, one_minus_power)
 from ._precision import (FP16_WARNING, MasterWeightsState, is_low_precision, with_master_weights)
 from ._scaling import (HyperState)
-from ._segments import (SEGMENTS_KEY, ShardedSegments, buffer_segments, layout_segments, leaf_flags,
-    leaf_sq_norm, shard_of, spread_leaf_values, whole_buffers)
-from ._step import (StepState, per_leaf_counts)
+from ._segments import (ShardedSegments, buffer_segments, layout_segments, leaf_flags, leaf_scan,
+    leaf_sq_norm, shard_of, whole_buffers)
+from ._step import (StepState, host_done, per_leaf_counts)
 
 __all__ = ['CenteredRmsState', 'FP16_WARNING', 'HyperState', 'MasterWeightsState', 'MomentsState',
-    'NonFiniteError', 'SEGMENTS_KEY', 'ShardedSegments', 'StepState', 'TraceState', 'adam_emas', 'buffer_segments',
-    'check_guard', 'dynamic_loss_scale', 'get_loss_scale', 'guard_status', 'is_low_precision',
-    'layout_segments', 'leaf_flags', 'leaf_sq_norm', 'masked_by_update_mask', 'one_minus_power',
-    'only_slotted', 'per_leaf_counts', 'scale_loss', 'shard_of', 'skip_nonfinite', 'spread_leaf_values', 'whole_buffers',
+    'NonFiniteError', 'ShardedSegments', 'StepState', 'TraceState', 'adam_emas', 'buffer_segments',
+    'check_guard', 'dynamic_loss_scale', 'get_loss_scale', 'guard_status', 'host_done', 'is_low_precision',
+    'layout_segments', 'leaf_flags', 'leaf_scan', 'leaf_sq_norm', 'masked_by_update_mask', 'one_minus_power',
+    'only_slotted', 'per_leaf_counts', 'scale_loss', 'shard_of', 'skip_nonfinite', 'whole_buffers',
     'with_master_weights']
 from ._trust import CorrectedMomentsState, LarsRatioState, LrRatioTraceState, TrustRatioState  # noqa: E402
 __all__ += ["CorrectedMomentsState", "LarsRatioState", "LrRatioTraceState", "TrustRatioState"]

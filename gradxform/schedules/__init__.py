@@ -4,9 +4,9 @@ protocol (`gradxform.schedules._common`: each schedule says how it is
 indexed and what a new base learning rate means), plus Paddle's
 ReduceOnPlateau as a piece. The MXNet classes are also importable as
 `gradxform.lr_scheduler`."""
-from ._common import (COMPLETED, NUM_UPDATE, REPLACE, SCALE, Constant, FunctionSchedule, Schedule, as_schedule,
-                      as_update_schedule, on_completed_steps)
-from ._user import HostScheduleError, UserSchedule, mxnet_style, optax_style
+from ._common import (COMPLETED, NUM_UPDATE, REPLACE, SCALE, Constant, FunctionSchedule, Schedule,
+                      on_completed_steps)
+from ._user import HostScheduleError, UserSchedule, as_schedule, as_update_schedule, mxnet_style, optax_style
 from ._mindspore import (CosineDecayLR, DynamicLR, ExponentialDecayLR, InverseDecayLR, NaturalExpDecayLR,
                          PolynomialDecayLR, WarmUpLR, LearningRateSchedule)
 from ._mxnet import CosineScheduler, FactorScheduler, LRScheduler, MultiFactorScheduler, PolyScheduler

@@ -43,8 +43,8 @@ import numpy as np
 
 from .._ranges import Range, check_value
 
-__all__ = ["Schedule", "FunctionSchedule", "NUM_UPDATE", "COMPLETED", "REPLACE", "SCALE", "as_update_schedule",
-           "on_completed_steps", "as_schedule", "Constant", "check_number"]
+__all__ = ["Schedule", "FunctionSchedule", "NUM_UPDATE", "COMPLETED", "REPLACE", "SCALE",
+           "on_completed_steps", "Constant", "DynamicLR", "check_number"]
 
 NUM_UPDATE = "num_update"  # MXNet: the count after the bump (1 on the first update)
 COMPLETED = "completed"    # MindSpore, Paddle: updates completed before this one (0 on the first)
@@ -134,20 +134,6 @@ class FunctionSchedule(Schedule):
         return self.fn(step, base_lr)
 
 
-def as_update_schedule(sched, indexed_by: str = NUM_UPDATE, rebase: str | None = None, *,
-                       owner: str = "track_step", arg: str = "schedule"):
-    """``sched`` as a `Schedule`: itself if it is one (anything with
-    ``lr_for_update``); a user's callable adapted by
-    `gradxform.schedules._user.adapt` (a bare callable counts as
-    ``indexed_by`` says; one JAX cannot trace raises at construction);
-    None stays None. ``rebase`` is accepted for compatibility (a callable's
-    own convention decides it)."""
-    del rebase
-    from ._user import adapt  # noqa: PLC0415  (_user builds on this module)
-
-    return adapt(sched, default=indexed_by, owner=owner, arg=arg)
-
-
 def on_completed_steps(sched: Callable) -> Callable:
     """Kept for compatibility (optimizers no longer use it: every `Schedule`
     maps the update count to its own index, `Schedule.lr_for_update`).
@@ -161,47 +147,6 @@ def on_completed_steps(sched: Callable) -> Callable:
     shifted.base_lr = getattr(sched, "base_lr", None)
     shifted.wrapped = sched
     return shifted
-
-
-def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Callable | None]:
-    """Splits a framework ``learning_rate`` argument into (base value, schedule
-    or None): a number is fixed; a list/tuple/1-D array becomes ``list_cls``;
-    a `Schedule` (or any callable with a ``base_lr``) is used as it is."""
-    import numpy as np  # noqa: PLC0415
-
-    if isinstance(learning_rate, bool):
-        raise TypeError(f"{owner}(learning_rate=...): must be a number, a list or 1-D array, or a "
-                        f"schedule; got {learning_rate!r}.")
-    if isinstance(learning_rate, (int, float)):
-        check_number(owner, "learning_rate", learning_rate, low=0.0)
-        return float(learning_rate), None
-    if isinstance(learning_rate, (list, tuple)) or hasattr(learning_rate, "shape"):
-        arr = np.asarray(learning_rate)
-        if arr.ndim == 0:
-            check_number(owner, "learning_rate", float(arr), low=0.0)
-            return float(arr), None
-        if arr.ndim > 1:
-            raise ValueError(f"{owner}(learning_rate=...): a learning-rate array must be 0-D or 1-D; "
-                             f"got {arr.ndim} dimensions.")
-        if arr.size == 0:
-            raise ValueError(f"{owner}(learning_rate=...): a learning-rate list must not be empty.")
-        if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
-            raise ValueError(f"{owner}(learning_rate=...): every value must be a finite number >= 0.")
-        s = list_cls(arr)
-        return s.base_lr, s
-    if callable(learning_rate):
-        # any schedule (see gradxform.schedules._user): a bare callable counts
-        # from 0 on the first update, as optax, MindSpore and Paddle do
-        sched = as_update_schedule(learning_rate, COMPLETED, owner=owner, arg="learning_rate")
-        base = getattr(sched, "base_lr", None)
-        if base is None:
-            # no base of its own: the value at the first update stands for it
-            base = float(sched.lr_for_update(jnp.asarray(1, jnp.int32)))
-            if hasattr(sched, "fn") and not isinstance(sched, FunctionSchedule):
-                sched.base_lr = base or None
-        return float(base), sched
-    raise TypeError(f"{owner}(learning_rate=...): must be a number, a list or 1-D array, or a "
-                    f"schedule; got {type(learning_rate).__name__}.")
 
 
 class DynamicLR(Schedule):

@@ -46,16 +46,17 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._ranges import NON_NEGATIVE, check_value
-from ._common import COMPLETED, NUM_UPDATE, REPLACE, SCALE, FunctionSchedule, Schedule
+from ._common import COMPLETED, NUM_UPDATE, REPLACE, SCALE, FunctionSchedule, Schedule, check_number
 
 __all__ = ["UserSchedule", "mxnet_style", "optax_style", "adapt", "HostScheduleError", "HostSchedule",
-           "take_host_schedule", "holds_its_rate"]
+           "take_host_schedule", "holds_its_rate", "as_update_schedule", "as_schedule"]
 
 _CONVENTIONS = (NUM_UPDATE, COMPLETED)
 
@@ -267,11 +268,54 @@ def take_host_schedule(optimizer_params: dict | None) -> tuple[dict, HostSchedul
     return params, None
 
 
-def host_done(state: Any) -> int:
-    """Updates done, as the optimizer state records them (``num_update`` of
-    its step counter; 0 when it has none)."""
-    from .._state_paths import find_states  # noqa: PLC0415
-    from ..pieces.internal import StepState  # noqa: PLC0415
+# -- a framework's learning-rate argument as a schedule ---------------------------
 
-    found = find_states(state, StepState)
-    return max((int(jnp.max(jnp.asarray(s.num_update))) for s in found), default=0)
+def as_update_schedule(sched, indexed_by: str = NUM_UPDATE, rebase: str | None = None, *,
+                       owner: str = "track_step", arg: str = "schedule"):
+    """``sched`` as a `Schedule`: itself if it is one (anything with
+    ``lr_for_update``); a user's callable adapted by
+    `adapt` (a bare callable counts as
+    ``indexed_by`` says; one JAX cannot trace raises at construction);
+    None stays None. ``rebase`` is accepted for compatibility (a callable's
+    own convention decides it)."""
+    del rebase
+    return adapt(sched, default=indexed_by, owner=owner, arg=arg)
+
+
+def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Callable | None]:
+    """Splits a framework ``learning_rate`` argument into (base value, schedule
+    or None): a number is fixed; a list/tuple/1-D array becomes ``list_cls``;
+    a `Schedule` (or any callable with a ``base_lr``) is used as it is."""
+    if isinstance(learning_rate, bool):
+        raise TypeError(f"{owner}(learning_rate=...): must be a number, a list or 1-D array, or a "
+                        f"schedule; got {learning_rate!r}.")
+    if isinstance(learning_rate, (int, float)):
+        check_number(owner, "learning_rate", learning_rate, low=0.0)
+        return float(learning_rate), None
+    if isinstance(learning_rate, (list, tuple)) or hasattr(learning_rate, "shape"):
+        arr = np.asarray(learning_rate)
+        if arr.ndim == 0:
+            check_number(owner, "learning_rate", float(arr), low=0.0)
+            return float(arr), None
+        if arr.ndim > 1:
+            raise ValueError(f"{owner}(learning_rate=...): a learning-rate array must be 0-D or 1-D; "
+                             f"got {arr.ndim} dimensions.")
+        if arr.size == 0:
+            raise ValueError(f"{owner}(learning_rate=...): a learning-rate list must not be empty.")
+        if not np.issubdtype(arr.dtype, np.number) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+            raise ValueError(f"{owner}(learning_rate=...): every value must be a finite number >= 0.")
+        s = list_cls(arr)
+        return s.base_lr, s
+    if callable(learning_rate):
+        # any schedule (see gradxform.schedules._user): a bare callable counts
+        # from 0 on the first update, as optax, MindSpore and Paddle do
+        sched = as_update_schedule(learning_rate, COMPLETED, owner=owner, arg="learning_rate")
+        base = getattr(sched, "base_lr", None)
+        if base is None:
+            # no base of its own: the value at the first update stands for it
+            base = float(sched.lr_for_update(jnp.asarray(1, jnp.int32)))
+            if hasattr(sched, "fn") and not isinstance(sched, FunctionSchedule):
+                sched.base_lr = base or None
+        return float(base), sched
+    raise TypeError(f"{owner}(learning_rate=...): must be a number, a list or 1-D array, or a "
+                    f"schedule; got {type(learning_rate).__name__}.")

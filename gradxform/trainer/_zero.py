@@ -48,10 +48,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from .._base import CONTEXT_KEY, apply_updates
+from .._base import CONTEXT_KEY, StepContext, apply_updates
 from .._fused import FlatTree, FusedState, buffer_lengths
 from .._hyper import set_hyper
-from ..pieces.internal import SEGMENTS_KEY, ShardedSegments, layout_segments, shard_of
+from ..pieces.internal import ShardedSegments, layout_segments, shard_of
 from . import _allreduce as ar
 
 __all__ = ["ShardedState"]
@@ -139,7 +139,7 @@ class ShardedState:
             inner = set_hyper(inner, rescale_grad=rescale)
         else:
             g_local = tuple(g * rescale.astype(g.dtype) for g in g_local)
-        updates, inner = self.chain.update(g_local, inner, p_local, **{CONTEXT_KEY: {SEGMENTS_KEY: segs}})
+        updates, inner = self.chain.update(g_local, inner, p_local, **{CONTEXT_KEY: StepContext.on_buffers(segs)})
         new_local = apply_updates(p_local, updates)
         new = tuple(s.gather(x) for s, x in zip(segs, new_local))
         return FlatTree(new, layout), FusedState(inner, layout)

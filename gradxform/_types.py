@@ -1,0 +1,19 @@
+"""The types that state fields are annotated with (one place, so every state reads alike)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence, Union
+
+import jax
+
+__all__ = ["Hyper", "ParamTree"]
+
+#: A tree of arrays: shaped like the parameters (moments, master copies, one
+#: scalar per leaf for counts and multipliers), or the state of a transformation
+#: a wrapper runs. (Recursive by name, so `typing.get_type_hints` resolves it
+#: where it is imported.)
+ParamTree = Union[jax.Array, Mapping[Any, "ParamTree"], Sequence["ParamTree"]]
+
+#: A piece's numeric hyperparameters by name: float32 scalars (`gradxform._hyper`),
+#: set and read by name with `gradxform.set_hyper` / `gradxform.get_hyper`.
+Hyper = dict[str, jax.Array]
+
