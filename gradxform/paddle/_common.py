@@ -45,7 +45,7 @@ import optax
 
 from .._base import GradientTransformation, StepContext, chain, context_value, identity, transformation, uses_context
 from .._elementwise import fusable
-from .._hyper import _scheduled, get_hyper, get_learning_rate, set_hyper
+from .._hyper import _scheduled, get_hyper, get_learning_rate, hyper_scalar, set_hyper
 from .._optimizer import Setup
 from .._ranges import Range, check_bool, register_range
 from .._selectors import Selector, as_names, assign_slots, describe_names
@@ -56,7 +56,7 @@ from ..pieces.internal import only_slotted
 from ..pieces.internal import with_master_weights
 from ..schedules.internal import DynamicLR, as_schedule, check_number, holds_its_rate
 from ._clip import Clip, group_clip
-from ._plateau import ReduceOnPlateau
+from ._plateau import PlateauState, ReduceOnPlateau
 from ._regularizer import Decay, as_regularizer, group_regularization
 
 __all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "with_groups", "leaf_hyper", "parse", "get_lr", "set_lr", "check_bool", "check_float",
@@ -337,8 +337,6 @@ class PaddleOptimizer(optax.GradientTransformationExtraArgs):
 
 def with_groups(hyper: dict, groups: dict) -> dict:
     """``hyper`` plus ``<name>_group_<k>`` for each group's own value (float32 scalars)."""
-    from .._hyper import hyper_scalar  # noqa: PLC0415
-
     out = {k: hyper_scalar(v) for k, v in hyper.items()}
     for k, vals in groups.items():
         out.update({f"{n}_group_{k}": hyper_scalar(v) for n, v in vals.items()})
@@ -361,8 +359,6 @@ def get_lr(state, tx=None) -> float:
     ``scheduler()`` (what it holds now; pass ``tx``), the schedule at the number of
     steps done (``tx``, the optimizer, carries the schedule: pass it, or call
     ``tx.get_lr(state)``), or `ReduceOnPlateau`'s current value."""
-    from ._plateau import PlateauState  # noqa: PLC0415
-
     if getattr(tx, "lr_scheduler", None) is not None:  # Paddle: what the scheduler holds now
         return float(tx.lr_scheduler())
     plateau = find_states(state, PlateauState)
@@ -384,8 +380,6 @@ def set_lr(state, value: float):
     a non-number, as Paddle."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"The type of 'value' in optimizer.set_lr must be float, but received {type(value)}.")
-    from ._plateau import PlateauState  # noqa: PLC0415
-
     if _scheduled(state) or find_states(state, PlateauState):
         raise RuntimeError(SET_LR_UNDER_SCHEDULER)
     return set_hyper(state, learning_rate=float(value))
