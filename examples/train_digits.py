@@ -30,6 +30,7 @@ the step, which divides the summed gradient by it.
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import time
@@ -135,13 +136,28 @@ def evaluate(params, x, y):
 
 # -- one training run ---------------------------------------------------------------------
 
-# arguments a factory requires (no default), for --optimizer NAME with NAME not in CONFIGS
-REQUIRED = {
-    "mindspore.momentum": lambda: {"learning_rate": 0.1, "momentum": 0.9},
-    "mindspore.lamb": lambda: {"learning_rate": 1e-3},
-    "mindspore.lars": lambda: {"optimizer": gradxform.create("mindspore.momentum", learning_rate=0.1,
-                                                             momentum=0.9)},
-}
+# values for the arguments a factory requires (no default), for --optimizer NAME with NAME not in
+# CONFIGS: read from each factory's signature, so every registered name runs
+REQUIRED = {"learning_rate": 0.01, "momentum": 0.9}
+SEPARATE = {"mindspore.thor": "THOR preconditions with per-layer statistics captured in the forward and "
+                              "backward pass each step: run examples/thor_digits.py"}
+
+
+def required_kwargs(name: str) -> dict:
+    """Keyword arguments that let ``gradxform.create(name, **kw)`` build with
+    otherwise default settings (a learning rate where the optimizer has no
+    default one; MindSpore's LARS wraps a Momentum)."""
+    if name in SEPARATE:
+        raise SystemExit(f"--optimizer {name}: {SEPARATE[name]}.")
+    factory = gradxform.registered_factory(name)
+    kw = {}
+    for p in inspect.signature(factory).parameters.values():
+        if p.name == "optimizer" and p.default is inspect.Parameter.empty:
+            kw["optimizer"] = gradxform.create("mindspore.momentum", learning_rate=0.1, momentum=0.9)
+        elif p.name in REQUIRED and p.default is inspect.Parameter.empty:
+            kw[p.name] = REQUIRED[p.name]
+    return kw
+
 
 def train(label, name, kwargs, data, *, epochs, batch_size, devices, seed):
     xtr, ytr, xte, yte = data
@@ -215,7 +231,7 @@ def main(args) -> int:
     steps = epochs * (len(data[0]) // args.batch_size)
     runs = configs(steps)
     if args.optimizer not in runs:
-        runs[args.optimizer] = (args.optimizer, REQUIRED.get(args.optimizer, dict)())
+        runs[args.optimizer] = (args.optimizer, required_kwargs(args.optimizer))
     if args.lr is not None:
         name, kw = runs[args.optimizer]
         kw = {k: v for k, v in kw.items() if k != "lr_scheduler"}

@@ -6,7 +6,7 @@ from ._base import (GradientTransformation, LocalKey, StepContext, apply_updates
 from ._errors import validated
 from ._fused import fused
 from ._hyper import get_hyper, get_learning_rate, hyper_names, set_hyper, set_learning_rate
-from ._registry import create, register, registered_names
+from ._registry import create, register, registered_factory, registered_names
 from ._tree import param_names
 from .checkpoint import CheckpointError, load_state, save_state
 from .pieces.internal import NonFiniteError, check_guard, get_loss_scale, guard_status, per_leaf_counts, scale_loss
@@ -20,7 +20,7 @@ __all__ = [
     # the step context pieces share in a chain
     "StepContext", "LocalKey", "uses_context", "context_value",
     # optimizers by name
-    "create", "register", "registered_names",
+    "create", "register", "registered_factory", "registered_names",
     # hyperparameters as state
     "get_hyper", "set_hyper", "hyper_names", "get_learning_rate", "set_learning_rate", "param_names",
     "per_leaf_counts",

@@ -15,7 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import pytest
+
+import gradxform
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 180  # per example; each takes 5-20 s on 2 cores
@@ -111,3 +114,30 @@ def test_readme_optimizer_table_is_current():
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     assert tool.main(["--check"]) == 0, "run: python tools/gen_optimizer_table.py --write"
+
+
+def _train_digits_module():
+    spec = importlib.util.spec_from_file_location("train_digits", example("train_digits.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_train_digits_builds_every_registered_optimizer():
+    # `--optimizer NAME` for every name: the example supplies what a factory requires
+    # (a learning rate where there is no default), or says where to go instead (THOR)
+    digits = _train_digits_module()
+    params = digits.init_mlp(jax.random.PRNGKey(0))
+    for name in gradxform.registered_names():
+        if name in digits.SEPARATE:
+            with pytest.raises(SystemExit, match="thor_digits.py"):
+                digits.required_kwargs(name)
+            continue
+        tx = gradxform.create(name, **digits.required_kwargs(name))
+        tx.init(params)
+
+
+@pytest.mark.parametrize("name", ["paddle.adagrad", "paddle.rmsprop"])
+def test_train_digits_runs_an_optimizer_without_a_default_lr(tmp_path, name):
+    out = run([example("train_digits.py"), "--fast", "--only", "--optimizer", name, "--out", ""], tmp_path)
+    assert f"test accuracy ({name})" in out
