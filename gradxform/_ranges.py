@@ -49,6 +49,7 @@ import dataclasses
 import math
 import re
 
+import jax
 import numpy as np
 
 __all__ = ["Range", "check_bool", "check_value", "check_hyper", "declared_range", "register_range", "stored_float32",
@@ -107,6 +108,11 @@ def check_value(owner: str, name: str, value, rng: Range, *, allow_none: bool = 
     as Python ints."""
     if value is None and allow_none:
         return
+    if isinstance(value, jax.core.Tracer):  # optax.inject_hyperparams rebuilds the optimizer inside jit
+        raise TypeError(f"{owner}({name}=...): got a traced value ({value!r}): the optimizer is being built "
+                        f"inside jit (optax.inject_hyperparams does that). gradxform keeps {name} in the state "
+                        f"already: build it once and change it between or inside steps with "
+                        f"gradxform.set_hyper(state, {name}=...), no recompile.")
     try:
         exact = float(value)
     except (TypeError, ValueError):

@@ -283,3 +283,12 @@ def test_set_hyper_under_jit_refuses_what_the_host_refuses(name, kwargs, hyper, 
 
     _, taken = set_then_step(state, jnp.float32(good))
     np.testing.assert_array_equal(np.asarray(gx.get_hyper(taken, hyper)), np.float32(good))
+
+
+def test_inject_hyperparams_points_to_set_hyper():
+    import optax
+    tx = optax.inject_hyperparams(gx.mxnet.adam)(learning_rate=0.1)
+    params = {"w": jnp.ones(3)}
+    state = tx.init(params)
+    with pytest.raises(TypeError, match=r"gradxform.set_hyper\(state, learning_rate=\.\.\.\)"):
+        jax.jit(tx.update)(params, state, params)
