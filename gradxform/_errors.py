@@ -33,6 +33,7 @@ from jax.tree_util import keystr, tree_flatten_with_path
 
 from ._base import GradientTransformation, transformation
 from ._spec import Fusion, declare
+from ._state_paths import is_optax_placeholder
 from .pieces.internal import per_leaf_counts
 
 __all__ = ["validated", "check_params", "check_updates", "check_state", "first_difference"]
@@ -231,7 +232,8 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
         # what init made is what update expects: recorded here, the first
         # update need not trace init again (jax.eval_shape: 15% of the first
         # trace of MXNet Adam's update at 1,000 leaves)
-        cache.setdefault(key_of(params), jax.tree.map(lambda x: jax.ShapeDtypeStruct(_shape(x), _dtype(x)), state))
+        if not is_optax_placeholder(params):  # optax.tree_map_params' stand-in: no shapes to record
+            cache.setdefault(key_of(params), jax.tree.map(lambda x: jax.ShapeDtypeStruct(_shape(x), _dtype(x)), state))
         return state
 
     @declare(inner=(tx,), fusion=Fusion())  # trace-time checks; on the fused path they see the flat buffers

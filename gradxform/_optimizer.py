@@ -13,6 +13,7 @@ import jax
 from ._base import GradientTransformation, transformation
 from ._errors import validated
 from ._hyper import tag_owner
+from ._state_paths import is_optax_placeholder, per_leaf_fields_unmarked
 from ._tree import distinct_buffers
 from .pieces.internal import skip_nonfinite as _skip_nonfinite
 from .pieces.internal import masked_by_update_mask
@@ -117,5 +118,7 @@ def _donatable(tx: GradientTransformation, owner: str | None = None) -> Gradient
     (and, with an ``owner``, its hyperparameters are marked as that owner's)."""
     def init(params):
         state = tx.init(params)
-        return distinct_buffers(state if owner is None else tag_owner(state, owner))
+        state = distinct_buffers(state if owner is None else tag_owner(state, owner))
+        # optax.tree_map_params: per-leaf scalars are not parameter-shaped trees
+        return per_leaf_fields_unmarked(state) if is_optax_placeholder(params) else state
     return transformation(init, tx.update)

@@ -170,7 +170,7 @@ class Selector:
 def check_keys(names: Sequence[str], mapping, what: str) -> None:
     """Every non-integer key of ``mapping`` selects some parameter: a key
     that matches nothing is almost always a typo, so say so."""
-    if not mapping or callable(mapping):
+    if not mapping or callable(mapping) or not names:  # no names: an empty tree, or optax's params placeholder
         return
     for key in mapping:
         if isinstance(key, int):
@@ -197,7 +197,7 @@ def assign_slots(names: Sequence[str], groups: Iterable[tuple[int, Any]], *,
     for gid, selection in groups:
         sel = Selector.of(selection)
         hits = np.flatnonzero(sel.select(list(names))).tolist()
-        if not hits and not sel.is_predicate:
+        if not hits and not sel.is_predicate and names:  # no names: optax's params placeholder
             raise ValueError(unmatched(gid, selection))
         for i in hits:
             if slot[i] >= 0:

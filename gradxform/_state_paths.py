@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
-__all__ = ["find_states", "get_path", "is_state", "map_param_shaped", "map_param_trees", "map_states",
+__all__ = ["NOT_PARAMS", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path", "is_state", "map_param_shaped", "map_param_trees", "map_states",
            "replace_fields", "state_paths", "with_fields", "with_optional_like", "written_out"]
 
 KeyPath = tuple  # of jax.tree_util key entries (GetAttrKey, DictKey, SequenceKey, ...)
@@ -196,3 +196,34 @@ def with_optional_like(template, other, params):
             if getattr(node, field) is None and getattr(get_path(other, path), field, None) is not None:
                 edits.setdefault(path, {})[field] = getattr(written_out(node, field, params), field)
     return replace_fields(template, edits) if edits else template
+
+
+class _NotParams:
+    """Stands, in a state built from optax's parameter placeholder, for a
+    field of per-leaf scalars: ``optax.tree_map_params`` then hands that field
+    to ``transform_non_params`` (a replicated sharding, say) instead of giving
+    each scalar its parameter's sharding."""
+
+    def __repr__(self):
+        return "NOT_PARAMS"
+
+
+NOT_PARAMS = _NotParams()
+
+
+def is_optax_placeholder(params) -> bool:
+    """Whether ``params`` is the stand-in ``optax.tree_map_params`` passes to
+    ``init`` (a tree with no leaves, of optax's private placeholder class)."""
+    cls = type(params)
+    return cls.__name__ == "_ParamsPlaceholder" and cls.__module__.startswith("optax")
+
+
+def per_leaf_fields_unmarked(state):
+    """``state`` (built from optax's placeholder) with each declared per-leaf
+    field (``per_leaf_fields``) that came out as the placeholder replaced by
+    `NOT_PARAMS`: per-leaf scalars are not shaped like the parameters."""
+    def mark(_, node):
+        marked = {f: NOT_PARAMS for f in getattr(node, "per_leaf_fields", ())
+                  if is_optax_placeholder(getattr(node, f, None))}
+        return node._replace(**marked) if marked else node
+    return map_states(mark, state)

@@ -47,6 +47,10 @@ class Case:
     donatable: bool = True
     fuses: bool | None = None
     bit_exact: bool = True
+    # optax.tree_map_params gives every state field a valid sharding (False where the state
+    # holds trees shaped like the parameters' tree but not like each parameter: stacked or
+    # factored statistics, per-layer factors; optax's own adafactor has the same limit)
+    tree_map_params: bool = True
     # extra keyword arguments of ``update`` that the optimizer needs, from the
     # params (THOR's ``layer_stats``); `create` supplies them where a caller gives none
     update_args: Any = None
@@ -82,7 +86,7 @@ TABLE: dict[str, Case] = {
 _MS_WD = {"weight_decay": 0.0}
 TABLE.update({
     "mindspore.adafactor": Case(dict(learning_rate=0.05, relative_step=False, scale_parameter=False,
-                                     weight_decay=1e-3), _MS_WD, True, fuses=False),
+                                     weight_decay=1e-3), _MS_WD, True, fuses=False, tree_map_params=False),
     "mindspore.adagrad": Case(dict(learning_rate=0.1, weight_decay=1e-3), _MS_WD, True, fuses=True),
     "mindspore.adam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
     "mindspore.adam_offload": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, donatable=False,
@@ -101,11 +105,12 @@ TABLE.update({
                               _MS_WD, True, fuses=True),
     "mindspore.sgd": Case(dict(learning_rate=0.1, momentum=0.9, nesterov=True, weight_decay=1e-3), _MS_WD, True,
                           fuses=True),
-    "paddle.asgd": Case(dict(learning_rate=0.05, batch_num=2, weight_decay=1e-3), _MS_WD, True, fuses=False),
+    "paddle.asgd": Case(dict(learning_rate=0.05, batch_num=2, weight_decay=1e-3), _MS_WD, True, fuses=False,
+                        tree_map_params=False),
     # -- thor (issue 15): precomputed factors of every 2-D 'kernel', derived from the params --
     "mindspore.thor": Case(dict(learning_rate=0.1, damping=[0.05, 0.04, 0.03], momentum=0.9, weight_decay=1e-3,
                                 frequency=2, layers={"*/kernel": "dense"}), _MS_WD, True, fuses=False,
-                           update_args=lambda params: {"layer_stats": _thor_factors(params)}),
+                           tree_map_params=False, update_args=lambda params: {"layer_stats": _thor_factors(params)}),
 })
 
 # -- paddle family (issue 17) ------------------------------------------------------------

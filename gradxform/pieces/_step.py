@@ -11,7 +11,7 @@ from .._base import GradientTransformation, StepContext, chain, context_value, t
 from .._spec import Fusion, checkable, declare
 from .._hyper import check_range, hyper_scalar
 from .._selectors import multipliers
-from .._state_paths import find_states, map_states, written_out
+from .._state_paths import find_states, is_optax_placeholder, map_states, written_out
 from .._tree import once_per_value, param_names
 from .._types import Hyper, ParamTree
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
@@ -28,6 +28,8 @@ Multiplier = Optional[object]
 def per_leaf_multipliers(spec, params, what: str):
     """The tree of float32 multiplier scalars for ``params``, or None when every
     leaf's is 1 (nothing to store, nothing to multiply by in the step)."""
+    if spec is not None and is_optax_placeholder(params):
+        return params  # optax.tree_map_params: a per-leaf field (its names are unknown here)
     mults = resolve_multiplier(spec, param_names(params), what)
     if np.all(mults == 1.0):
         return None
