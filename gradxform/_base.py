@@ -213,6 +213,12 @@ class StepContext:
         ``wd``): this context's layout and nothing else."""
         return StepContext({} if self.segments is None else {"segments": self.segments})
 
+    def isolated(self) -> StepContext:
+        """A context that reads this one's values and keeps its own writes: a
+        chain traced a second time (a guard's step inside ``lax.cond``) must
+        not publish values from inside the branch."""
+        return StepContext(dict(self._shared), self._local.new_child())
+
     def child(self) -> StepContext:
         """The context a nested chain runs in: the same shared fields, and a
         fresh layer for its local values over this one's."""

@@ -73,13 +73,17 @@ def test_skip_nonfinite_at_a_chosen_step_is_as_if_the_step_never_happened(bad_st
 
 
 def test_guard_does_not_change_a_finite_step():
+    # the guarded step runs inside lax.cond, compiled apart from the plain step: the
+    # same arithmetic up to FMA contraction, so within 2 float32 ulp (measured: 1)
     plain = gx.create("adam", learning_rate=0.1, wd=1e-3)
     s, t = ADAM.init(PARAMS), plain.init(PARAMS)
     for k in range(3):
         u, s = ADAM.update(grads(k), s, PARAMS)
         v, t = plain.update(grads(k), t, PARAMS)
-        assert_same(u, v)
-    assert_same(s.inner, t)
+        jax.tree.map(lambda a, b: np.testing.assert_array_max_ulp(np.asarray(a), np.asarray(b), maxulp=2), u, v)
+    jax.tree.map(lambda a, b: np.testing.assert_array_max_ulp(np.asarray(a), np.asarray(b), maxulp=2)
+                 if np.issubdtype(np.asarray(a).dtype, np.floating) else np.testing.assert_array_equal(a, b),
+                 s.inner, t)
 
 
 def test_step_counter_is_not_bumped_by_a_skipped_step():
@@ -216,7 +220,9 @@ def test_vmap_skips_only_the_bad_problem():
     s = jax.vmap(ADAM.init)(batch)
     p, s, _ = jax.vmap(ADAM_STEP)(batch, s, g)
     p0, _, _ = ADAM_STEP(PARAMS, ADAM.init(PARAMS), good)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x[0], y, rtol=1e-6), p, p0)
+    # vmapped, the cond is a select and the step is compiled with the batch: parameters of
+    # size ~0.3 agree within 1e-7 (3 float32 ulp there; one entry cancels to 6e-7)
+    jax.tree.map(lambda x, y: np.testing.assert_allclose(x[0], y, rtol=1e-6, atol=1e-7), p, p0)
     assert_same(jax.tree.map(lambda x: x[1], p), PARAMS)
     np.testing.assert_array_equal(np.asarray(s.guard.skipped), [0, 1])
     assert gx.guard_status(s)[0]["skipped"] == 1          # a batched state reports its worst copy

@@ -16,16 +16,12 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
-from .._tree import map_unzip
+from .._tree import map_unzip, zeros_like_params as _zeros
 from ._moments import MomentsState, TraceState
 
 __all__ = ["scale_by_infinity_norm", "RunningPowerState", "running_bias_correction", "AdadeltaState",
            "scale_by_adadelta", "RpropState", "scale_by_rprop", "AveragedState", "averaged_sgd_step",
            "scale_by_row_accumulated_squares"]
-
-
-def _zeros(params):
-    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.result_type(p)), params)
 
 
 def _c(h, x):
@@ -225,9 +221,12 @@ def averaged_sgd_step(lambd: float = 1e-4, alpha: float = 0.75, t0: float = 1e6)
     return transformation(init, update)
 
 
-def _row_shape(p):
-    shape = jnp.shape(p)
-    return shape[:1] + (1,) * (len(shape) - 1)
+
+def _row_zeros(p):
+    """The row history at 0, typed (sharding too) by the row reduction that updates it."""
+    p = jnp.asarray(p)
+    axes = tuple(range(1, p.ndim))
+    return jnp.zeros_like(jnp.mean(p, axis=axes, keepdims=True) if axes else p, dtype=jnp.result_type(p))
 
 
 def scale_by_row_accumulated_squares(eps: float = 1e-5) -> GradientTransformation:
@@ -243,7 +242,7 @@ def scale_by_row_accumulated_squares(eps: float = 1e-5) -> GradientTransformatio
 
     def init(params):
         return TraceState({"eps": hyper_scalar(eps)},
-                          jax.tree.map(lambda p: jnp.zeros(_row_shape(p), jnp.result_type(p)), params))
+                          jax.tree.map(_row_zeros, params))
 
     def update(updates, state, params=None, **extra_args):
         del params, extra_args

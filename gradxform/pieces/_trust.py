@@ -15,16 +15,12 @@ from .._base import GradientTransformation, LocalKey, StepContext, context_value
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
 from ._moments import adam_emas, one_minus_power
-from .._tree import map_unzip
+from .._tree import map_unzip, zeros_like_params as _zeros
 from ._segments import leaf_sq_norm
 from ._step import Multiplier, per_leaf_multipliers
 
 __all__ = ["CorrectedMomentsState", "scale_by_corrected_moments", "TrustRatioState", "scale_by_trust_ratio",
            "LarsRatioState", "provide_lars_ratio", "LrRatioTraceState", "trace_with_lr_ratio"]
-
-
-def _zeros(params):
-    return jax.tree.map(lambda p: jnp.zeros(jnp.shape(p), jnp.result_type(p)), params)
 
 
 def _c(h, x):
