@@ -225,6 +225,14 @@ def optimizer_cases():
     run_case("sgd_factor_sched_nolr", "sgd", {"momentum": 0.9}, scheduler=fs,
              note="no learning_rate given: SGD keeps scheduler.base_lr (0.05)")
 
+    # (e) issue 28: Adam's bias correction with a large effect. beta1 = 0.99 makes
+    # 1/(1 - beta1^t) 100 at t=1 and still 5.5 at t=20; beta1 = 0.9999999 is 1.19e-7
+    # from 1 in float32 (the kernel's m) but 1e-7 in MXNet's float64 1 - beta1^t
+    # (so the float64 residual of a float32 beta moves every element); beta2 likewise.
+    run_case("adam_beta1_099", "adam", {"learning_rate": 0.01, "beta1": 0.99, "beta2": 0.9999})
+    run_case("adam_beta1_near_one", "adam", {"learning_rate": 0.001, "beta1": 0.9999999, "beta2": 0.999})
+    run_case("adam_beta2_near_one", "adam", {"learning_rate": 0.01, "beta1": 0.9, "beta2": 0.9999999})
+
     # (d) float16
     run_case("sgd_mom_mp_fp16", "sgd",
              {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "multi_precision": True},
