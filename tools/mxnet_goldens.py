@@ -286,6 +286,25 @@ def scheduler_golden():
     print("wrote schedulers")
 
 
+SELECT_PATTERNS = [".*beta|.*gamma|.*bias", "dense0_.*", "dense0", "bn_(beta|gamma)", r".*dense\d_weight",
+                   "head_.*|bn_.*", "bias", ".*_weight$", "my.*", ".*running_.*", "(dense0|mydense0)_bias"]
+
+
+def collect_params_golden():
+    """Which parameters Gluon's ``Block.collect_params(select)`` picks (``re.match``:
+    anchored at the start only), for tests of gradxform's Gluon-regex selectors."""
+    from mxnet.gluon import nn
+    net = nn.HybridSequential(prefix="")
+    with net.name_scope():
+        net.add(nn.Dense(3, in_units=2, prefix="dense0_"), nn.Dense(3, in_units=3, prefix="mydense0_"),
+                nn.BatchNorm(in_channels=3, prefix="bn_"), nn.Dense(2, in_units=3, prefix="head_dense1_"))
+    out = {"mxnet_version": mx.__version__, "names": sorted(net.collect_params().keys()),
+           "selected": {p: sorted(net.collect_params(p).keys()) for p in SELECT_PATTERNS}}
+    with open(os.path.join(OUT, "collect_params_select.json"), "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+    print("wrote collect_params_select")
+
+
 def main():
     global ONLY
     if len(sys.argv) > 1:
@@ -296,6 +315,8 @@ def main():
     optimizer_cases()
     if ONLY is None or ONLY in "schedulers":
         scheduler_golden()
+    if ONLY is None or ONLY in "collect_params":
+        collect_params_golden()
     print("\n%d failures:" % len(FAILURES))
     for f in FAILURES:
         print("  ", f)
