@@ -17,6 +17,10 @@
 * MindSpore LARS (no guard: ratio 0 for |w| = 0) is covered in
   test_mindspore.py ``test_lars_zero_norm_weight_gets_ratio_zero``; the
   Ascend TBE ``lars_v2_update`` is its only kernel (no golden either).
+* MXNet LBSGD's 'lars' ratio ``clip(sqrt(|w|^2 / (|g|^2 + wd |w|^2 + 1e-18)), 0.01,
+  100)``: goldens ``lbsgd_lars_zero_init`` (|w| = 0: the 0.01 bound) and
+  ``lbsgd_lars_zero_grad`` (g = 0, wd 1e-6: the 100 bound), recorded from MXNet
+  1.9.1 and run by test_mxnet_parity.py (random parameters reach neither bound).
 
 Tolerances: rtol 1e-5 / atol 1e-6 (float32 against float64, 10 steps).
 """

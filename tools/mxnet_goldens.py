@@ -73,13 +73,15 @@ def make_scheduler(spec):
 
 def run_case(case, optimizer, kwargs, *, idx2name=False, lr_mult=None,
              wd_mult=None, scheduler=None, dtype="float32", big=False,
-             shapes=None, note=None):
+             shapes=None, note=None, zero_init=(), zero_grad=()):
     if ONLY is not None and ONLY not in case:
         return None
     shapes = shapes or SHAPES
     lr_mult = lr_mult or {}
     wd_mult = wd_mult or {}
     w0, grads = make_data(shapes, np.dtype(dtype), big)
+    w0 = [np.zeros_like(w) if i in zero_init else w for i, w in enumerate(w0)]
+    grads = [[np.zeros_like(g) if i in zero_grad else g for i, g in enumerate(gs)] for gs in grads]
 
     create_kwargs = dict(kwargs)
     if idx2name:
@@ -125,6 +127,8 @@ def run_case(case, optimizer, kwargs, *, idx2name=False, lr_mult=None,
     }
     if note:
         meta["note"] = note
+    if zero_init or zero_grad:
+        meta["zero_init"], meta["zero_grad"] = list(zero_init), list(zero_grad)
     arrays = {"meta": np.array(json.dumps(meta))}
     for i, w in enumerate(w0):
         arrays["w0_%d" % i] = w
@@ -232,6 +236,15 @@ def optimizer_cases():
     run_case("adam_beta1_099", "adam", {"learning_rate": 0.01, "beta1": 0.99, "beta2": 0.9999})
     run_case("adam_beta1_near_one", "adam", {"learning_rate": 0.001, "beta1": 0.9999999, "beta2": 0.999})
     run_case("adam_beta2_near_one", "adam", {"learning_rate": 0.01, "beta1": 0.9, "beta2": 0.9999999})
+    # LBSGD's 'lars' ratio sqrt(|w|^2 / (|g|^2 + wd |w|^2 + 1e-18)) clipped to [0.01, 100]: a
+    # zero-initialised bias (ratio 0 -> 0.01) and a zero-gradient gamma with a small wd
+    # (1/sqrt(wd) = 1000 -> 100); random parameters never reach either bound
+    lars = {"momentum": 0.9, "warmup_strategy": "lars", "warmup_epochs": 1, "updates_per_epoch": 4,
+            "batch_scale": 1}
+    run_case("lbsgd_lars_zero_init", "lbsgd", dict(lars, learning_rate=0.1, wd=0.01), zero_init=(1,),
+             note="dense0_bias starts at 0")
+    run_case("lbsgd_lars_zero_grad", "lbsgd", dict(lars, learning_rate=1.0, wd=1e-6), zero_grad=(2,),
+             note="bn_gamma gets 0 gradients")
 
     # (d) float16
     run_case("sgd_mom_mp_fp16", "sgd",
