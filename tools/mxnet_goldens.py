@@ -236,6 +236,7 @@ def optimizer_cases():
     run_case("adam_beta1_099", "adam", {"learning_rate": 0.01, "beta1": 0.99, "beta2": 0.9999})
     run_case("adam_beta1_near_one", "adam", {"learning_rate": 0.001, "beta1": 0.9999999, "beta2": 0.999})
     run_case("adam_beta2_near_one", "adam", {"learning_rate": 0.01, "beta1": 0.9, "beta2": 0.9999999})
+    run_case("nadam_beta2_near_one", "nadam", {"learning_rate": 0.01, "beta2": 0.9999999})
     # LBSGD's 'lars' ratio sqrt(|w|^2 / (|g|^2 + wd |w|^2 + 1e-18)) clipped to [0.01, 100]: a
     # zero-initialised bias (ratio 0 -> 0.01) and a zero-gradient gamma with a small wd
     # (1/sqrt(wd) = 1000 -> 100); random parameters never reach either bound
