@@ -8,7 +8,9 @@ range checks were untested.
   (decay 0.9, eps 1e-8 inside the root), scale_by_centered_rms ~
   optax.scale_by_stddev, scale_by_adam_moments + bias_correction ~
   optax.scale_by_adam (0.9, 0.999, 1e-8; eps placement and float32 beta powers: 1.1e-5
-  apart). Three steps, float32, rtol 1e-5 (Adam 5e-5).
+  apart), scale_by_adamax + bias_correction(beta2=None) ~ optax.scale_by_adamax (0.9,
+  0.999), scale_by_accumulated_squares ~ optax.scale_by_rss (eps 1e-7; the initial
+  history 0 as MXNet's AdaGrad). Three steps, float32, rtol 1e-5 (Adam 5e-5).
 * Ranges, as the docstrings state them: momentum/decay in [0, 1]; Adam and Adamax
   betas in [0, 1); epsilon > 0 (>= 0 for the accumulated squares).
 """
@@ -37,7 +39,11 @@ def _run(tx):
     (lambda: X.scale_by_centered_rms(), lambda: optax.scale_by_stddev(), 1e-5),
     (lambda: gx.chain(X.track_step(1.0), X.scale_by_adam_moments(), X.bias_correction(), X.scale_by_lr()),
      lambda: optax.chain(optax.scale_by_adam(), optax.scale(-1.0)), 5e-5),
-], ids=["rms", "centered_rms", "adam"])
+    (lambda: gx.chain(X.track_step(1.0), X.scale_by_adamax(), X.bias_correction(beta2=None), X.scale_by_lr()),
+     lambda: optax.chain(optax.scale_by_adamax(), optax.scale(-1.0)), 1e-5),
+    # MXNet AdaGrad's history starts at zeros (gradxform's initial=0.0); optax's default is 0.1
+    (lambda: X.scale_by_accumulated_squares(), lambda: optax.scale_by_rss(initial_accumulator_value=0.0), 1e-5),
+], ids=["rms", "centered_rms", "adam", "adamax", "accumulated_squares"])
 def test_defaults_follow_optax_defaults(ours, theirs, rtol):
     # adam: the moments use float32 betas (1 - float32(0.999) is 4.7e-5 from 0.001) while
     # the correction is exact in gradxform and float32 in optax: 1.1e-5 apart, so rtol 5e-5
