@@ -33,6 +33,10 @@ class Reference:
             self.lr = opts.pop("ftrl_lr", 0.1)
             self.base = lr_scheduler.base_lr if lr_scheduler else self.lr
         else:
+            if lr_scheduler is not None and learning_rate is not None and lr_scheduler.base_lr != learning_rate:
+                # Optimizer.__init__: the optimizer's (own default) learning rate overwrites the
+                # scheduler's base_lr (Poly/Cosine keep base_lr_orig and so ignore it)
+                lr_scheduler.base_lr = learning_rate
             if learning_rate is None:
                 learning_rate = 0.01 if lr_scheduler is None else lr_scheduler.base_lr
             self.lr = self.base = learning_rate
@@ -50,7 +54,9 @@ class Reference:
         self.num_update = max(self.num_update, self.counts[i])
 
     def _lr(self, i):
-        lr = float(self.sched(self.num_update, self.base)) if self.sched else self.lr
+        # MXNet's Optimizer._get_lr: lr_scheduler(num_update), a stateful object of its own
+        # (tests/mxnet_schedules_reference.py), never gradxform's
+        lr = float(self.sched(self.num_update)) if self.sched else self.lr
         return lr * self.lr_mults.get(i, 1.0)
 
     def _wd(self, i):

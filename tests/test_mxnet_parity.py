@@ -80,3 +80,19 @@ def test_every_stateful_mxnet_optimizer_has_goldens():
     covered = {load(p)[0]["optimizer"].lower() for p in CASES}
     expected = {n.split(".", 1)[1] for n in gx.registered_names() if n.startswith("mxnet.")} - {"sgld"}
     assert expected <= covered, expected - covered
+
+
+NAME_MULTS_IGNORED = [p for p in CASES if (lambda m: not m["idx2name"] and (m["lr_mult"] or m["wd_mult"]))(load(p)[0])]
+
+
+@pytest.mark.parametrize("path", NAME_MULTS_IGNORED, ids=[p.stem for p in NAME_MULTS_IGNORED])
+def test_name_keyed_multipliers_without_idx2name(path):
+    """These goldens were recorded with name-keyed lr_mult/wd_mult and no
+    param_idx2name: MXNet ignores them silently (``build`` leaves them out, and the
+    trajectory above matches). Under the recorded configuration gradxform refuses
+    the names its parameters do not have, saying which."""
+    meta = load(path)[0]
+    assert len(NAME_MULTS_IGNORED) == 4
+    kwargs = dict(meta["kwargs"], lr_mult=meta["lr_mult"], wd_mult=meta["wd_mult"])
+    with pytest.raises(ValueError, match=r"lr_mult: 'dense0_bias' matches no parameter"):
+        gx.create(meta["optimizer"], **kwargs).init([jax.numpy.asarray(w) for w in load(path)[1]])

@@ -3,11 +3,15 @@
 The goldens pin gradxform to MXNet on fixed configurations; this crosses
 each optimizer with the options a port uses (wd, rescale_grad,
 clip_gradient, lr_mult/wd_mult by name and glob, begin_num_update, every
-scheduler, float16 master weights) over 12 steps. Tolerance: float32 rtol
+scheduler (the reference runs its own transcription of mxnet/lr_scheduler.py,
+checked against MXNet's recorded rates), float16 master weights) over 12 steps. Tolerance: float32 rtol
 2e-5, atol 2e-6 (operation order differs from the kernels' by a few ulp per
 step); float16 with master weights rtol/atol 1e-3 (one float16 ulp).
 """
 from __future__ import annotations
+
+import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +19,7 @@ import numpy as np
 import pytest
 
 import gradxform as gx
+import mxnet_schedules_reference as mxs
 from mxnet_reference import Reference
 
 NAMES = ["enc/dense0_weight", "enc/dense0_bias", "head/bn_gamma"]
@@ -28,15 +33,17 @@ OWN = {
     "lbsgd": dict(momentum=0.9, warmup_strategy="sqrt", warmup_epochs=2, updates_per_epoch=3, batch_scale=2),
 }
 LR = {"adadelta": None, "ftrl": 0.1, "adam": 0.01, "rmsprop": 0.01, "nadam": 0.01, "adamax": 0.01}
-SCHEDULES = {
-    "factor": lambda: gx.lr_scheduler.FactorScheduler(step=4, factor=0.7, base_lr=0.05),
-    "multifactor": lambda: gx.lr_scheduler.MultiFactorScheduler(step=[2, 5, 9], factor=0.5, base_lr=0.05),
-    "poly": lambda: gx.lr_scheduler.PolyScheduler(max_update=10, base_lr=0.05, pwr=2, final_lr=0.001,
-                                                  warmup_steps=3, warmup_begin_lr=0.01),
-    "cosine": lambda: gx.lr_scheduler.CosineScheduler(max_update=10, base_lr=0.05, final_lr=0.001,
-                                                      warmup_steps=2, warmup_mode="constant",
-                                                      warmup_begin_lr=0.02),
+SCHEDULE_KWARGS = {
+    "factor": ("FactorScheduler", dict(step=4, factor=0.7, base_lr=0.05)),
+    "multifactor": ("MultiFactorScheduler", dict(step=[2, 5, 9], factor=0.5, base_lr=0.05)),
+    "poly": ("PolyScheduler", dict(max_update=10, base_lr=0.05, pwr=2, final_lr=0.001, warmup_steps=3,
+                                   warmup_begin_lr=0.01)),
+    "cosine": ("CosineScheduler", dict(max_update=10, base_lr=0.05, final_lr=0.001, warmup_steps=2,
+                                       warmup_mode="constant", warmup_begin_lr=0.02)),
 }
+# (gradxform's scheduler, the reference's own transcription of MXNet's): the same arguments
+SCHEDULES = {k: (lambda c=c, kw=kw: getattr(gx.lr_scheduler, c)(**kw),
+                 lambda c=c, kw=kw: getattr(mxs, c)(**kw)) for k, (c, kw) in SCHEDULE_KWARGS.items()}
 
 
 def problem(dtype, steps=12, seed=0):
@@ -56,10 +63,10 @@ def run_both(name, common, sched=None, dtype=np.float32, lr_mult=None, wd_mult=N
         mults["lr_mults"] = lr_mult[1]
     if wd_mult is not None:
         mults["wd_mults"] = wd_mult[1]
-    ref = Reference(name, learning_rate=None if sched else lr, lr_scheduler=sched() if sched else None,
+    ref = Reference(name, learning_rate=None if sched else lr, lr_scheduler=sched[1]() if sched else None,
                     **mults, **({"ftrl_lr": lr} if name == "ftrl" else {}), **kwargs)
     tx = gx.create(name, **({} if sched or lr is None else {"learning_rate": lr}),
-                   **({"lr_scheduler": sched()} if sched else {}),
+                   **({"lr_scheduler": sched[0]()} if sched else {}),
                    **({"lr_mult": lr_mult[0]} if lr_mult else {}),
                    **({"wd_mult": wd_mult[0]} if wd_mult else {}), **kwargs)
     params = {"enc": {"dense0_weight": jnp.asarray(w0[0]), "dense0_bias": jnp.asarray(w0[1])},
@@ -116,3 +123,15 @@ def test_multipliers_by_name_and_glob(name):
 @pytest.mark.parametrize("name", ["sgd", "nag", "adam", "rmsprop", "ftml", "adamax"])
 def test_float16_master_weights(name):
     run_both(name, dict(COMMON, multi_precision=True), dtype=np.float16)
+
+
+def test_scheduler_transcription_reproduces_mxnets_recorded_rates():
+    """The reference's schedulers against MXNet 1.9.1's own (goldens/mxnet/schedulers.npz,
+    num_update 1..60, every kind with and without warmup): float64 both sides, rtol 1e-12."""
+    z = np.load(os.path.join(os.path.dirname(__file__), "goldens", "mxnet", "schedulers.npz"))
+    meta = json.loads(str(z["meta"]))
+    assert len(meta["schedulers"]) == 14
+    for key, spec in meta["schedulers"].items():
+        sched = getattr(mxs, spec["type"])(**spec["kwargs"])
+        got = [sched(n) for n in meta["num_update"]]
+        np.testing.assert_allclose(got, z["lr_" + key], rtol=1e-12, atol=0, err_msg=key)

@@ -75,15 +75,38 @@ def test_asgd_with_schedule_uses_completed_steps():
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
+def paddle_plateau_lrs(losses, learning_rate, factor, patience, threshold=1e-4, cooldown=0, min_lr=0.0,
+                       epsilon=1e-8):
+    """The learning rate before each ``step(loss)`` of Paddle's ReduceOnPlateau, mode
+    'min', threshold_mode 'rel' (paddle/optimizer/lr.py ``ReduceOnPlateau.step`` and
+    ``_is_better``, transcribed; float64)."""
+    last_lr, best, bad, cool, out = learning_rate, None, 0, 0, []
+    for m in losses:
+        out.append(last_lr)
+        if cool > 0:
+            cool -= 1
+            continue
+        if best is None or m < best - best * threshold:
+            best, bad = m, 0
+        else:
+            bad += 1
+        if bad > patience:
+            cool, bad = cooldown, 0
+            new_lr = max(last_lr * factor, min_lr)
+            if last_lr - new_lr > epsilon:
+                last_lr = new_lr
+    return out
+
+
 def test_asgd_reduce_on_plateau_needs_loss_and_drops_lr():
     w0, gs = setup()
     rop = S.ReduceOnPlateau(0.05, factor=0.5, patience=1)
-    losses = [1.0, 1.0, 1.0, 1.0] + [1.0] * 8  # never better: lr halves every 2 bad steps
+    # improves, stalls (one bad step is within patience, the second halves), improves again
+    losses = [1.0, 0.9, 0.9, 0.95, 0.8, 0.8, 0.8, 0.8, 0.7, 0.69999, 0.7, 0.7]
     got, state = run(P.asgd(rop, batch_num=2), w0, gs, loss=[jnp.float32(l) for l in losses])
-    lrs, st = [], rop.init_state()
-    for l in losses:
-        lrs.append(float(st.last_lr))
-        st = rop.update_metric(st, l)
+    lrs = paddle_plateau_lrs([float(np.float32(l)) for l in losses], 0.05, 0.5, 1)
+    # worked by hand: 0.69999 is within the relative threshold of 0.7 (1e-4), so not better
+    assert lrs == [0.05] * 4 + [0.025] * 3 + [0.0125] * 4 + [0.00625]
     want = asgd_ref(w0, gs, None, 2, lrs=lrs)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)

@@ -73,7 +73,7 @@ def make_scheduler(spec):
 
 def run_case(case, optimizer, kwargs, *, idx2name=False, lr_mult=None,
              wd_mult=None, scheduler=None, dtype="float32", big=False,
-             shapes=None, note=None, zero_bias=False, call="each"):
+             shapes=None, note=None, zero_bias=False, call="each", zero_init=(), zero_grad=()):
     if ONLY is not None and ONLY not in case:
         return None
     shapes = shapes or SHAPES
@@ -82,6 +82,8 @@ def run_case(case, optimizer, kwargs, *, idx2name=False, lr_mult=None,
     w0, grads = make_data(shapes, np.dtype(dtype), big)
     if zero_bias:  # index 1 starts at 0, as a bias does (trust ratios: the "a norm is 0" branch)
         w0[1] = np.zeros_like(w0[1])
+    w0 = [np.zeros_like(w) if i in zero_init else w for i, w in enumerate(w0)]
+    grads = [[np.zeros_like(g) if i in zero_grad else g for i, g in enumerate(gs)] for gs in grads]
 
     create_kwargs = dict(kwargs)
     if idx2name:
@@ -131,6 +133,8 @@ def run_case(case, optimizer, kwargs, *, idx2name=False, lr_mult=None,
     }
     if note:
         meta["note"] = note
+    if zero_init or zero_grad:
+        meta["zero_init"], meta["zero_grad"] = list(zero_init), list(zero_grad)
     arrays = {"meta": np.array(json.dumps(meta))}
     for i, w in enumerate(w0):
         arrays["w0_%d" % i] = w
@@ -231,6 +235,24 @@ def optimizer_cases():
     run_case("sgd_factor_sched_nolr", "sgd", {"momentum": 0.9}, scheduler=fs,
              note="no learning_rate given: SGD keeps scheduler.base_lr (0.05)")
 
+    # (e) issue 28: Adam's bias correction with a large effect. beta1 = 0.99 makes
+    # 1/(1 - beta1^t) 100 at t=1 and still 5.5 at t=20; beta1 = 0.9999999 is 1.19e-7
+    # from 1 in float32 (the kernel's m) but 1e-7 in MXNet's float64 1 - beta1^t
+    # (so the float64 residual of a float32 beta moves every element); beta2 likewise.
+    run_case("adam_beta1_099", "adam", {"learning_rate": 0.01, "beta1": 0.99, "beta2": 0.9999})
+    run_case("adam_beta1_near_one", "adam", {"learning_rate": 0.001, "beta1": 0.9999999, "beta2": 0.999})
+    run_case("adam_beta2_near_one", "adam", {"learning_rate": 0.01, "beta1": 0.9, "beta2": 0.9999999})
+    run_case("nadam_beta2_near_one", "nadam", {"learning_rate": 0.01, "beta2": 0.9999999})
+    # LBSGD's 'lars' ratio sqrt(|w|^2 / (|g|^2 + wd |w|^2 + 1e-18)) clipped to [0.01, 100]: a
+    # zero-initialised bias (ratio 0 -> 0.01) and a zero-gradient gamma with a small wd
+    # (1/sqrt(wd) = 1000 -> 100); random parameters never reach either bound
+    lars = {"momentum": 0.9, "warmup_strategy": "lars", "warmup_epochs": 1, "updates_per_epoch": 4,
+            "batch_scale": 1}
+    run_case("lbsgd_lars_zero_init", "lbsgd", dict(lars, learning_rate=0.1, wd=0.01), zero_init=(1,),
+             note="dense0_bias starts at 0")
+    run_case("lbsgd_lars_zero_grad", "lbsgd", dict(lars, learning_rate=1.0, wd=1e-6), zero_grad=(2,),
+             note="bn_gamma gets 0 gradients")
+
     # (d) float16
     run_case("sgd_mom_mp_fp16", "sgd",
              {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "multi_precision": True},
@@ -325,6 +347,25 @@ def scheduler_golden():
     print("wrote schedulers")
 
 
+SELECT_PATTERNS = [".*beta|.*gamma|.*bias", "dense0_.*", "dense0", "bn_(beta|gamma)", r".*dense\d_weight",
+                   "head_.*|bn_.*", "bias", ".*_weight$", "my.*", ".*running_.*", "(dense0|mydense0)_bias"]
+
+
+def collect_params_golden():
+    """Which parameters Gluon's ``Block.collect_params(select)`` picks (``re.match``:
+    anchored at the start only), for tests of gradxform's Gluon-regex selectors."""
+    from mxnet.gluon import nn
+    net = nn.HybridSequential(prefix="")
+    with net.name_scope():
+        net.add(nn.Dense(3, in_units=2, prefix="dense0_"), nn.Dense(3, in_units=3, prefix="mydense0_"),
+                nn.BatchNorm(in_channels=3, prefix="bn_"), nn.Dense(2, in_units=3, prefix="head_dense1_"))
+    out = {"mxnet_version": mx.__version__, "names": sorted(net.collect_params().keys()),
+           "selected": {p: sorted(net.collect_params(p).keys()) for p in SELECT_PATTERNS}}
+    with open(os.path.join(OUT, "collect_params_select.json"), "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+    print("wrote collect_params_select")
+
+
 def main():
     global ONLY
     if len(sys.argv) > 1:
@@ -336,6 +377,8 @@ def main():
     layerwise_cases()
     if ONLY is None or ONLY in "schedulers":
         scheduler_golden()
+    if ONLY is None or ONLY in "collect_params":
+        collect_params_golden()
     print("\n%d failures:" % len(FAILURES))
     for f in FAILURES:
         print("  ", f)

@@ -25,7 +25,7 @@ optimizer in gradxform):
     groups: [{"params": [names], "learning_rate": r, "weight_decay": ...}]
     decay_names / exclude_names: the names apply_decay_param_fun / exclude_from_weight_decay_fn
     pick;
-    dtype: "float32" | "bfloat16".
+    dtype: "float32" | "bfloat16";  zero_init / zero_grad: [names] started at 0 / given 0 gradients.
 """
 import json
 import os
@@ -147,6 +147,13 @@ CASES = {
     "momentum_group_hyper": C("Momentum", kwargs=dict(learning_rate=0.05, momentum=0.9), weight_decay=0.01,
                               groups=[{"params": ["dense.weight"], "momentum": 0.5, "use_nesterov": True},
                                       {"params": ["dense.bias", "bn.gamma"], "weight_decay": L1(0.02)}]),
+    # the trust ratio's "1 when a norm is 0" guard (issue 28): a zero-initialised
+    # parameter (|w| = 0, |r| > 0) and one that also gets zero gradients (|w| = |r| = 0)
+    "lamb_zero_init": C("Lamb", kwargs=dict(learning_rate=0.01, lamb_weight_decay=0.01),
+                        zero_init=["dense.bias"]),
+    "lamb_zero_init_always_adapt": C("Lamb", kwargs=dict(learning_rate=0.01, lamb_weight_decay=0.0,
+                                                         always_adapt=True),
+                                     zero_init=["dense.bias", "bn.gamma"], zero_grad=["bn.gamma"]),
     "rprop_default": C("Rprop"),
     "rprop_options": C("Rprop", kwargs=dict(learning_rate=0.01, learning_rate_range=(1e-4, 0.05),
                                             etas=(0.4, 1.5)), grad_clip={"type": "ClipGradByValue", "max": 0.6}),
@@ -175,6 +182,7 @@ def run_case(name):
     dtype = spec.get("dtype", "float32")
     rng = np.random.default_rng(0)
     w0 = [rng.standard_normal(s).astype(np.float32) for s in SHAPES]
+    w0 = [np.zeros_like(w) if n in spec.get("zero_init", ()) else w for w, n in zip(w0, NAMES)]
     params = []
     for w, n in zip(w0, NAMES):
         p = paddle.create_parameter(list(w.shape), dtype, attr=paddle.ParamAttr(name=n),
@@ -190,6 +198,10 @@ def run_case(name):
     # a zero row in dense.weight at some steps (lazy_mode / Rprop sign changes see it)
     for t in range(3, STEPS, 4):
         grads[t][0][1, :] = 0.0
+    for i, n in enumerate(NAMES):
+        if n in spec.get("zero_grad", ()):
+            for t in range(STEPS):
+                grads[t][i][...] = 0.0
     kw = dict(spec.get("kwargs", {}))
     if "learning_rate_range" in kw:
         kw["learning_rate_range"] = tuple(kw["learning_rate_range"])

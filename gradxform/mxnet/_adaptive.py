@@ -127,7 +127,8 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
             g_den, m_den = dens[i]
             c = lambda x: x.astype(g.dtype)  # noqa: E731
             m = c(h["beta1"]) * m + (1 - c(h["beta1"])) * g
-            v = c(h["beta2"]) * v + (1 - c(h["beta2"])) * g * g
+            # MXNet's Python computes 1 - beta2 in float64 before the float32 multiply
+            v = c(h["beta2"]) * v + c((1.0 - h["beta2"]) - lo["beta2"]) * g * g
             # x * (1 / d), not x / d: XLA:CPU turns a division by a broadcast
             # scalar into this, so writing it out keeps the per-leaf numbers and
             # gives a fused buffer (d per element) the same arithmetic.
