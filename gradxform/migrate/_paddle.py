@@ -35,6 +35,7 @@ from ..paddle._sgd import MomentumState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
 from ..paddle._plateau import PlateauState
+from ._errors import short
 from ._pickle import NUMPY_GLOBALS, MigrateError, safe_loads
 from ._state import Slot, at_boundary, checked_count, fill_state
 
@@ -73,7 +74,7 @@ def _to_numpy(v, key: str):
         return np.asarray(v.numpy())
     if hasattr(v, "__array__"):
         return np.asarray(v)
-    raise MigrateError(f"{WHO}: entry {key!r} is a {type(v).__name__}; expected an array.")
+    raise MigrateError(f"{WHO}: entry {short(key)} is a {type(v).__name__}; expected an array.")
 
 
 @at_boundary(WHO)
@@ -97,7 +98,7 @@ def read_paddle_state_dict(path_or_dict) -> dict[str, Any]:
         if k in _IGNORED:
             continue
         if not isinstance(k, str):
-            raise MigrateError(f"{WHO}({label!r}): key {k!r} is not a string.")
+            raise MigrateError(f"{WHO}({label!r}): key {short(k)} is not a string.")
         if k == "master_weights" and isinstance(v, Mapping):
             out[k] = {mk: _to_numpy(mv, f"master_weights[{mk!r}]") for mk, mv in v.items()}
         else:
