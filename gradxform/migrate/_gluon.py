@@ -135,7 +135,7 @@ def read_gluon_states(fname) -> tuple[dict[int, Any], PickledObject | None]:
     States are numpy arrays, None, or tuples of them; ``optimizer`` is a
     `PickledObject` (attribute record) or None for Module files.
     """
-    data, label = read_bytes(fname)
+    data, label = read_bytes(fname, WHO)
     obj = safe_loads(data, f"{WHO}({label!r})")
     if isinstance(obj, tuple) and len(obj) == 2:
         states, opt = obj

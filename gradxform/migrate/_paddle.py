@@ -18,7 +18,6 @@ with the restricted unpickler: only numpy arrays, dtypes and scalars.
 """
 from __future__ import annotations
 
-import os
 import re
 import warnings
 from typing import Any, Mapping
@@ -36,7 +35,7 @@ from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
 from ..paddle._plateau import PlateauState
 from ._errors import short
-from ._pickle import NUMPY_GLOBALS, MigrateError, safe_loads
+from ._pickle import NUMPY_GLOBALS, MigrateError, read_bytes, safe_loads
 from ._state import Slot, at_boundary, checked_count, fill_state
 
 __all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "ACCUMULATORS"]
@@ -83,12 +82,7 @@ def read_paddle_state_dict(path_or_dict) -> dict[str, Any]:
     if isinstance(path_or_dict, Mapping):
         raw, label = dict(path_or_dict), "state_dict"
     else:
-        if hasattr(path_or_dict, "read"):
-            data, label = path_or_dict.read(), getattr(path_or_dict, "name", "<file>")
-        else:
-            label = os.fspath(path_or_dict)
-            with open(label, "rb") as f:
-                data = f.read()
+        data, label = read_bytes(path_or_dict, WHO)
         raw = safe_loads(data, f"{WHO}({label!r})", allowed=(NUMPY_GLOBALS,))
         if not isinstance(raw, dict):
             raise MigrateError(f"{WHO}({label!r}): expected a dict (paddle.save(opt.state_dict(), ...)); "

@@ -45,13 +45,13 @@ thousand opcodes however large its arrays (each array is one bytes opcode).
 from __future__ import annotations
 
 import codecs
-import os
 import struct
 import sys
 from typing import Any, Iterable
 
 import numpy as np
 
+from .._files import read_regular
 from ._errors import MigrateError, UnsafePickleError, short
 from ._ndarray import Budget, RowSparse, decode_ndarray
 from ._recipes import (BASIC_GLOBALS, MXNET_GLOBALS, NUMPY_GLOBALS, MXNDArray, PickledObject, _Dtype, _MX_NDARRAY,
@@ -568,13 +568,8 @@ def safe_loads(data: bytes, what: str, allowed: Iterable[dict] = (MXNET_GLOBALS,
                            "truncated or not an optimizer-state file.") from None
 
 
-def read_bytes(fname) -> tuple[bytes, str]:
-    """The bytes of ``fname`` (a path or an open binary file) and a label for messages."""
-    if hasattr(fname, "read"):
-        data = fname.read()
-        if not isinstance(data, (bytes, bytearray)):
-            raise MigrateError(f"{getattr(fname, 'name', '<file>')}: open the file in binary mode ('rb').")
-        return bytes(data), getattr(fname, "name", "<file>")
-    label = os.fspath(fname)
-    with open(label, "rb") as f:
-        return f.read(), label
+def read_bytes(fname, who: str) -> tuple[bytes, str]:
+    """The bytes of ``fname`` (a path as str, bytes or os.PathLike, or an open
+    binary file) and a label for messages; `MigrateError` for a FIFO, a device
+    or a directory (refused before a byte is read) or a text-mode file."""
+    return read_regular(fname, who, lambda label, why: MigrateError(why))

@@ -23,6 +23,7 @@ import numpy as np
 
 from .._state_paths import get_path, replace_fields, state_paths
 from .._tree import param_names
+from .._files import PathTypeError
 from ._errors import short
 from ._pickle import MigrateError
 
@@ -195,6 +196,8 @@ def at_boundary(who: str):
             head = who if label is None else f"{who}({label!r})"
             try:
                 return fn(*args, **kwargs)
+            except PathTypeError:
+                raise
             except MigrateError as err:
                 msg = str(err)
                 if label is None or repr(label) in msg:
