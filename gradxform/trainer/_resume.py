@@ -3,33 +3,51 @@
 the current per-parameter multipliers."""
 from __future__ import annotations
 
+import io
 import itertools
 import os
 
 import jax
 import numpy as np
 
+from .._files import read_regular
 from .._state_paths import get_path, replace_fields, state_paths, written_out
+from ..checkpoint import MAGIC, CheckpointError
 
-__all__ = ["is_file", "is_gluon_states", "migrated_state", "keep_multipliers", "state_forms"]
+__all__ = ["is_file", "is_gluon_states", "read_source", "migrated_state", "keep_multipliers", "state_forms"]
 
 MULTIPLIER_FIELDS = ("lr_mult", "wd_mult")
 
 
 def is_file(x) -> bool:
-    return isinstance(x, (str, os.PathLike)) or hasattr(x, "read")
+    """A path (str, bytes, os.PathLike) or an open file, rather than a state tree."""
+    return isinstance(x, (str, bytes, os.PathLike)) or hasattr(x, "read")
 
 
-def is_gluon_states(fname) -> bool:
-    """A Gluon ``.states`` file is a pickle (protocol 2+: starts with 0x80);
-    a gradxform checkpoint starts with its magic."""
-    if hasattr(fname, "read"):
+# How a pickle of Gluon's states can begin: PROTO (protocols 2-5), MARK (a
+# (states, optimizer) tuple at protocol 0/1, or a Module dict at protocol 0),
+# EMPTY_DICT (a Module dict at protocol 1).
+_PICKLE_STARTS = (b"\x80", b"(", b"}")
+
+
+def is_gluon_states(data: bytes) -> bool:
+    """Whether the bytes of a file are a Gluon/Module ``.states`` pickle (any
+    protocol `gradxform.migrate.from_gluon_states` reads) rather than a
+    gradxform checkpoint (which starts with its magic, or a part of it when truncated)."""
+    if MAGIC.startswith(data[:len(MAGIC)]) and data:
         return False
-    try:
-        with open(fname, "rb") as f:
-            return f.read(1) == b"\x80"
-    except OSError:
-        return False  # load_state reports it
+    return data[:1] in _PICKLE_STARTS
+
+
+def read_source(fname) -> io.BytesIO:
+    """The file's bytes, read once (so detecting its format and loading it see
+    the same bytes), named as the file; a FIFO, device or directory is refused
+    as a corrupt checkpoint before a byte is read."""
+    data, label = read_regular(fname, "Trainer.load_states",
+                               lambda label, why: CheckpointError("corrupt", label, why))
+    out = io.BytesIO(data)
+    out.name = label
+    return out
 
 
 def migrated_state(source, params, like, tx, *, guarded: bool):
