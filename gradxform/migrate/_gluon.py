@@ -235,9 +235,14 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
     else:
         name = optimizer.lower()
     rule = _rule(name, opt)
+    if opt is not None:
+        _check_attr_types(opt)
     state0 = tx.init(params)
 
-    mp = bool(_attr(opt, "multi_precision", False)) if opt is not None else has_slot(state0, params, _MASTER)
+    mp = _attr(opt, "multi_precision", False) if opt is not None else has_slot(state0, params, _MASTER)
+    if not isinstance(mp, (bool, np.bool_, int)):
+        raise MigrateError(f"{WHO}: the optimizer's multi_precision is {short(mp)}; MXNet keeps a bool.")
+    mp = bool(mp)
     comps = rule.inner if isinstance(rule.inner, tuple) else (() if rule.inner is None else (rule.inner,))
     values: dict[str, list] = {c: [None] * n for c in comps}
     masters: list = [None] * n
@@ -347,6 +352,21 @@ def _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole):
         for j, c in counts.items():
             vec[j] = c
         whole[Slot(LBSGDState, "num_cums")] = vec
+
+
+def _check_attr_types(opt: PickledObject) -> None:
+    """The optimizer attributes gradxform reads hold what MXNet keeps there: a
+    number or None for each hyperparameter, a record or None for the
+    scheduler, a dict for ``idx2name``; anything else is a corrupt file."""
+    for m in (*_HYPER, "lr"):
+        v = opt.attrs.get(m)
+        if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number))):
+            raise MigrateError(f"{WHO}: the optimizer's {m} is {short(v)}; MXNet keeps a number there.")
+    sched = opt.attrs.get("lr_scheduler")
+    if sched is not None and not isinstance(sched, PickledObject):
+        raise MigrateError(f"{WHO}: the optimizer's lr_scheduler is {short(sched)}, not a scheduler record.")
+    if not isinstance(opt.attrs.get("idx2name", {}) or {}, dict):
+        raise MigrateError(f"{WHO}: the optimizer's idx2name is {short(opt.attrs['idx2name'])}, not a dict.")
 
 
 def _check_hypers(opt: PickledObject, state) -> None:

@@ -101,11 +101,13 @@ class _Machine:
         self.charge(sys.getsizeof(obj))
         self.stack.append(obj)
 
-    def grow(self, container, add):
-        """Runs ``add()``, which adds to ``container``, and charges the growth."""
-        before = sys.getsizeof(container)
+    def grow(self, container, add, per_item: int = 0):
+        """Runs ``add()``, which adds to ``container``, and charges twice the
+        growth (a resize holds the old table and the new one at once) and
+        ``per_item`` for each item added."""
+        before, n = sys.getsizeof(container), len(container)
         add()
-        self.charge(max(0, sys.getsizeof(container) - before))
+        self.charge(2 * max(0, sys.getsizeof(container) - before) + per_item * (len(container) - n))
 
     # -- tuples: depth and hashing cost, known when built ------------------------
     def shape_of(self, x) -> tuple[int, int]:
@@ -256,8 +258,8 @@ class _Machine:
         ops = _OPS
         budget, stack = self.budget, self.stack
         while True:
-            if _SLOT * len(stack) > budget.left:  # the stack itself: DUP or memo gets cost only their slot
-                self.charge(_SLOT * len(stack))
+            if 2 * _SLOT * len(stack) > budget.left:  # the stack itself (DUP, memo gets), and its resize
+                self.charge(2 * _SLOT * len(stack))
             op = self.read(1)
             handler = ops.get(op)
             if handler is None:
@@ -287,7 +289,7 @@ def _object_size(x) -> int:
 def _memo_put(m: _Machine, key: int):
     if not m.stack or m.stack[-1] is _MARK:
         raise MigrateError(f"{m.what}: corrupt pickle (memo of nothing at byte {m.pos}).")
-    m.grow(m.memo, lambda: m.memo.__setitem__(key, m.stack[-1]))
+    m.grow(m.memo, lambda: m.memo.__setitem__(key, m.stack[-1]), per_item=32)  # the key, an int
 
 
 def _memo_get(m: _Machine, key: int):
