@@ -291,3 +291,47 @@ def test_a_state_with_per_leaf_counts_loads_through_alternatives(tmp_path):
     out = gradxform.load_state(tmp_path / "s", like=fresh, alternatives=[gradxform.per_leaf_counts(fresh, params)])
     assert [int(c) for c in jax.tree.leaves(out[0].count)] == [1, 0]
     jax.tree.map(np.testing.assert_array_equal, out, masked)
+
+
+def test_a_header_larger_than_its_bound_is_neither_written_nor_read(tmp_path):
+    """A header is counted against the file before msgpack decodes it (4x the file + 1 MiB):
+    a forged one of 100,000 empty arrays, with right checksums, is refused as corrupt without being
+    built; save_state refuses a tree whose header would break that bound (10,000 scalar leaves),
+    so nothing it writes is unreadable, and writes 1,000 of them."""
+    import hashlib  # noqa: PLC0415
+    import struct  # noqa: PLC0415
+    import tracemalloc  # noqa: PLC0415
+    header = b"\xdd" + struct.pack(">I", 100_000) + b"\x90" * 100_000
+    head = struct.pack("<8sQQ", b"GXCKPT\x00\x01", len(header), 32 + len(header) + 32)
+    (tmp_path / "forged").write_bytes(head + hashlib.sha256(head).digest()[:8] + header
+                                      + hashlib.sha256(header).digest())
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match="would take more than .* decoded") as err:
+            load_state(tmp_path / "forged")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert err.value.kind == "corrupt" and peak < 2 * len(header) + (256 << 10)  # the file, not 6.4 MB decoded
+    with pytest.raises(ValueError, match="store fewer, larger leaves"):
+        save_state(tmp_path / "many", {f"k{i}": np.float32(i) for i in range(10_000)})
+    assert not (tmp_path / "many").exists()
+    tree = {f"k{i}": np.float32(i) for i in range(1_000)}
+    save_state(tmp_path / "ok", tree)
+    assert load_state(tmp_path / "ok", like=tree) == tree
+
+
+def test_paths_of_every_type_and_open_files(tmp_path):
+    tree = {"a": np.arange(3.0)}
+    save_state(bytes(tmp_path / "x"), tree)
+    for path in (str(tmp_path / "x"), bytes(tmp_path / "x"), tmp_path / "x"):
+        np.testing.assert_array_equal(load_state(path, like=tree)["a"], tree["a"])
+    with open(tmp_path / "x", "rb") as f:
+        np.testing.assert_array_equal(load_state(f, like=tree)["a"], tree["a"])
+    with pytest.raises(TypeError, match="needs a path"), open(tmp_path / "y", "wb") as f:
+        save_state(f, tree)
+    with pytest.raises(TypeError, match="expected a path"):
+        load_state(3.5, like=tree)
+    (tmp_path / "garbage").write_bytes(b"not a checkpoint")
+    with open(tmp_path / "garbage", "rb") as f, pytest.raises(CheckpointError, match="garbage"):
+        load_state(f, like=tree)

@@ -259,3 +259,77 @@ def test_hostile_corpus_is_refused_within_time_and_memory(tmp_path, request):
     check(records, may_load=("splice_",))
     refused = sum(r["outcome"] != "loaded" for r in records)
     assert refused >= len(records) - 20 * scale
+
+
+def test_special_files_are_refused_before_reading(tmp_path):
+    """A FIFO (no writer: open() would block forever), /dev/zero (a read would never end) and a
+    directory: every reader, load_state and Trainer.load_states refuse them at once, naming the file."""
+    if not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"):
+        pytest.skip("needs POSIX special files")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    listing = tmp_path / "cases.jsonl"
+    n = 0
+    with open(listing, "w") as f:
+        for path in (str(fifo), "/dev/zero", str(tmp_path)):
+            for reader in ("paddle", "gluon", "gluon_full", "mindspore", "checkpoint", "trainer"):
+                f.write(json.dumps({"id": f"{reader}:{path}", "reader": reader, "path": path}) + "\n")
+                n += 1
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(listing)], capture_output=True, text=True,
+                          timeout=300, env=env)
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(records) == n, proc.stderr[-2000:]
+    for r in records:
+        assert r["outcome"] in ("MigrateError", "CheckpointError"), r
+        assert "not a regular file" in r["message"] and r["path"] in r["message"], r
+        assert r["seconds"] < SECONDS and r["unchanged"], r
+
+
+@pytest.mark.parametrize("reader", ["gluon", "paddle", "mindspore"])
+def test_paths_of_every_type_and_binary_files_are_read_alike(tmp_path, reader):
+    """str, bytes, os.PathLike and an open binary file give the same result; a text-mode file and a
+    non-path are refused with a message saying what to pass."""
+    import pathlib  # noqa: PLC0415
+
+    import gradxform.migrate as M  # noqa: PLC0415
+    fn, path = {"gluon": (M.read_gluon_states, os.path.join(HERE, "fixtures", "mxnet", "adam", "trainer.states")),
+                "paddle": (M.read_paddle_state_dict, os.path.join(HERE, "fixtures", "paddle", "opt_adadelta_default.pdopt")),
+                "mindspore": (M.read_mindspore_checkpoint, str(tmp_path / "m.ckpt"))}[reader]
+    if reader == "mindspore":
+        pathlib.Path(path).write_bytes(mindspore_file(3, duplicate=False))
+    want = fn(path)
+    with open(path, "rb") as f:
+        got = [fn(os.fsencode(path)), fn(pathlib.Path(path)), fn(f)]
+    flat = lambda x: [np.asarray(a) for a in __import__("jax").tree.leaves(  # noqa: E731
+        x if reader != "gluon" else x[0])]
+    for g in got:
+        assert len(flat(g)) == len(flat(want)) and all(np.array_equal(a, b) for a, b in zip(flat(g), flat(want)))
+    with open(path) as f, pytest.raises(M.MigrateError, match=r"binary mode \('rb'\)"):
+        fn(f)
+    with pytest.raises(TypeError, match=r"expected a path \(str, bytes or os.PathLike\) or a binary file"):
+        fn(3)
+
+
+def test_mindspore_tags_are_checked_in_linear_time(monkeypatch):
+    """30,000 tags (0.7 MB: no answer after 12 s when duplicates were checked in O(n**2)): refused by
+    the budget at once; with the budget lifted (monkeypatched), the duplicate at the end is found
+    within a few seconds, and 500 distinct tags load."""
+    import io  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import gradxform.migrate._mindspore as ms  # noqa: PLC0415
+    from gradxform.migrate import MigrateError, read_mindspore_checkpoint  # noqa: PLC0415
+    data = mindspore_file(30_000, duplicate=True)
+    t = time.perf_counter()
+    with pytest.raises(MigrateError, match="size allows"):
+        read_mindspore_checkpoint(io.BytesIO(data))
+    assert time.perf_counter() - t < SECONDS
+    monkeypatch.setattr(ms, "_ENTRY_BYTES", 0)
+    monkeypatch.setattr(ms, "_BUDGET_SLACK", 1 << 30)
+    t = time.perf_counter()
+    with pytest.raises(MigrateError, match="'moment1.p0' appears twice"):
+        read_mindspore_checkpoint(io.BytesIO(data))
+    assert time.perf_counter() - t < SECONDS
+    assert len(read_mindspore_checkpoint(io.BytesIO(mindspore_file(500, duplicate=False)))) == 500
