@@ -335,3 +335,48 @@ def test_paths_of_every_type_and_open_files(tmp_path):
     (tmp_path / "garbage").write_bytes(b"not a checkpoint")
     with open(tmp_path / "garbage", "rb") as f, pytest.raises(CheckpointError, match="garbage"):
         load_state(f, like=tree)
+
+
+def _forge(path, out, leaf: str, value) -> None:
+    """``path`` with the value of the leaf whose path contains ``leaf`` replaced and every checksum
+    recomputed: a file only the values tell from a real one."""
+    import hashlib  # noqa: PLC0415
+    import msgpack  # noqa: PLC0415
+    data = bytearray(open(path, "rb").read())
+    hlen = int.from_bytes(data[8:16], "little")
+    header = msgpack.unpackb(bytes(data[32:32 + hlen]), raw=False, strict_map_key=False)
+    start = 64 + hlen
+    (p, _, dtype, off, n), = [e for e in header["leaves"] if leaf in e[0]][:1]
+    data[start + off:start + off + n] = np.asarray(value, np.dtype(dtype)).tobytes()
+    header["payload_sha256"] = hashlib.sha256(bytes(data[start:])).hexdigest()
+    raw = msgpack.packb(header, use_bin_type=True)
+    assert len(raw) == hlen
+    data[32:32 + hlen] = raw
+    data[32 + hlen:start] = hashlib.sha256(raw).digest()
+    open(out, "wb").write(bytes(data))
+
+
+@pytest.mark.parametrize("leaf, value, match", [
+    ("['learning_rate']", np.nan, "learning_rate"), ("['learning_rate']", -1.0, "learning_rate"),
+    ("['beta1']", 1.5, "beta1"), ("['epsilon']", 0.0, "epsilon"),
+    (".num_update", -5, "num_update"), (".num_update", 2**31 - 1, "num_update"),
+])
+def test_trainer_refuses_checkpoint_values_no_run_reaches(tmp_path, leaf, value, match):
+    """A checkpoint with valid checksums whose hyperparameters or step count are out of range
+    (learning rate NaN gave NaN parameters after one step) is refused as corrupt, with the
+    hyperparameter's declared range (gradxform._ranges, as set_hyper checks it), and the Trainer
+    keeps its state."""
+    from gradxform.trainer import Trainer  # noqa: PLC0415
+    params = {"a": jnp.ones(3), "b": jnp.zeros(2)}
+    t = Trainer(params, "adam", {"learning_rate": 0.01}, devices=jax.devices()[:1])
+    t.step({"a": np.ones((1, 3), np.float32), "b": np.ones((1, 2), np.float32)}, 8)
+    t.save_states(tmp_path / "good")
+    _forge(tmp_path / "good", tmp_path / "bad", leaf, value)
+    u = Trainer(params, "adam", {"learning_rate": 0.01}, devices=jax.devices()[:1])
+    before = [np.asarray(x).copy() for x in jax.tree.leaves((u.params, u.state))]
+    with pytest.raises(CheckpointError, match=f"{match}.*must be in") as err:
+        u.load_states(tmp_path / "bad")
+    assert err.value.kind == "corrupt" and str(tmp_path / "bad") in str(err.value)
+    for a, b in zip(before, jax.tree.leaves((u.params, u.state))):
+        np.testing.assert_array_equal(a, np.asarray(b))
+    u.load_states(tmp_path / "good")

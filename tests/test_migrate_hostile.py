@@ -333,3 +333,42 @@ def test_mindspore_tags_are_checked_in_linear_time(monkeypatch):
         read_mindspore_checkpoint(io.BytesIO(data))
     assert time.perf_counter() - t < SECONDS
     assert len(read_mindspore_checkpoint(io.BytesIO(mindspore_file(500, duplicate=False)))) == 500
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("last_lr", -0.5, r"last_lr is -0.5; a run only reaches values in \[0, inf\)"),
+    ("last_lr", float("nan"), "last_lr is nan"),
+    ("last_lr", (1.0,), "last_lr is .*expected a number"),
+    ("best", float("inf"), "best is inf"),
+    ("num_bad_epochs", -1, "num_bad_epochs is -1; a step count"),
+    ("cooldown_counter", -3, "cooldown_counter is -3; a step count"),
+    ("cooldown_counter", 2**31 - 1, "cooldown_counter is 2147483647"),
+])
+def test_paddle_plateau_values_are_checked_on_load(field, value, match):
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    import gradxform  # noqa: PLC0415
+    from gradxform.migrate import MigrateError, from_paddle_state_dict  # noqa: PLC0415
+    from gradxform.schedules import ReduceOnPlateau  # noqa: PLC0415
+    tx = gradxform.create("paddle.sgd", learning_rate=ReduceOnPlateau(learning_rate=0.1))
+    good = {"last_epoch": 3, "last_lr": 0.05, "best": 1.0, "num_bad_epochs": 1, "cooldown_counter": 0}
+    from_paddle_state_dict({"LR_Scheduler": good}, {"w": jnp.zeros(2)}, tx)
+    with pytest.raises(MigrateError, match=match):
+        from_paddle_state_dict({"LR_Scheduler": {**good, field: value}}, {"w": jnp.zeros(2)}, tx)
+
+
+@pytest.mark.parametrize("value", [-1.0, 2.0, 0.0, float("nan")])
+def test_gluon_nadam_m_schedule_is_checked_on_load(value):
+    """MXNet's m_schedule is a product of momenta in (0, 1): 1.0 at the start, less after."""
+    import io  # noqa: PLC0415
+
+    import test_migrate_gluon as gluon  # noqa: PLC0415
+    from gradxform.migrate import MigrateError, from_gluon_states  # noqa: PLC0415
+    z, meta = gluon.load("nadam")
+    data = open(gluon.states_file("nadam", meta), "rb").read()
+    i = data.index(b"m_schedule\x94G") + len(b"m_schedule\x94G")
+    forged = data[:i] + struct.pack(">d", value) + data[i + 8:]
+    params, tx = gluon.params_at(z, meta, meta["k"] - 1), gluon.make_tx(meta)
+    from_gluon_states(io.BytesIO(data), params, tx)
+    with pytest.raises(MigrateError, match=r"m_schedule is .*\(0, 1\]"):
+        from_gluon_states(io.BytesIO(forged), params, tx)

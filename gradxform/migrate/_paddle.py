@@ -36,7 +36,8 @@ from ..pieces.internal import StepState
 from ..paddle._plateau import PlateauState
 from ._errors import short
 from ._pickle import NUMPY_GLOBALS, MigrateError, read_bytes, safe_loads
-from ._state import Slot, at_boundary, checked_count, fill_state
+from .._ranges import Range, declared_range
+from ._state import Slot, at_boundary, checked_count, checked_value, fill_state
 
 __all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "ACCUMULATORS"]
 
@@ -228,13 +229,19 @@ def _scheduler_slots(sd, position, n_leaves) -> dict:
                           "continues from the scheduler's position but then moves once per update.",
                           UserWarning, stacklevel=4)
         position = last_epoch
-        if "best" in sched:  # ReduceOnPlateau
+        if "best" in sched:  # ReduceOnPlateau: each value checked (issue 27 item 5) before it is stored
             best = sched.get("best")
-            whole.update({Slot(PlateauState, "last_lr"): np.float32(sched["last_lr"]),
-                          Slot(PlateauState, "best"): np.float32(0.0 if best is None else best),
-                          Slot(PlateauState, "has_best"): np.asarray(best is not None),
-                          Slot(PlateauState, "num_bad_epochs"): np.int32(sched.get("num_bad_epochs", 0)),
-                          Slot(PlateauState, "cooldown_counter"): np.int32(sched.get("cooldown_counter", 0))})
+            what = f"{WHO}: LR_Scheduler"
+            whole.update({
+                Slot(PlateauState, "last_lr"): np.float32(checked_value(
+                    sched.get("last_lr"), f"{what} last_lr", declared_range(None, "learning_rate"))),
+                Slot(PlateauState, "best"): np.float32(0.0 if best is None else checked_value(best, f"{what} best",
+                                                                                              Range())),
+                Slot(PlateauState, "has_best"): np.asarray(best is not None),
+                Slot(PlateauState, "num_bad_epochs"): np.int32(checked_count(sched.get("num_bad_epochs", 0),
+                                                                             f"{what} num_bad_epochs")),
+                Slot(PlateauState, "cooldown_counter"): np.int32(checked_count(sched.get("cooldown_counter", 0),
+                                                                               f"{what} cooldown_counter"))})
     if position is not None:
         whole[Slot(StepState, "num_update")] = np.asarray(position, np.int32)
         whole.setdefault(Slot(StepState, "count"), np.full(n_leaves, position, np.int32))

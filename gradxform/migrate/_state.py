@@ -24,10 +24,11 @@ import numpy as np
 from .._state_paths import get_path, replace_fields, state_paths
 from .._tree import param_names
 from .._files import PathTypeError
+from .._ranges import Range, check_value
 from ._errors import short
 from ._pickle import MigrateError
 
-__all__ = ["Slot", "file_label", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_hyper_mismatch"]
+__all__ = ["Slot", "checked_value", "file_label", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_hyper_mismatch"]
 
 
 class Slot(NamedTuple):
@@ -182,6 +183,20 @@ def file_label(source) -> str | None:
         name = getattr(source, "name", None)
         return os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else "<file>"
     return None
+
+
+def checked_value(value, what: str, rng: Range) -> float:
+    """``value`` (a number, or a one-element numeric array) as a float inside
+    ``rng`` (a range of `gradxform._ranges`); `MigrateError` naming ``what`` otherwise."""
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iuf":
+        value = value.reshape(-1)[0]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise MigrateError(f"{what} is {short(value)}; expected a number.")
+    try:
+        check_value(what, "value", float(value), rng, as_stored=False)
+    except ValueError:
+        raise MigrateError(f"{what} is {float(value)!r}; a run only reaches values in {rng}.") from None
+    return float(value)
 
 
 def at_boundary(who: str):

@@ -23,7 +23,8 @@ from .._tree import param_names
 from ..checkpoint import load_state, save_state
 from . import _allreduce as ar
 from ._compression import parse_compression, zeros_residual
-from ._resume import is_file, is_gluon_states, keep_multipliers, migrated_state, read_source, state_forms
+from ._resume import (check_values, is_file, is_gluon_states, keep_multipliers, migrated_state, read_source,
+                      state_forms)
 from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss, wants_sharding
 from ._zero import ShardedState
 
@@ -574,6 +575,7 @@ class Trainer:
             forms = [self._tree(params, f, residual) for f in state_forms(state, params)]
             loaded = load_state(source, like=forms[0], alternatives=forms[1:], meta=self._meta())
             params, state, residual = loaded["params"], loaded["state"], loaded["residual"]
+        check_values(state, source.name if is_file(fname) else None)
         state = keep_multipliers(state, self._place.one(self._leaf_form()[1]))
         if self._fused:  # groups follow the loaded counts and multipliers
             state = flatten_state(self._leaf_tx, state, params, max_leaf_size=self._max_leaf)
