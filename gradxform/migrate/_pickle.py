@@ -52,7 +52,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from .._files import read_regular
-from ._errors import MigrateError, UnsafePickleError, short
+from ._errors import MigrateError, UnsafePickleError
 from ._ndarray import Budget, RowSparse, decode_ndarray
 from ._recipes import (BASIC_GLOBALS, MXNET_GLOBALS, NUMPY_GLOBALS, MXNDArray, PickledObject, _Dtype, _MX_NDARRAY,
                        _NDArrayRecipe, _Pending, _Recipe, _Reconstruct, record_class)
