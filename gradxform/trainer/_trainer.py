@@ -556,7 +556,8 @@ class Trainer:
         or a pickle of any protocol for Gluon).
 
         Raises `gradxform.checkpoint.CheckpointError` ('truncated', 'corrupt'
-        (a FIFO, device or directory too, refused before reading)
+        (a FIFO, device or directory too, refused before reading; a value
+        no run reaches: `_resume.value_error`)
         or 'mismatch': another optimizer, parameter structure or compression),
         `gradxform.migrate.MigrateError` for an unusable Gluon file, ValueError
         for a state tree of another structure; changes nothing then.
