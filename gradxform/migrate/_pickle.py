@@ -17,8 +17,9 @@ it is a small interpreter of the pickle opcodes (protocols 0 to 5) that:
   ``numpy.dtype(code)`` + a BUILD state describing a plain bool, integer,
   float or complex type. Object, structured and subarray dtypes, dtype flags,
   and an array never given its bytes (uninitialised memory) are refused.
-* **bounds every size by the file.** The memo is a dict (an index of 2**30
-  costs one entry); every length is checked against the bytes left before
+* **bounds every size by the file.** The memo is a list while its indices
+  come in order (as every pickler writes them: 8 bytes an entry), and a dict
+  for the others (an index of 2**30 costs one entry); every length is checked against the bytes left before
   anything is allocated; everything the reader makes shares a budget of
   ``_BUDGET_FACTOR`` x the file's length (+ 1 MiB): arrays, decoded NDArrays
   and ``bytearray`` by their bytes, every Python object (container, string,
@@ -85,7 +86,8 @@ class _Machine:
         self.data, self.what, self.table = data, what, table
         self.pos = 0
         self.stack: list = []
-        self.memo: dict[int, Any] = {}
+        self.memo: list = []                      # entries 0, 1, 2, ... as picklers write them
+        self.memo_far: dict[int, Any] = {}        # any other index
         self.budget = Budget(_BUDGET_FACTOR * len(data) + _BUDGET_SLACK)
         # id -> (tuple or frozenset, depth, tuples its hash visits), for those holding
         # a tuple or frozenset; the entry keeps the object alive, so its id stays its own.
@@ -289,13 +291,27 @@ def _object_size(x) -> int:
 def _memo_put(m: _Machine, key: int):
     if not m.stack or m.stack[-1] is _MARK:
         raise MigrateError(f"{m.what}: corrupt pickle (memo of nothing at byte {m.pos}).")
-    m.grow(m.memo, lambda: m.memo.__setitem__(key, m.stack[-1]), per_item=32)  # the key, an int
+    value = m.stack[-1]
+    if key < len(m.memo):
+        m.memo[key] = value
+    elif key == len(m.memo):
+        m.memo_far.pop(key, None)
+        m.grow(m.memo, lambda: m.memo.append(value))
+    else:
+        m.grow(m.memo_far, lambda: m.memo_far.__setitem__(key, value), per_item=32)  # the key, an int
 
 
 def _memo_get(m: _Machine, key: int):
-    if key not in m.memo:
+    if key < len(m.memo):
+        m.stack.append(m.memo[key])
+    elif key in m.memo_far:
+        m.stack.append(m.memo_far[key])
+    else:
         raise MigrateError(f"{m.what}: corrupt pickle (memo entry {key} was never stored).")
-    m.stack.append(m.memo[key])
+
+
+def _memoize(m: _Machine):
+    _memo_put(m, len(m.memo) + len(m.memo_far))  # MEMOIZE: the next index, as pickle's memo length
 
 
 def _setitems(m: _Machine, items: list):
@@ -465,7 +481,7 @@ _OPS: dict[bytes, Any] = {
     b"\x8f": lambda m: m.new(set()), b"\x90": _additems, b"\x91": _frozenset,
     # memo
     b"p": lambda m: _memo_put(m, m.int_from_text(m.line())), b"q": lambda m: _memo_put(m, m.unpack("<B")),
-    b"r": lambda m: _memo_put(m, m.unpack("<I")), b"\x94": lambda m: _memo_put(m, len(m.memo)),
+    b"r": lambda m: _memo_put(m, m.unpack("<I")), b"\x94": _memoize,
     b"g": lambda m: _memo_get(m, m.int_from_text(m.line())), b"h": lambda m: _memo_get(m, m.unpack("<B")),
     b"j": lambda m: _memo_get(m, m.unpack("<I")),
     # globals and construction: only through recipes
