@@ -27,10 +27,14 @@ the old file intact, and at worst such a stray temporary file, which the next
 save to ``path`` removes (see `_remove_stray_temps` for when a temporary file
 counts as stray).
 
-Reading checks, in order, and raises `CheckpointError` with ``kind``:
+Reading refuses anything but a regular file before reading it (a FIFO would
+block, ``/dev/zero`` never end: `gradxform._files.read_regular`), then checks,
+in order, and raises `CheckpointError` with ``kind``:
 ``'truncated'`` (the file is shorter than it says it is), ``'corrupt'`` (bad
-magic, a checksum that does not match, an unreadable or invalid header,
-trailing bytes) or ``'mismatch'`` (another format version, or a valid file
+magic, a checksum that does not match, a header that would take more than 4x
+the file's length + 1 MiB decoded (counted on its bytes before decoding,
+`gradxform._msgpack_cost`; `save_state` refuses to write such a file), an unreadable or
+invalid header, trailing bytes, not a regular file) or ``'mismatch'`` (another format version, or a valid file
 whose paths, shapes, dtypes or metadata differ from what the caller expects).
 The header is valid when every value has the type above and, for leaf ``i``:
 
@@ -72,6 +76,9 @@ except ImportError:  # pragma: no cover - Windows: no advisory locks (see _remov
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ._files import path_of, read_regular
+from ._msgpack_cost import decoded_cost as _header_cost
 
 __all__ = ["CheckpointError", "save_state", "load_state", "read_metadata", "FORMAT_VERSION"]
 
@@ -118,7 +125,7 @@ class CheckpointError(ValueError):
     def __init__(self, kind: str, path, message: str):
         assert kind in self.KINDS, kind
         self.kind = kind
-        self.path = os.fspath(path)
+        self.path = os.fsdecode(path)
         super().__init__(f"{kind} checkpoint {self.path!r}: {message}")
 
 
@@ -287,7 +294,10 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
       TypeError: a leaf whose dtype is not in the allow-list (named with its
         path), or a ``meta`` that is not plain data.
     """
-    path = os.fspath(path)
+    if hasattr(path, "write") or hasattr(path, "read"):
+        raise TypeError("save_state: writes atomically (a temporary file renamed over the path), so it needs a "
+                        f"path (str, bytes or os.PathLike), not an open file ({type(path).__name__}).")
+    path = path_of(path, "save_state")
     paths, treedef, leaves = _describe(state)
     entries, offset, sha, hosts = [], 0, hashlib.sha256(), []
     for p, x in zip(paths, leaves):
@@ -309,6 +319,11 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
         "meta": _msgpack_safe(meta or {}),
     }, use_bin_type=True)
     total = _PREFIX.size + len(header) + _SHA + offset
+    if _header_cost(header, _header_limit(total)) is None:  # what load_state would refuse
+        raise ValueError(f"save_state: {len(entries)} leaves of {offset} bytes in all: the header describing "
+                         f"them would take more than {_header_limit(total)} bytes to read back (4x the file + "
+                         "1 MiB, the bound load_state holds any file to); store fewer, larger leaves "
+                         "(e.g. stack scalars into one array).")
     head = struct.pack("<8sQQ", MAGIC, len(header), total)
     prefix = head + hashlib.sha256(head).digest()[:8]
 
@@ -410,11 +425,17 @@ def _check_header(path, header, payload_len: int) -> list:
     return out
 
 
-def _read(path) -> tuple[dict, list, memoryview]:
-    """Returns (header, leaves, payload) after every integrity check."""
-    path = os.fspath(path)
-    with open(path, "rb") as f:
-        data = f.read()
+_HEADER_FACTOR, _HEADER_SLACK = 4, 1 << 20
+
+
+def _header_limit(file_len: int) -> int:
+    """What decoding a checkpoint's header may allocate: 4x the file's length + 1 MiB."""
+    return _HEADER_FACTOR * file_len + _HEADER_SLACK
+
+
+def _read(path) -> tuple[dict, list, memoryview, str]:
+    """Returns (header, leaves, payload, the file's label) after every integrity check."""
+    data, path = read_regular(path, "load_state", lambda label, why: CheckpointError("corrupt", label, why))
     if len(data) < _PREFIX.size:
         if not MAGIC.startswith(data[:len(MAGIC)]):
             raise CheckpointError("corrupt", path, "not a gradxform checkpoint (bad magic bytes).")
@@ -435,6 +456,11 @@ def _read(path) -> tuple[dict, list, memoryview]:
     raw = data[hstart:hend]
     if hashlib.sha256(raw).digest() != data[hend:hend + _SHA]:
         raise CheckpointError("corrupt", path, "the header fails its SHA-256 checksum.")
+    limit = _header_limit(len(data))
+    if _header_cost(raw, limit) is None:
+        raise CheckpointError("corrupt", path, f"the header ({hlen} bytes) would take more than {limit} bytes "
+                                               f"decoded ({_HEADER_FACTOR}x the file's length + 1 MiB); a "
+                                               "header of a few objects per leaf never does.")
     try:
         header = _msgpack().unpackb(raw, raw=False, strict_map_key=False)
     except Exception as err:  # noqa: BLE001 -- any decoding failure is corruption
@@ -443,7 +469,7 @@ def _read(path) -> tuple[dict, list, memoryview]:
     leaves = _check_header(path, header, len(payload))
     if hashlib.sha256(payload).hexdigest() != header["payload_sha256"]:
         raise CheckpointError("corrupt", path, "the payload fails its SHA-256 checksum.")
-    return header, leaves, payload
+    return header, leaves, payload, path
 
 
 def read_metadata(path) -> dict:
@@ -459,7 +485,9 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
     """Reads a file written by `save_state`.
 
     Args:
-      path: the file.
+      path: the file: a path (str, bytes or os.PathLike) or an open binary
+        file. Anything but a regular file (a FIFO, a device, a directory) is
+        refused before a byte is read.
       like: a pytree with the expected structure (arrays, or
         `jax.ShapeDtypeStruct`s as from `jax.eval_shape`); the result has
         its structure, and each leaf goes where ``like``'s leaf lives (its
@@ -477,7 +505,7 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
       CheckpointError: 'truncated', 'corrupt' or 'mismatch' (paths, shapes,
         dtypes or meta differ from ``like``/``meta``); nothing is returned.
     """
-    header, entries, payload = _read(path)
+    header, entries, payload, path = _read(path)
     file_meta = header["meta"]
     for key, want in (meta or {}).items():
         got = file_meta.get(key)

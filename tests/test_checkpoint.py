@@ -291,3 +291,92 @@ def test_a_state_with_per_leaf_counts_loads_through_alternatives(tmp_path):
     out = gradxform.load_state(tmp_path / "s", like=fresh, alternatives=[gradxform.per_leaf_counts(fresh, params)])
     assert [int(c) for c in jax.tree.leaves(out[0].count)] == [1, 0]
     jax.tree.map(np.testing.assert_array_equal, out, masked)
+
+
+def test_a_header_larger_than_its_bound_is_neither_written_nor_read(tmp_path):
+    """A header is counted against the file before msgpack decodes it (4x the file + 1 MiB):
+    a forged one of 100,000 empty arrays, with right checksums, is refused as corrupt without being
+    built; save_state refuses a tree whose header would break that bound (10,000 scalar leaves),
+    so nothing it writes is unreadable, and writes 1,000 of them."""
+    import hashlib  # noqa: PLC0415
+    import struct  # noqa: PLC0415
+    import tracemalloc  # noqa: PLC0415
+    header = b"\xdd" + struct.pack(">I", 100_000) + b"\x90" * 100_000
+    head = struct.pack("<8sQQ", b"GXCKPT\x00\x01", len(header), 32 + len(header) + 32)
+    (tmp_path / "forged").write_bytes(head + hashlib.sha256(head).digest()[:8] + header
+                                      + hashlib.sha256(header).digest())
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match="would take more than .* decoded") as err:
+            load_state(tmp_path / "forged")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert err.value.kind == "corrupt" and peak < 2 * len(header) + (256 << 10)  # the file, not 6.4 MB decoded
+    with pytest.raises(ValueError, match="store fewer, larger leaves"):
+        save_state(tmp_path / "many", {f"k{i}": np.float32(i) for i in range(10_000)})
+    assert not (tmp_path / "many").exists()
+    tree = {f"k{i}": np.float32(i) for i in range(1_000)}
+    save_state(tmp_path / "ok", tree)
+    assert load_state(tmp_path / "ok", like=tree) == tree
+
+
+def test_paths_of_every_type_and_open_files(tmp_path):
+    tree = {"a": np.arange(3.0)}
+    save_state(bytes(tmp_path / "x"), tree)
+    for path in (str(tmp_path / "x"), bytes(tmp_path / "x"), tmp_path / "x"):
+        np.testing.assert_array_equal(load_state(path, like=tree)["a"], tree["a"])
+    with open(tmp_path / "x", "rb") as f:
+        np.testing.assert_array_equal(load_state(f, like=tree)["a"], tree["a"])
+    with pytest.raises(TypeError, match="needs a path"), open(tmp_path / "y", "wb") as f:
+        save_state(f, tree)
+    with pytest.raises(TypeError, match="expected a path"):
+        load_state(3.5, like=tree)
+    (tmp_path / "garbage").write_bytes(b"not a checkpoint")
+    with open(tmp_path / "garbage", "rb") as f, pytest.raises(CheckpointError, match="garbage"):
+        load_state(f, like=tree)
+
+
+def _forge(path, out, leaf: str, value) -> None:
+    """``path`` with the value of the leaf whose path contains ``leaf`` replaced and every checksum
+    recomputed: a file only the values tell from a real one."""
+    import hashlib  # noqa: PLC0415
+    import msgpack  # noqa: PLC0415
+    data = bytearray(open(path, "rb").read())
+    hlen = int.from_bytes(data[8:16], "little")
+    header = msgpack.unpackb(bytes(data[32:32 + hlen]), raw=False, strict_map_key=False)
+    start = 64 + hlen
+    (p, _, dtype, off, n), = [e for e in header["leaves"] if leaf in e[0]][:1]
+    data[start + off:start + off + n] = np.asarray(value, np.dtype(dtype)).tobytes()
+    header["payload_sha256"] = hashlib.sha256(bytes(data[start:])).hexdigest()
+    raw = msgpack.packb(header, use_bin_type=True)
+    assert len(raw) == hlen
+    data[32:32 + hlen] = raw
+    data[32 + hlen:start] = hashlib.sha256(raw).digest()
+    open(out, "wb").write(bytes(data))
+
+
+@pytest.mark.parametrize("leaf, value, match", [
+    ("['learning_rate']", np.nan, "learning_rate"), ("['learning_rate']", -1.0, "learning_rate"),
+    ("['beta1']", 1.5, "beta1"), ("['epsilon']", 0.0, "epsilon"),
+    (".num_update", -5, "num_update"), (".num_update", 2**31 - 1, "num_update"),
+])
+def test_trainer_refuses_checkpoint_values_no_run_reaches(tmp_path, leaf, value, match):
+    """A checkpoint with valid checksums whose hyperparameters or step count are out of range
+    (learning rate NaN gave NaN parameters after one step) is refused as corrupt, with the
+    hyperparameter's declared range (gradxform._ranges, as set_hyper checks it), and the Trainer
+    keeps its state."""
+    from gradxform.trainer import Trainer  # noqa: PLC0415
+    params = {"a": jnp.ones(3), "b": jnp.zeros(2)}
+    t = Trainer(params, "adam", {"learning_rate": 0.01}, devices=jax.devices()[:1])
+    t.step({"a": np.ones((1, 3), np.float32), "b": np.ones((1, 2), np.float32)}, 8)
+    t.save_states(tmp_path / "good")
+    _forge(tmp_path / "good", tmp_path / "bad", leaf, value)
+    u = Trainer(params, "adam", {"learning_rate": 0.01}, devices=jax.devices()[:1])
+    before = [np.asarray(x).copy() for x in jax.tree.leaves((u.params, u.state))]
+    with pytest.raises(CheckpointError, match=f"{match}.*must be in") as err:
+        u.load_states(tmp_path / "bad")
+    assert err.value.kind == "corrupt" and str(tmp_path / "bad") in str(err.value)
+    for a, b in zip(before, jax.tree.leaves((u.params, u.state))):
+        np.testing.assert_array_equal(a, np.asarray(b))
+    u.load_states(tmp_path / "good")

@@ -32,8 +32,11 @@ from ..mxnet._momentum import DCASGDState, LBSGDState, NAGState
 from ..pieces.internal import CenteredRmsState, MomentsState, TraceState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
+from ._errors import short
 from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
-from ._state import Slot, at_boundary, checked_count, fill_state, has_slot, resolve_order, warn_hyper_mismatch
+from .._ranges import Range
+from ._state import (Slot, at_boundary, checked_count, checked_value, fill_state, has_slot, resolve_order,
+                     warn_hyper_mismatch)
 
 __all__ = ["from_gluon_states", "read_gluon_states"]
 
@@ -103,8 +106,18 @@ _HYPER = {"wd": "wd", "rescale_grad": "rescale_grad", "momentum": "momentum", "b
           "clip_gradient": "clip_gradient"}
 
 
-def _plain(x, what: str):
-    """Pickled state -> numpy arrays / None / tuples."""
+_MAX_STATE_ITEMS = 16  # the most an MXNet state holds: (w32, (n, g, delta)) is 6
+
+
+def _plain(x, what: str, budget: list | None = None):
+    """Pickled state -> numpy arrays / None / tuples, at most ``_MAX_STATE_ITEMS``
+    items in all: a tuple shared many times over (DUP) is refused, not walked
+    as a tree."""
+    budget = [_MAX_STATE_ITEMS] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise MigrateError(f"{WHO}: {what} holds more than {_MAX_STATE_ITEMS} items (nested or shared); an "
+                           "MXNet state is an NDArray, None, or a tuple of a few of them.")
     if x is None:
         return None
     if isinstance(x, MXNDArray):
@@ -112,7 +125,7 @@ def _plain(x, what: str):
     if isinstance(x, np.ndarray):
         return x
     if isinstance(x, (tuple, list)):
-        return tuple(_plain(c, what) for c in x)
+        return tuple(_plain(c, what, budget) for c in x)
     raise MigrateError(f"{WHO}: {what} holds a {type(x).__name__}; MXNet states are NDArrays, None "
                        "or tuples of them.")
 
@@ -124,7 +137,7 @@ def read_gluon_states(fname) -> tuple[dict[int, Any], PickledObject | None]:
     States are numpy arrays, None, or tuples of them; ``optimizer`` is a
     `PickledObject` (attribute record) or None for Module files.
     """
-    data, label = read_bytes(fname)
+    data, label = read_bytes(fname, WHO)
     obj = safe_loads(data, f"{WHO}({label!r})")
     if isinstance(obj, tuple) and len(obj) == 2:
         states, opt = obj
@@ -141,7 +154,7 @@ def read_gluon_states(fname) -> tuple[dict[int, Any], PickledObject | None]:
         if isinstance(k, str) and k.isdigit() and len(k) < 10:
             k = int(k)
         if not isinstance(k, int) or isinstance(k, bool):
-            raise MigrateError(f"{WHO}({label!r}): state key {k!r} is not an integer index (a kvstore "
+            raise MigrateError(f"{WHO}({label!r}): state key {short(k)} is not an integer index (a kvstore "
                                "driven with string keys); not supported.")
         out[k] = _plain(v, f"state {k}")
     return out, opt
@@ -151,7 +164,7 @@ def _index(k, what: str) -> int:
     if isinstance(k, str) and k.isdigit() and len(k) < 10:
         k = int(k)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise MigrateError(f"{WHO}: {what} is keyed by {k!r:.40}, not by an MXNet index.")
+        raise MigrateError(f"{WHO}: {what} is keyed by {short(k)}, not by an MXNet index.")
     return int(k)
 
 
@@ -202,7 +215,7 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
 
     def label(i):
         mx = idx2name.get(i)
-        return f"parameter {names[pos[i]]!r} (MXNet index {i}" + (f", {mx!r})" if mx else ")")
+        return f"parameter {names[pos[i]]!r} (MXNet index {i}" + (f", {short(mx)})" if mx else ")")
 
     extra = sorted(k for k in states if not 0 <= k < n)
     if extra:
@@ -224,9 +237,14 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
     else:
         name = optimizer.lower()
     rule = _rule(name, opt)
+    if opt is not None:
+        _check_attr_types(opt)
     state0 = tx.init(params)
 
-    mp = bool(_attr(opt, "multi_precision", False)) if opt is not None else has_slot(state0, params, _MASTER)
+    mp = _attr(opt, "multi_precision", False) if opt is not None else has_slot(state0, params, _MASTER)
+    if not isinstance(mp, (bool, np.bool_, int)):
+        raise MigrateError(f"{WHO}: the optimizer's multi_precision is {short(mp)}; MXNet keeps a bool.")
+    mp = bool(mp)
     comps = rule.inner if isinstance(rule.inner, tuple) else (() if rule.inner is None else (rule.inner,))
     values: dict[str, list] = {c: [None] * n for c in comps}
     masters: list = [None] * n
@@ -291,7 +309,8 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
         whole[_NUM_UPDATE] = np.asarray(checked_count(_attr(opt, "num_update", begin), f"{WHO}: num_update"),
                                         np.int32)
         if name == "nadam":
-            whole[Slot(NadamState, "m_schedule")] = np.asarray(_attr(opt, "m_schedule", 1.0), np.float32)
+            whole[Slot(NadamState, "m_schedule")] = np.asarray(checked_value(  # a product of momenta in (0, 1)
+                _attr(opt, "m_schedule", 1.0), f"{WHO}: m_schedule", Range(0.0, 1.0, low_open=True)), np.float32)
         if name == "lbsgd":
             _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole)
     else:
@@ -319,7 +338,7 @@ def _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole):
     for k, entry in cum.items():
         k = _index(k, "an LBSGD accumulator")
         if not isinstance(entry, dict) or not 0 <= k < len(leaves):
-            raise MigrateError(f"{WHO}: LBSGD accumulator {k!r} is malformed.")
+            raise MigrateError(f"{WHO}: LBSGD accumulator {short(k)} is malformed.")
         g = entry.get("cum_grad", 0)
         g = g.value if isinstance(g, MXNDArray) else g
         leaf = leaves[pos[k]]
@@ -336,6 +355,21 @@ def _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole):
         for j, c in counts.items():
             vec[j] = c
         whole[Slot(LBSGDState, "num_cums")] = vec
+
+
+def _check_attr_types(opt: PickledObject) -> None:
+    """The optimizer attributes gradxform reads hold what MXNet keeps there: a
+    number or None for each hyperparameter, a record or None for the
+    scheduler, a dict for ``idx2name``; anything else is a corrupt file."""
+    for m in (*_HYPER, "lr"):
+        v = opt.attrs.get(m)
+        if v is not None and (isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number))):
+            raise MigrateError(f"{WHO}: the optimizer's {m} is {short(v)}; MXNet keeps a number there.")
+    sched = opt.attrs.get("lr_scheduler")
+    if sched is not None and not isinstance(sched, PickledObject):
+        raise MigrateError(f"{WHO}: the optimizer's lr_scheduler is {short(sched)}, not a scheduler record.")
+    if not isinstance(opt.attrs.get("idx2name", {}) or {}, dict):
+        raise MigrateError(f"{WHO}: the optimizer's idx2name is {short(opt.attrs['idx2name'])}, not a dict.")
 
 
 def _check_hypers(opt: PickledObject, state) -> None:
@@ -356,13 +390,16 @@ def _step_hypers(state):
     return [node.hyper for node in find_states(state, StepState)]
 
 
-def _shape_of(st) -> str:
+def _shape_of(st, depth: int = 0) -> str:
     if st is None:
         return "None"
     if isinstance(st, (np.ndarray, RowSparse)):
         return f"an array {st.shape}"
-    if isinstance(st, tuple):
-        return "(" + ", ".join(_shape_of(s) for s in st) + ")"
+    if isinstance(st, tuple):  # states are small (`_plain`); this bounds the walk anyway
+        if depth >= 3:
+            return "(...)"
+        inner = [_shape_of(s, depth + 1) for s in st[:4]] + (["..."] if len(st) > 4 else [])
+        return "(" + ", ".join(inner) + ")"
     return type(st).__name__
 
 

@@ -31,12 +31,15 @@ from ..mindspore._adaptive import AccumState, MindSporeFtrlState, RMSPropState
 from ..mindspore._momentum import SGDMomentumState
 from ..pieces.internal import MomentsState, TraceState
 from ..pieces.internal import StepState
-from ._pickle import MigrateError, read_bytes
+from ._errors import short
+from ._ndarray import Budget
+from ._pickle import _BUDGET_FACTOR, _BUDGET_SLACK, MigrateError, read_bytes
 from ._state import Slot, at_boundary, checked_count, fill_state, tree_hyper, warn_hyper_mismatch
 
 __all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint"]
 
 WHO = "from_mindspore_checkpoint"
+_ENTRY_BYTES = 800  # measured (tracemalloc): ~790 bytes of Python objects per entry, result included
 
 _DTYPES = {"Float32": "<f4", "Float16": "<f2", "Float64": "<f8", "Int8": "i1", "UInt8": "u1",
            "Int16": "<i2", "UInt16": "<u2", "Int32": "<i4", "UInt32": "<u4", "Int64": "<i8",
@@ -90,7 +93,7 @@ def read_mindspore_checkpoint(fname) -> dict[str, object]:
     Needs the ``protobuf`` package (``pip install gradxform[migrate]``).
     Raises `MigrateError` for a truncated, corrupt, encrypted or CRC-failing file.
     """
-    data, label = read_bytes(fname)
+    data, label = read_bytes(fname, WHO)
     what = f"{WHO}({label!r})"
     if len(data) >= 17 and data[-17:-10] == b"crc_num":
         want = int.from_bytes(data[-10:], "big")
@@ -109,37 +112,49 @@ def read_mindspore_checkpoint(fname) -> dict[str, object]:
                            "corrupt, or encrypted (enc_key).") from None
     if not msg.value:
         raise MigrateError(f"{what}: the checkpoint holds no tensors.")
+    # Entries are counted against the file: each costs the reader about _ENTRY_BYTES
+    # of Python objects however few bytes it takes on disk, and its data is copied
+    # twice (out of the message, into the array).
+    budget = Budget(_BUDGET_FACTOR * len(data) + _BUDGET_SLACK)
     out: dict[str, object] = {}
-    pieces: list[tuple[str, object, list]] = []  # consecutive slices with one tag are joined
+    pieces: list[tuple[str, list, str, list]] = []  # consecutive slices with one tag are joined
+    seen: set[str] = set()
     for v in msg.value:
+        budget.take(_ENTRY_BYTES, what)
         if v.WhichOneof("value") != "tensor":
-            raise MigrateError(f"{what}: entry {v.tag!r} is a MapTensor (a MapParameter); not supported.")
+            raise MigrateError(f"{what}: entry {short(v.tag)} is a MapTensor (a MapParameter); not supported.")
         if not isinstance(v.tag, str) or not v.tag:
-            raise MigrateError(f"{what}: an entry's tag is {v.tag!r:.60}, not a parameter name (text).")
+            raise MigrateError(f"{what}: an entry's tag is {short(v.tag)}, not a parameter name (text).")
         t = v.tensor
+        if t.tensor_type != "str" and t.tensor_type not in _DTYPES:
+            raise MigrateError(f"{what}: {short(v.tag)} has tensor type {short(t.tensor_type)}, which is not "
+                               "supported.")
+        if len(t.dims) > 32:
+            raise MigrateError(f"{what}: {short(v.tag)} has {len(t.dims)} dims; not an array shape.")
+        content = t.tensor_content
+        budget.take(2 * len(content), what)
         if pieces and pieces[-1][0] == v.tag:
             if list(t.dims) != pieces[-1][1] or t.tensor_type != pieces[-1][2]:
-                raise MigrateError(f"{what}: slices of {v.tag!r} disagree on dims or type.")
-            pieces[-1][3].append(t.tensor_content)
+                raise MigrateError(f"{what}: slices of {short(v.tag)} disagree on dims or type.")
+            pieces[-1][3].append(content)
         else:
-            if any(p[0] == v.tag for p in pieces):
-                raise MigrateError(f"{what}: tag {v.tag!r} appears twice.")
-            pieces.append((v.tag, list(t.dims), t.tensor_type, [t.tensor_content]))
+            if v.tag in seen:  # a set: a file of n tags is checked in O(n), not O(n**2)
+                raise MigrateError(f"{what}: tag {short(v.tag)} appears twice.")
+            seen.add(v.tag)
+            pieces.append((v.tag, list(t.dims), t.tensor_type, [content]))
     for tag, dims, ttype, chunks in pieces:
-        raw = b"".join(chunks)
+        raw = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if ttype == "str":
             out[tag] = np.frombuffer(raw, f"<U{len(raw) // 4}")[0] if raw else ""
             continue
-        if ttype not in _DTYPES:
-            raise MigrateError(f"{what}: {tag!r} has tensor type {ttype!r}, which is not supported.")
         dt = np.dtype(_DTYPES[ttype])
         shape = () if dims in ([], [0]) else tuple(int(d) for d in dims)
-        if len(shape) > 32 or any(d < 0 for d in shape):
-            raise MigrateError(f"{what}: {tag!r} has dims {shape}; not an array shape.")
+        if any(d < 0 for d in shape):
+            raise MigrateError(f"{what}: {short(tag)} has dims {short(shape)}; not an array shape.")
         n = math.prod(shape)
         if len(raw) != n * dt.itemsize:
-            raise MigrateError(f"{what}: {tag!r} holds {len(raw)} bytes; dims {shape} of {ttype} need "
-                               f"{n * dt.itemsize} (truncated or corrupt).")
+            raise MigrateError(f"{what}: {short(tag)} holds {len(raw)} bytes; dims {short(shape)} of {ttype} "
+                               f"need {n * dt.itemsize} (truncated or corrupt).")
         out[tag] = np.frombuffer(raw, dt).reshape(shape).astype(dt.newbyteorder("="))
     return out
 

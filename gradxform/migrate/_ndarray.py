@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 
-from ._errors import MigrateError
+from ._errors import MigrateError, short
 
 __all__ = ["Budget", "RowSparse", "decode_ndarray", "checked_shape", "nbytes_of"]
 
@@ -17,12 +17,13 @@ class Budget:
     """Bytes the reader may still allocate beyond the file's own."""
 
     def __init__(self, nbytes: int):
-        self.left = nbytes
+        self.left = self.total = nbytes
 
     def take(self, nbytes: int, what: str):
         if nbytes > self.left:
-            raise MigrateError(f"{what}: needs {nbytes} bytes, more than this file's size allows (a state "
-                               "file's arrays are stored in it); the file is corrupt or hostile.")
+            raise MigrateError(f"{what}: reading it needs more than the {self.total} bytes its size allows "
+                               "(4x its length + 1 MiB: a state file's arrays are stored in it, and its "
+                               "structure is small); the file is corrupt or hostile.")
         self.left -= nbytes
 
 
@@ -57,7 +58,7 @@ class RowSparse:
 def checked_shape(shape, what: str) -> tuple:
     if not isinstance(shape, tuple) or len(shape) > MAX_RANK or not all(
             isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 62 for d in shape):
-        raise MigrateError(f"{what}: {shape!r} is not an array shape.")
+        raise MigrateError(f"{what}: {short(shape)} is not an array shape.")
     return shape
 
 

@@ -18,7 +18,6 @@ with the restricted unpickler: only numpy arrays, dtypes and scalars.
 """
 from __future__ import annotations
 
-import os
 import re
 import warnings
 from typing import Any, Mapping
@@ -35,8 +34,10 @@ from ..paddle._sgd import MomentumState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
 from ..paddle._plateau import PlateauState
-from ._pickle import NUMPY_GLOBALS, MigrateError, safe_loads
-from ._state import Slot, at_boundary, checked_count, fill_state
+from ._errors import short
+from ._pickle import NUMPY_GLOBALS, MigrateError, read_bytes, safe_loads
+from .._ranges import Range, declared_range
+from ._state import Slot, at_boundary, checked_count, checked_value, fill_state
 
 __all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "ACCUMULATORS"]
 
@@ -73,7 +74,7 @@ def _to_numpy(v, key: str):
         return np.asarray(v.numpy())
     if hasattr(v, "__array__"):
         return np.asarray(v)
-    raise MigrateError(f"{WHO}: entry {key!r} is a {type(v).__name__}; expected an array.")
+    raise MigrateError(f"{WHO}: entry {short(key)} is a {type(v).__name__}; expected an array.")
 
 
 @at_boundary(WHO)
@@ -82,12 +83,7 @@ def read_paddle_state_dict(path_or_dict) -> dict[str, Any]:
     if isinstance(path_or_dict, Mapping):
         raw, label = dict(path_or_dict), "state_dict"
     else:
-        if hasattr(path_or_dict, "read"):
-            data, label = path_or_dict.read(), getattr(path_or_dict, "name", "<file>")
-        else:
-            label = os.fspath(path_or_dict)
-            with open(label, "rb") as f:
-                data = f.read()
+        data, label = read_bytes(path_or_dict, WHO)
         raw = safe_loads(data, f"{WHO}({label!r})", allowed=(NUMPY_GLOBALS,))
         if not isinstance(raw, dict):
             raise MigrateError(f"{WHO}({label!r}): expected a dict (paddle.save(opt.state_dict(), ...)); "
@@ -97,7 +93,7 @@ def read_paddle_state_dict(path_or_dict) -> dict[str, Any]:
         if k in _IGNORED:
             continue
         if not isinstance(k, str):
-            raise MigrateError(f"{WHO}({label!r}): key {k!r} is not a string.")
+            raise MigrateError(f"{WHO}({label!r}): key {short(k)} is not a string.")
         if k == "master_weights" and isinstance(v, Mapping):
             out[k] = {mk: _to_numpy(mv, f"master_weights[{mk!r}]") for mk, mv in v.items()}
         else:
@@ -233,13 +229,19 @@ def _scheduler_slots(sd, position, n_leaves) -> dict:
                           "continues from the scheduler's position but then moves once per update.",
                           UserWarning, stacklevel=4)
         position = last_epoch
-        if "best" in sched:  # ReduceOnPlateau
+        if "best" in sched:  # ReduceOnPlateau: each value checked (issue 27 item 5) before it is stored
             best = sched.get("best")
-            whole.update({Slot(PlateauState, "last_lr"): np.float32(sched["last_lr"]),
-                          Slot(PlateauState, "best"): np.float32(0.0 if best is None else best),
-                          Slot(PlateauState, "has_best"): np.asarray(best is not None),
-                          Slot(PlateauState, "num_bad_epochs"): np.int32(sched.get("num_bad_epochs", 0)),
-                          Slot(PlateauState, "cooldown_counter"): np.int32(sched.get("cooldown_counter", 0))})
+            what = f"{WHO}: LR_Scheduler"
+            whole.update({
+                Slot(PlateauState, "last_lr"): np.float32(checked_value(
+                    sched.get("last_lr"), f"{what} last_lr", declared_range(None, "learning_rate"))),
+                Slot(PlateauState, "best"): np.float32(0.0 if best is None else checked_value(best, f"{what} best",
+                                                                                              Range())),
+                Slot(PlateauState, "has_best"): np.asarray(best is not None),
+                Slot(PlateauState, "num_bad_epochs"): np.int32(checked_count(sched.get("num_bad_epochs", 0),
+                                                                             f"{what} num_bad_epochs")),
+                Slot(PlateauState, "cooldown_counter"): np.int32(checked_count(sched.get("cooldown_counter", 0),
+                                                                               f"{what} cooldown_counter"))})
     if position is not None:
         whole[Slot(StepState, "num_update")] = np.asarray(position, np.int32)
         whole.setdefault(Slot(StepState, "count"), np.full(n_leaves, position, np.int32))

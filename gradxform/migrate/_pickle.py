@@ -17,12 +17,24 @@ it is a small interpreter of the pickle opcodes (protocols 0 to 5) that:
   ``numpy.dtype(code)`` + a BUILD state describing a plain bool, integer,
   float or complex type. Object, structured and subarray dtypes, dtype flags,
   and an array never given its bytes (uninitialised memory) are refused.
-* **bounds every size by the file.** The memo is a dict (an index of 2**30
-  costs one entry); every length is checked against the bytes left before
-  anything is allocated; copies the reader makes beyond the file's own bytes
-  (arrays, decoded NDArrays, ``bytearray``) share a budget of
-  ``_BUDGET_FACTOR`` x the file's length (+ 1 MiB). A row-sparse NDArray stays
+* **bounds every size by the file.** The memo is a list while its indices
+  come in order (as every pickler writes them: 8 bytes an entry), and a dict
+  for the others (an index of 2**30 costs one entry); every length is checked against the bytes left before
+  anything is allocated; everything the reader makes shares a budget of
+  ``_BUDGET_FACTOR`` x the file's length (+ 1 MiB): arrays, decoded NDArrays
+  and ``bytearray`` by their bytes, every Python object (container, string,
+  number, record, memo entry, the copy `_finish` makes) by its
+  ``sys.getsizeof``, every element added to a container by the container's
+  growth, and each opcode by a stack slot. A row-sparse NDArray stays
   sparse (`RowSparse`) until its shape has been checked against a parameter.
+* **walks nothing as a tree.** Each tuple (and frozenset) records, when it
+  is built, its depth and how many tuples hashing it visits; a tuple deeper
+  than ``_MAX_DEPTH`` is refused when built, and nothing visiting more than
+  ``_MAX_KEY_NODES`` is used as a dict key or set item, so no hash (which
+  CPython computes by recursion, on the C stack) can overflow the stack or
+  run for 2**64 steps on a graph of shared tuples (``DUP`` + ``TUPLE2``).
+  `_finish` walks the graph once (memoised by identity), and messages show
+  a value only through `short` (a bounded repr).
 * **fails only with** `MigrateError` (`UnsafePickleError` for a forbidden
   construct), naming the file, the opcode offset and what was wrong; the
   result is plain Python values, numpy arrays and `PickledObject` records,
@@ -34,12 +46,13 @@ thousand opcodes however large its arrays (each array is one bytes opcode).
 from __future__ import annotations
 
 import codecs
-import os
 import struct
+import sys
 from typing import Any, Iterable
 
 import numpy as np
 
+from .._files import read_regular
 from ._errors import MigrateError, UnsafePickleError
 from ._ndarray import Budget, RowSparse, decode_ndarray
 from ._recipes import (BASIC_GLOBALS, MXNET_GLOBALS, NUMPY_GLOBALS, MXNDArray, PickledObject, _Dtype, _MX_NDARRAY,
@@ -52,6 +65,10 @@ _BUDGET_FACTOR = 4          # copies beyond the file: at most 4 x its length + 1
 _BUDGET_SLACK = 1 << 20
 _MAX_DEPTH = 100            # nesting of containers in the result
 _MAX_INT_BYTES = 64         # LONG1/LONG4/text ints: state files hold counts, not bignums
+_MAX_KEY_NODES = 256        # tuples visited hashing one dict key or set item (state files key by int/str)
+_SLOT = 8                   # bytes of one stack, list or tuple slot
+_ENTRY = 64                 # bytes of one entry of the reader's own bookkeeping dicts (shapes, _finish)
+_ARRAY_HEADER = 112         # a numpy array object, beyond its data (charged where the data is)
 
 
 
@@ -69,8 +86,74 @@ class _Machine:
         self.data, self.what, self.table = data, what, table
         self.pos = 0
         self.stack: list = []
-        self.memo: dict[int, Any] = {}
+        self.memo: list = []                      # entries 0, 1, 2, ... as picklers write them
+        self.memo_far: dict[int, Any] = {}        # any other index
         self.budget = Budget(_BUDGET_FACTOR * len(data) + _BUDGET_SLACK)
+        # id -> (tuple or frozenset, depth, tuples its hash visits), for those holding
+        # a tuple or frozenset; the entry keeps the object alive, so its id stays its own.
+        # Every tuple is made by make_tuple: one without an entry holds none (depth 1).
+        self.shapes: dict[int, tuple] = {}
+
+    # -- what the reader allocates -------------------------------------------
+    def charge(self, nbytes: int):
+        self.budget.take(nbytes, f"{self.what} (at byte {self.pos})")
+
+    def new(self, obj):
+        """Pushes a newly made object, charged by its size."""
+        self.charge(sys.getsizeof(obj))
+        self.stack.append(obj)
+
+    def grow(self, container, add, per_item: int = 0):
+        """Runs ``add()``, which adds to ``container``, and charges twice the
+        growth (a resize holds the old table and the new one at once) and
+        ``per_item`` for each item added."""
+        before, n = sys.getsizeof(container), len(container)
+        add()
+        self.charge(2 * max(0, sys.getsizeof(container) - before) + per_item * (len(container) - n))
+
+    # -- tuples: depth and hashing cost, known when built ------------------------
+    def shape_of(self, x) -> tuple[int, int]:
+        """(depth, tuples visited to hash it) of a value; containers other than
+        tuples and frozensets count 1 (hashing one fails, or is cached)."""
+        if type(x) is tuple or type(x) is frozenset:
+            entry = self.shapes.get(id(x))
+            return (entry[1], entry[2]) if entry is not None else (1, 1)
+        return (1, 1) if isinstance(x, (list, dict, set)) else (0, 1)
+
+    def _record(self, obj, depth: int, nodes: int):
+        if depth > _MAX_DEPTH:
+            raise MigrateError(f"{self.what}: tuples nested more than {_MAX_DEPTH} deep (at byte {self.pos}); "
+                               "a state file never is.")
+        self.charge(sys.getsizeof(obj))
+        if depth > 1:
+            self.charge(_ENTRY)
+            self.shapes[id(obj)] = (obj, depth, nodes)
+
+    def make_tuple(self, items) -> tuple:
+        t = tuple(items)
+        depth, nodes = 1, 1
+        for c in t:
+            if type(c) is tuple or type(c) is frozenset:
+                d, n = self.shape_of(c)
+                depth, nodes = max(depth, d + 1), min(nodes + n, 1 << 62)
+        self._record(t, depth, nodes)
+        return t
+
+    def make_frozenset(self, items) -> frozenset:
+        for x in items:
+            self.hashable(x, "a frozenset item")
+        s = frozenset(items)
+        self._record(s, 1 + max((self.shape_of(c)[0] for c in s), default=0), 1)  # hash: items' cached ones
+        return s
+
+    def hashable(self, x, what: str):
+        """Refuses ``x`` as a dict key or set item when hashing it would visit
+        more than ``_MAX_KEY_NODES`` tuples (deep, or a graph of shared ones)."""
+        nodes = self.shape_of(x)[1]
+        if nodes > _MAX_KEY_NODES:
+            raise MigrateError(f"{self.what}: {what} at byte {self.pos} is a tuple whose hash would visit more "
+                               f"than {_MAX_KEY_NODES} tuples (nested, or shared through DUP/memo); a state "
+                               "file's keys are numbers and strings.")
 
     # -- reading the stream --------------------------------------------------
     def read(self, n: int) -> bytes:
@@ -150,13 +233,15 @@ class _Machine:
                                     "can be called.")
         if not isinstance(args, tuple) or kwargs:
             raise UnsafePickleError(f"{self.what}: {opname} with arguments that are not a plain tuple.")
-        self.stack.append(fn.reduce(args, self) if opname == "REDUCE" else fn.newobj(args, self))
+        out = fn.reduce(args, self) if opname == "REDUCE" else fn.newobj(args, self)
+        self.charge(_object_size(out))
+        self.stack.append(out)
 
     def build(self):
         state = self.pop()
         obj = self.pop() if self.stack else None
         if isinstance(obj, PickledObject):
-            obj._build(state)
+            self.grow(obj.attrs, lambda: obj._build(state))
         elif isinstance(obj, _Pending) and obj.recipe is _MX_NDARRAY:
             _NDArrayRecipe.build(obj, state, self)
         elif isinstance(obj, _Pending) and isinstance(obj.recipe, _Reconstruct):
@@ -173,7 +258,10 @@ class _Machine:
 
     def run(self):
         ops = _OPS
+        budget, stack = self.budget, self.stack
         while True:
+            if 2 * _SLOT * len(stack) > budget.left:  # the stack itself (DUP, memo gets), and its resize
+                self.charge(2 * _SLOT * len(stack))
             op = self.read(1)
             handler = ops.get(op)
             if handler is None:
@@ -182,35 +270,66 @@ class _Machine:
             if handler(self) is _STOP:
                 break
         result = self.pop()
-        return _finish(result, self.what)
+        return _finish(result, self.what, self)
 
 
 _STOP = object()
 
 
+def _object_size(x) -> int:
+    """Bytes of what a recipe returned, beyond array data (charged when made)."""
+    n = sys.getsizeof(x) if not isinstance(x, np.ndarray) else _ARRAY_HEADER
+    if isinstance(x, PickledObject):
+        n += sys.getsizeof(x.__dict__) + sys.getsizeof(x.attrs)
+    elif isinstance(x, MXNDArray):
+        n += sys.getsizeof(x.__dict__) + _ARRAY_HEADER
+    elif isinstance(x, _Pending):
+        n += _ARRAY_HEADER
+    return n
+
+
 def _memo_put(m: _Machine, key: int):
     if not m.stack or m.stack[-1] is _MARK:
         raise MigrateError(f"{m.what}: corrupt pickle (memo of nothing at byte {m.pos}).")
-    m.memo[key] = m.stack[-1]
+    value = m.stack[-1]
+    if key < len(m.memo):
+        m.memo[key] = value
+    elif key == len(m.memo):
+        m.memo_far.pop(key, None)
+        m.grow(m.memo, lambda: m.memo.append(value))
+    else:
+        m.grow(m.memo_far, lambda: m.memo_far.__setitem__(key, value), per_item=32)  # the key, an int
 
 
 def _memo_get(m: _Machine, key: int):
-    if key not in m.memo:
+    if key < len(m.memo):
+        m.stack.append(m.memo[key])
+    elif key in m.memo_far:
+        m.stack.append(m.memo_far[key])
+    else:
         raise MigrateError(f"{m.what}: corrupt pickle (memo entry {key} was never stored).")
-    m.stack.append(m.memo[key])
+
+
+def _memoize(m: _Machine):
+    _memo_put(m, len(m.memo) + len(m.memo_far))  # MEMOIZE: the next index, as pickle's memo length
 
 
 def _setitems(m: _Machine, items: list):
     if len(items) % 2:
         raise MigrateError(f"{m.what}: corrupt pickle (odd SETITEMS).")
     d = m.top(dict, "SETITEMS")
-    for k, v in zip(items[::2], items[1::2]):
+    for k in items[::2]:
         if not isinstance(k, (str, int, float, bytes, tuple, type(None))):
             raise MigrateError(f"{m.what}: a dict key of type {type(k).__name__}.")
-        try:
+        m.hashable(k, "a dict key")
+
+    def add():
+        for k, v in zip(items[::2], items[1::2]):
             d[k] = v
-        except TypeError:
-            raise MigrateError(f"{m.what}: an unhashable dict key.") from None
+    try:
+        m.grow(d, add)
+    except TypeError:
+        raise MigrateError(f"{m.what}: an unhashable dict key.") from None
 
 
 def _frame(m: _Machine):
@@ -224,44 +343,53 @@ def _string(m: _Machine):
     raw = m.line()
     if len(raw) < 2 or raw[0] != raw[-1] or raw[:1] not in (b"'", b'"'):
         raise MigrateError(f"{m.what}: corrupt STRING opcode.")
-    m.stack.append(codecs.escape_decode(raw[1:-1])[0].decode("latin-1"))
+    m.new(codecs.escape_decode(raw[1:-1])[0].decode("latin-1"))
 
 
 def _int_text(m: _Machine):
     raw = m.line()
-    m.stack.append({b"00": False, b"01": True}.get(raw) if raw in (b"00", b"01") else m.int_from_text(raw))
+    m.new({b"00": False, b"01": True}.get(raw) if raw in (b"00", b"01") else m.int_from_text(raw))
 
 
 def _unicode_text(m: _Machine):
-    m.stack.append(m.line().decode("raw-unicode-escape"))
+    m.new(m.line().decode("raw-unicode-escape"))
 
 
 def _tuple_n(n):
-    return lambda m: m.stack.append(tuple(m.pop() for _ in range(n))[::-1])
+    return lambda m: m.stack.append(m.make_tuple([m.pop() for _ in range(n)][::-1]))
 
 
 def _append(m: _Machine):
     v = m.pop()
-    m.top(list, "APPEND").append(v)
+    lst = m.top(list, "APPEND")
+    m.grow(lst, lambda: lst.append(v))
 
 
 def _appends(m: _Machine):
     items = m.pop_mark()
-    m.top(list, "APPENDS").extend(items)
+    lst = m.top(list, "APPENDS")
+    m.grow(lst, lambda: lst.extend(items))
 
 
 def _additems(m: _Machine):
     items = m.pop_mark()
     s = m.top(set, "ADDITEMS")
+    for x in items:
+        m.hashable(x, "a set item")
     try:
-        s.update(items)
+        m.grow(s, lambda: s.update(items))
     except TypeError:
         raise MigrateError(f"{m.what}: an unhashable set item.") from None
 
 
+def _list_from_mark(m: _Machine):
+    items = m.pop_mark()
+    m.new(items)
+
+
 def _dict_from_mark(m: _Machine):
     items = m.pop_mark()
-    m.stack.append({})
+    m.new({})
     _setitems(m, items)
 
 
@@ -275,7 +403,7 @@ def _refuse(what: str):
 def _len_bytes(fmt: str, kind):
     def handler(m: _Machine):
         raw = m.read(m.unpack(fmt))
-        m.stack.append(kind(raw, m) if kind else raw)
+        m.new(kind(raw, m) if kind else raw)
     return handler
 
 
@@ -307,7 +435,7 @@ def _bytearray8(m: _Machine):
 def _frozenset(m: _Machine):
     items = m.pop_mark()
     try:
-        m.stack.append(frozenset(items))
+        m.stack.append(m.make_frozenset(items))
     except TypeError:
         raise MigrateError(f"{m.what}: an unhashable set item.") from None
 
@@ -329,12 +457,12 @@ _OPS: dict[bytes, Any] = {
     # scalars
     b"N": lambda m: m.stack.append(None), b"\x88": lambda m: m.stack.append(True),
     b"\x89": lambda m: m.stack.append(False),
-    b"I": _int_text, b"L": lambda m: m.stack.append(m.int_from_text(m.line())),
-    b"J": lambda m: m.stack.append(m.unpack("<i")), b"K": lambda m: m.stack.append(m.unpack("<B")),
-    b"M": lambda m: m.stack.append(m.unpack("<H")),
-    b"\x8a": lambda m: m.stack.append(m.long(m.unpack("<B"))),
-    b"\x8b": lambda m: m.stack.append(m.long(m.unpack("<I"))),
-    b"F": lambda m: m.stack.append(float(m.line())), b"G": lambda m: m.stack.append(m.unpack(">d")),
+    b"I": _int_text, b"L": lambda m: m.new(m.int_from_text(m.line())),
+    b"J": lambda m: m.new(m.unpack("<i")), b"K": lambda m: m.stack.append(m.unpack("<B")),  # cached ints
+    b"M": lambda m: m.new(m.unpack("<H")),
+    b"\x8a": lambda m: m.new(m.long(m.unpack("<B"))),
+    b"\x8b": lambda m: m.new(m.long(m.unpack("<I"))),
+    b"F": lambda m: m.new(float(m.line())), b"G": lambda m: m.new(m.unpack(">d")),
     # text and bytes
     b"S": _string, b"V": _unicode_text,
     b"T": _len_bytes("<I", lambda raw, m: raw.decode("latin-1")),
@@ -344,16 +472,16 @@ _OPS: dict[bytes, Any] = {
     b"B": _len_bytes("<I", None), b"C": _len_bytes("<B", None), b"\x8e": _len_bytes("<Q", None),
     b"\x96": _bytearray8,
     # containers
-    b")": lambda m: m.stack.append(()), b"t": lambda m: m.stack.append(tuple(m.pop_mark())),
+    b")": lambda m: m.stack.append(()), b"t": lambda m: m.stack.append(m.make_tuple(m.pop_mark())),
     b"\x85": _tuple_n(1), b"\x86": _tuple_n(2), b"\x87": _tuple_n(3),
-    b"]": lambda m: m.stack.append([]), b"l": lambda m: m.stack.append(m.pop_mark()),
+    b"]": lambda m: m.new([]), b"l": _list_from_mark,
     b"a": _append, b"e": _appends,
-    b"}": lambda m: m.stack.append({}), b"d": _dict_from_mark,
+    b"}": lambda m: m.new({}), b"d": _dict_from_mark,
     b"s": lambda m: _setitems(m, [m.pop(), m.pop()][::-1]), b"u": lambda m: _setitems(m, m.pop_mark()),
-    b"\x8f": lambda m: m.stack.append(set()), b"\x90": _additems, b"\x91": _frozenset,
+    b"\x8f": lambda m: m.new(set()), b"\x90": _additems, b"\x91": _frozenset,
     # memo
     b"p": lambda m: _memo_put(m, m.int_from_text(m.line())), b"q": lambda m: _memo_put(m, m.unpack("<B")),
-    b"r": lambda m: _memo_put(m, m.unpack("<I")), b"\x94": lambda m: _memo_put(m, len(m.memo)),
+    b"r": lambda m: _memo_put(m, m.unpack("<I")), b"\x94": _memoize,
     b"g": lambda m: _memo_get(m, m.int_from_text(m.line())), b"h": lambda m: _memo_get(m, m.unpack("<B")),
     b"j": lambda m: _memo_get(m, m.unpack("<I")),
     # globals and construction: only through recipes
@@ -368,9 +496,14 @@ _OPS: dict[bytes, Any] = {
 }
 
 
-def _finish(obj, what: str):
+def _finish(obj, what: str, m: _Machine):
     """The result with every pending object replaced by what BUILD made, checked
-    to be acyclic, at most ``_MAX_DEPTH`` deep, and free of internals."""
+    to be acyclic, at most ``_MAX_DEPTH`` deep, and free of internals.
+
+    Each object is visited once (memoised by identity: a graph of shared
+    tuples stays a graph, walked in linear time). Lists, dicts and records
+    are the reader's own and are updated in place; a tuple or set is copied
+    only when an item changed, and the copy is charged to ``m``'s budget."""
     done: dict[int, Any] = {}
     active: set[int] = set()
 
@@ -385,33 +518,48 @@ def _finish(obj, what: str):
         if depth > _MAX_DEPTH:
             raise MigrateError(f"{what}: the pickle is nested more than {_MAX_DEPTH} deep.")
         active.add(key)
+        out = x
         if isinstance(x, _Pending):
             if not x.built:
                 raise UnsafePickleError(f"{what}: an array was never given its data ({x.recipe.name} "
                                         "without BUILD); refusing uninitialised memory.")
             out = x.value
         elif isinstance(x, (bytearray, MXNDArray, RowSparse)):
-            out = x
-        elif isinstance(x, tuple):
-            out = tuple(walk(c, depth + 1) for c in x)
+            pass
+        elif isinstance(x, (tuple, set, frozenset)):
+            items = [walk(c, depth + 1) for c in x]
+            if any(a is not b for a, b in zip(items, x)):
+                out = type(x)(items)
+                m.charge(sys.getsizeof(out))
         elif isinstance(x, list):
-            out = [walk(c, depth + 1) for c in x]
+            for i, c in enumerate(x):
+                x[i] = walk(c, depth + 1)
         elif isinstance(x, dict):
-            out = {walk(k, depth + 1): walk(v, depth + 1) for k, v in x.items()}
-        elif isinstance(x, (set, frozenset)):
-            out = type(x)(walk(c, depth + 1) for c in x)
+            _walk_dict(x, walk, depth)
         elif isinstance(x, PickledObject):
-            x.attrs = {k: walk(v, depth + 1) for k, v in x.attrs.items()}
+            _walk_dict(x.attrs, walk, depth)
             x.args = walk(x.args, depth + 1)
-            out = x
         else:  # a recipe or a mark left as a value
             raise UnsafePickleError(f"{what}: the pickle returns {getattr(x, 'name', type(x).__name__)} "
                                     "itself; not a state file.")
         active.discard(key)
+        m.charge(_ENTRY)
         done[key] = out
         return out
 
     return walk(obj, 0)
+
+
+def _walk_dict(d: dict, walk, depth: int):
+    """``d`` with its values walked, in place; its keys too (rebuilt only when one changed)."""
+    rekey = False
+    for k in d:
+        rekey |= walk(k, depth + 1) is not k
+        d[k] = walk(d[k], depth + 1)
+    if rekey:
+        items = [(walk(k, depth + 1), v) for k, v in d.items()]
+        d.clear()
+        d.update(items)
 
 
 def safe_loads(data: bytes, what: str, allowed: Iterable[dict] = (MXNET_GLOBALS, NUMPY_GLOBALS)) -> Any:
@@ -428,7 +576,9 @@ def safe_loads(data: bytes, what: str, allowed: Iterable[dict] = (MXNET_GLOBALS,
         table.update(extra)
     try:
         return _Machine(bytes(data), what, table).run()
-    except MigrateError:
+    except MigrateError as err:
+        if not str(err).startswith(what):  # a recipe's message: name the file
+            raise type(err)(f"{what}: {err}") from None
         raise
     except (struct.error, ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError,
             MemoryError, RecursionError, UnicodeError) as err:
@@ -436,13 +586,8 @@ def safe_loads(data: bytes, what: str, allowed: Iterable[dict] = (MXNET_GLOBALS,
                            "truncated or not an optimizer-state file.") from None
 
 
-def read_bytes(fname) -> tuple[bytes, str]:
-    """The bytes of ``fname`` (a path or an open binary file) and a label for messages."""
-    if hasattr(fname, "read"):
-        data = fname.read()
-        if not isinstance(data, (bytes, bytearray)):
-            raise MigrateError(f"{getattr(fname, 'name', '<file>')}: open the file in binary mode ('rb').")
-        return bytes(data), getattr(fname, "name", "<file>")
-    label = os.fspath(fname)
-    with open(label, "rb") as f:
-        return f.read(), label
+def read_bytes(fname, who: str) -> tuple[bytes, str]:
+    """The bytes of ``fname`` (a path as str, bytes or os.PathLike, or an open
+    binary file) and a label for messages; `MigrateError` for a FIFO, a device
+    or a directory (refused before a byte is read) or a text-mode file."""
+    return read_regular(fname, who, lambda label, why: MigrateError(why))

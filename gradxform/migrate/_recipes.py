@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._errors import MigrateError, UnsafePickleError
+from ._errors import MigrateError, UnsafePickleError, short
 from ._ndarray import checked_shape, decode_ndarray, nbytes_of
 
 if TYPE_CHECKING:
@@ -66,6 +66,8 @@ def record_class(path: str) -> type:
 class _Pending:
     """An object between REDUCE and its BUILD: what BUILD may complete."""
 
+    __slots__ = ("recipe", "args", "value", "built")
+
     def __init__(self, recipe: "_Recipe", args: tuple, value=None, built: bool = False):
         self.recipe, self.args, self.value, self.built = recipe, args, value, built
 
@@ -116,7 +118,7 @@ class _Dtype(_Recipe):
 
     def reduce(self, args, ctx):
         if not (1 <= len(args) <= 3 and isinstance(args[0], str) and len(args[0]) <= 8):
-            raise UnsafePickleError(f"numpy.dtype{args!r:.80}: only a type code is allowed.")
+            raise UnsafePickleError(f"numpy.dtype{short(args)}: only a type code is allowed.")
         try:
             dt = np.dtype(args[0])
         except TypeError:
@@ -131,12 +133,12 @@ class _Dtype(_Recipe):
         # numpy's dtype.__reduce__ state: (version, byteorder, subdescr, names, fields, elsize, alignment,
         # flags[, metadata]); a plain numeric type has None/None/None, -1, -1 and flags 0.
         if not (isinstance(state, tuple) and len(state) in (8, 9) and state[0] in (3, 4)):
-            raise UnsafePickleError(f"numpy dtype state {state!r:.80} is not a plain type's.")
+            raise UnsafePickleError(f"numpy dtype state {short(state)} is not a plain type's.")
         order, subdescr, names, fields, elsize, align, flags = state[1:8]
         if (order not in ("<", ">", "|", "=") or subdescr is not None or names is not None
                 or fields is not None or elsize != -1 or align != -1 or flags != 0
                 or (len(state) == 9 and state[8] is not None)):
-            raise UnsafePickleError(f"numpy dtype state {state!r:.80} is not a plain numeric type's "
+            raise UnsafePickleError(f"numpy dtype state {short(state)} is not a plain numeric type's "
                                     "(fields, flags or metadata are never optimizer state).")
         if order in "<>":
             pending.value = pending.value.newbyteorder(order)
@@ -292,7 +294,7 @@ class MXNDArray:
 def _safe_codec(enc) -> str:
     if not isinstance(enc, str) or enc.lower().replace("-", "").replace("_", "") not in (
             "latin1", "utf8", "ascii", "iso88591"):
-        raise UnsafePickleError(f"codec {enc!r} is not allowed.")
+        raise UnsafePickleError(f"codec {short(enc)} is not allowed.")
     return enc
 
 

@@ -12,6 +12,7 @@ state in one go: nothing is half-loaded.
 from __future__ import annotations
 
 import functools
+import os
 import struct
 import warnings
 from typing import Any, NamedTuple, Sequence
@@ -22,9 +23,12 @@ import numpy as np
 
 from .._state_paths import get_path, replace_fields, state_paths
 from .._tree import param_names
+from .._files import PathTypeError
+from .._ranges import Range, check_value
+from ._errors import short
 from ._pickle import MigrateError
 
-__all__ = ["Slot", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_hyper_mismatch"]
+__all__ = ["Slot", "checked_value", "file_label", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_hyper_mismatch"]
 
 
 class Slot(NamedTuple):
@@ -164,27 +168,61 @@ def checked_count(value, what: str) -> int:
     if isinstance(value, np.ndarray) and value.size == 1:
         value = value.reshape(-1)[0]
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise MigrateError(f"{what} is {value!r:.60}; a step count is an integer.")
+        raise MigrateError(f"{what} is {short(value)}; a step count is an integer.")
     if not 0 <= int(value) <= MAX_COUNT:
         raise MigrateError(f"{what} is {int(value)}; a step count lies in [0, {MAX_COUNT}].")
     return int(value)
 
 
+def file_label(source) -> str | None:
+    """How messages name a reader's source: the path, an open file's name
+    (``'<file>'`` without one), or None for an in-memory state dict."""
+    if isinstance(source, (str, bytes, os.PathLike)):
+        return os.fsdecode(source)
+    if hasattr(source, "read"):
+        name = getattr(source, "name", None)
+        return os.fsdecode(name) if isinstance(name, (str, bytes, os.PathLike)) else "<file>"
+    return None
+
+
+def checked_value(value, what: str, rng: Range) -> float:
+    """``value`` (a number, or a one-element numeric array) as a float inside
+    ``rng`` (a range of `gradxform._ranges`); `MigrateError` naming ``what`` otherwise."""
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "iuf":
+        value = value.reshape(-1)[0]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise MigrateError(f"{what} is {short(value)}; expected a number.")
+    try:
+        check_value(what, "value", float(value), rng, as_stored=False)
+    except ValueError:
+        raise MigrateError(f"{what} is {float(value)!r}; a run only reaches values in {rng}.") from None
+    return float(value)
+
+
 def at_boundary(who: str):
     """Decorates a reader so that every failure is a `MigrateError` naming
-    ``who``: whatever a corrupt file trips inside it (an unexpected type, a
-    key, an index) is reported as such, never as a bare TypeError."""
+    ``who`` and the file (its first argument): whatever a corrupt file trips
+    inside it (an unexpected type, a key, an index) is reported as such,
+    never as a bare TypeError."""
     def wrap(fn):
         @functools.wraps(fn)
         def reader(*args, **kwargs):
+            label = file_label(args[0]) if args else None
+            head = who if label is None else f"{who}({label!r})"
             try:
                 return fn(*args, **kwargs)
-            except MigrateError:
+            except PathTypeError:
                 raise
+            except MigrateError as err:
+                msg = str(err)
+                if label is None or repr(label) in msg:
+                    raise
+                rest = msg[len(who) + 1:].lstrip() if msg.startswith(who + ":") else msg
+                raise type(err)(f"{head}: {rest}") from err.__cause__
             except (ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError,
                     RecursionError, MemoryError, SystemError, UnicodeError, struct.error) as err:
-                raise MigrateError(f"{who}: the file is corrupt or does not fit these parameters "
-                                   f"({type(err).__name__}: {err})") from err
+                raise MigrateError(f"{head}: the file is corrupt or does not fit these parameters "
+                                   f"({type(err).__name__}: {str(err)[:300]})") from err
         return reader
     return wrap
 

@@ -3,33 +3,58 @@
 the current per-parameter multipliers."""
 from __future__ import annotations
 
+import io
 import itertools
 import os
 
 import jax
 import numpy as np
 
+from .._files import read_regular
+from .._hyper import HYPER_FIELDS, READ_ONLY
+from .._ranges import Range, check_value, declared_range, owner_of
 from .._state_paths import get_path, replace_fields, state_paths, written_out
+from ..checkpoint import MAGIC, CheckpointError
+from ..migrate._state import MAX_COUNT
+from ..mxnet._adaptive import NadamState
+from ..paddle._plateau import PlateauState
+from ..pieces.internal import StepState
 
-__all__ = ["is_file", "is_gluon_states", "migrated_state", "keep_multipliers", "state_forms"]
+__all__ = ["is_file", "is_gluon_states", "read_source", "migrated_state", "keep_multipliers", "state_forms",
+           "check_values", "value_error"]
 
 MULTIPLIER_FIELDS = ("lr_mult", "wd_mult")
 
 
 def is_file(x) -> bool:
-    return isinstance(x, (str, os.PathLike)) or hasattr(x, "read")
+    """A path (str, bytes, os.PathLike) or an open file, rather than a state tree."""
+    return isinstance(x, (str, bytes, os.PathLike)) or hasattr(x, "read")
 
 
-def is_gluon_states(fname) -> bool:
-    """A Gluon ``.states`` file is a pickle (protocol 2+: starts with 0x80);
-    a gradxform checkpoint starts with its magic."""
-    if hasattr(fname, "read"):
+# How a pickle of Gluon's states can begin: PROTO (protocols 2-5), MARK (a
+# (states, optimizer) tuple at protocol 0/1, or a Module dict at protocol 0),
+# EMPTY_DICT (a Module dict at protocol 1).
+_PICKLE_STARTS = (b"\x80", b"(", b"}")
+
+
+def is_gluon_states(data: bytes) -> bool:
+    """Whether the bytes of a file are a Gluon/Module ``.states`` pickle (any
+    protocol `gradxform.migrate.from_gluon_states` reads) rather than a
+    gradxform checkpoint (which starts with its magic, or a part of it when truncated)."""
+    if MAGIC.startswith(data[:len(MAGIC)]) and data:
         return False
-    try:
-        with open(fname, "rb") as f:
-            return f.read(1) == b"\x80"
-    except OSError:
-        return False  # load_state reports it
+    return data[:1] in _PICKLE_STARTS
+
+
+def read_source(fname) -> io.BytesIO:
+    """The file's bytes, read once (so detecting its format and loading it see
+    the same bytes), named as the file; a FIFO, device or directory is refused
+    as a corrupt checkpoint before a byte is read."""
+    data, label = read_regular(fname, "Trainer.load_states",
+                               lambda label, why: CheckpointError("corrupt", label, why))
+    out = io.BytesIO(data)
+    out.name = label
+    return out
 
 
 def migrated_state(source, params, like, tx, *, guarded: bool):
@@ -83,3 +108,60 @@ def keep_multipliers(state, current):
     edits = {path: {f: getattr(node, f) for f in MULTIPLIER_FIELDS if hasattr(node, f)}
              for path, node in state_paths(current)}
     return replace_fields(state, {p: e for p, e in edits.items() if e})
+
+
+# State values a file may set besides hyperparameters, and the values a run can reach.
+_COUNT = Range(low=0.0, high=float(MAX_COUNT))
+_STATE_RANGES = {
+    (StepState, "count"): _COUNT, (StepState, "num_update"): _COUNT,
+    (NadamState, "m_schedule"): Range(low=0.0, high=1.0, low_open=True),  # a product of momenta in (0, 1)
+    (PlateauState, "last_lr"): declared_range(None, "learning_rate"),
+    (PlateauState, "best"): Range(),
+    (PlateauState, "num_bad_epochs"): _COUNT, (PlateauState, "cooldown_counter"): _COUNT,
+}
+
+
+def value_error(state) -> str | None:
+    """Why a loaded ``state`` holds a value no run can reach, or None: every
+    hyperparameter in its owner's declared range (`gradxform._ranges`, as
+    `set_hyper` checks it; finite where none is declared), step counts in
+    [0, 2**31 - 2], and the schedule state above. Checked before a loaded
+    state replaces the Trainer's."""
+    for path, node in state_paths(state):
+        for field in HYPER_FIELDS:
+            hyper = getattr(node, field, None) if field in getattr(node, "_fields", ()) else None
+            for name, value in (hyper.items() if isinstance(hyper, dict) else ()):
+                owner = owner_of(name)
+                rng = (declared_range(owner, name) if name not in READ_ONLY else None) or Range()
+                if name == "scheduled":
+                    continue
+                why = _out_of(rng, value, f"{type(node).__name__}.{field}[{str(name)!r}]", owner)
+                if why:
+                    return why
+        for (cls, field), rng in _STATE_RANGES.items():
+            if type(node) is cls and getattr(node, field, None) is not None:
+                for leaf in jax.tree.leaves(getattr(node, field)):
+                    why = _out_of(rng, leaf, f"{cls.__name__}.{field}", None)
+                    if why:
+                        return why
+    return None
+
+
+def check_values(state, label: str | None) -> None:
+    """`value_error` raised: a `CheckpointError` ('corrupt') naming the file
+    ``label``, or a ValueError for a state tree (``label`` None)."""
+    why = value_error(state)
+    if why is not None and label is None:
+        raise ValueError(f"Trainer.load_states: the state tree holds a value no run reaches: {why}")
+    if why is not None:
+        raise CheckpointError("corrupt", label, f"it holds a value no run reaches: {why}")
+
+
+def _out_of(rng: Range, value, what: str, owner) -> str | None:
+    for v in np.asarray(value, np.float64).reshape(-1):
+        try:
+            check_value("Trainer.load_states", what, float(v), rng, as_stored=False,
+                        suffix=f" (the range of {owner})" if owner else "")
+        except (TypeError, ValueError) as err:
+            return str(err)
+    return None

@@ -23,7 +23,8 @@ from .._tree import param_names
 from ..checkpoint import load_state, save_state
 from . import _allreduce as ar
 from ._compression import parse_compression, zeros_residual
-from ._resume import is_file, is_gluon_states, keep_multipliers, migrated_state, state_forms
+from ._resume import (check_values, is_file, is_gluon_states, keep_multipliers, migrated_state, read_source,
+                      state_forms)
 from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss, wants_sharding
 from ._zero import ShardedState
 
@@ -561,8 +562,13 @@ class Trainer:
         `gradxform.migrate.from_gluon_states` for this Trainer's optimizer) or
         a migrated state tree: the Trainer keeps its parameters, residuals
         restart at zero. As in Gluon, the current ``lr_mult``/``wd_mult`` stay.
+        ``fname``: a path (str, bytes, os.PathLike) or an open binary file,
+        read once; the format is told from its first bytes (checkpoint magic,
+        or a pickle of any protocol for Gluon).
 
         Raises `gradxform.checkpoint.CheckpointError` ('truncated', 'corrupt'
+        (a FIFO, device or directory too, refused before reading; a value
+        no run reaches: `_resume.value_error`)
         or 'mismatch': another optimizer, parameter structure or compression),
         `gradxform.migrate.MigrateError` for an unusable Gluon file, ValueError
         for a state tree of another structure; changes nothing then.
@@ -572,14 +578,16 @@ class Trainer:
             params, state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), (params, state))
         else:
             residual = [jax.ShapeDtypeStruct((1,) + r.shape, r.dtype) for r in residual]
-        if not is_file(fname) or is_gluon_states(fname):
+        source = read_source(fname) if is_file(fname) else fname
+        if not is_file(fname) or is_gluon_states(source.getvalue()):
             params = self.params
-            state = migrated_state(fname, params, state, self._optimizer, guarded=self._guarded)
+            state = migrated_state(source, params, state, self._optimizer, guarded=self._guarded)
             residual = [np.zeros(r.shape, r.dtype) for r in residual]
         else:
             forms = [self._tree(params, f, residual) for f in state_forms(state, params)]
-            loaded = load_state(fname, like=forms[0], alternatives=forms[1:], meta=self._meta())
+            loaded = load_state(source, like=forms[0], alternatives=forms[1:], meta=self._meta())
             params, state, residual = loaded["params"], loaded["state"], loaded["residual"]
+        check_values(state, source.name if is_file(fname) else None)
         state = keep_multipliers(state, self._place.one(self._leaf_form()[1]))
         if self._fused:  # groups follow the loaded counts and multipliers
             state = flatten_state(self._leaf_tx, state, params, max_leaf_size=self._max_leaf)

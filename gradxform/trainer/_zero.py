@@ -51,6 +51,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from .._base import CONTEXT_KEY, StepContext, apply_updates
 from .._fused import FlatTree, FusedState, buffer_lengths
 from .._hyper import set_hyper
+from .._state_paths import with_optional_like
 from ..pieces.internal import ShardedSegments, layout_segments, shard_of
 from . import _allreduce as ar
 
@@ -75,6 +76,17 @@ class ShardedState:
             self._lengths[layout] = buffer_lengths(self.chain, layout)
         return self._lengths[layout]
 
+    def lengths_of(self, state: FusedState):
+        """`lengths` shaped like ``state.inner``: a state loaded with step counts
+        per leaf (a checkpoint written after a stale gradient) holds them per
+        group where ``init`` shares one; those are per-group values (-1), never
+        buffers."""
+        lengths = self.lengths(state.layout)
+        if jax.tree.structure(lengths) == jax.tree.structure(state.inner):
+            return lengths
+        groups = tuple(range(len(state.layout.groups)))  # the fused chain's params: one buffer per group
+        return with_optional_like(lengths, state.inner, groups)
+
     # -- host side ------------------------------------------------------------------
     def put(self, state: FusedState, place: ar.Placement) -> FusedState:
         """A whole fused ``state`` (one copy, as ``init`` or a checkpoint gives
@@ -84,7 +96,7 @@ class ShardedState:
         if not isinstance(state, FusedState):
             raise TypeError("ShardedState.put: the state is not in the fused layout.")
         leaves, treedef = jax.tree.flatten(state.inner)
-        lengths = treedef.flatten_up_to(self.lengths(state.layout))
+        lengths = treedef.flatten_up_to(self.lengths_of(state))
         whole = iter(place.put([x for x, n in zip(leaves, lengths) if n < 0]))
         sharding = NamedSharding(self.mesh, P(ar.AXIS))
         out = [next(whole) if n < 0 else self._split(x, sharding) for x, n in zip(leaves, lengths)]
@@ -102,7 +114,7 @@ class ShardedState:
     # -- inside the per-device program ------------------------------------------------
     def gather_state(self, state: FusedState) -> FusedState:
         """The whole fused state on every device (for checkpoints and ``trainer.state``)."""
-        lengths = self.lengths(state.layout)
+        lengths = self.lengths_of(state)
         inner = jax.tree.map(lambda x, n: x if n < 0 else jax.lax.all_gather(x, ar.AXIS, tiled=True)[:n],
                              state.inner, lengths)
         return FusedState(inner, state.layout)

@@ -1,0 +1,80 @@
+"""What every reader and writer of gradxform takes as a file: a path (``str``,
+``bytes`` or ``os.PathLike``) or, for reading, an open binary file object.
+
+Reading refuses anything but a regular file before reading a byte: the path is
+opened with ``O_NONBLOCK`` (a FIFO without a writer would block ``open``
+forever; on a regular file the flag changes nothing) and the open descriptor
+is checked with ``fstat`` (so a FIFO, ``/dev/zero``, a socket or a directory
+is refused, with no window between a check and the open). An open file
+object is checked the same way through its ``fileno()`` when it has one
+(``io.BytesIO`` has none and is read as it is).
+"""
+from __future__ import annotations
+
+import io
+import os
+import stat
+from typing import Callable
+
+__all__ = ["PathTypeError", "path_of", "read_regular"]
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+class PathTypeError(TypeError):
+    """A path argument of a type that is neither a path nor a binary file."""
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def path_of(path, who: str) -> str:
+    """``path`` (``str``, ``bytes`` or ``os.PathLike``) as a ``str``; TypeError
+    naming ``who`` for anything else."""
+    if isinstance(path, (str, bytes, os.PathLike)):
+        out = os.fspath(path)
+        if isinstance(out, (str, bytes)):
+            return os.fsdecode(out)
+    raise PathTypeError(f"{who}: expected a path (str, bytes or os.PathLike); got {type(path).__name__}.")
+
+
+def read_regular(source, who: str, refuse: Callable[[str, str], Exception]) -> tuple[bytes, str]:
+    """``(the bytes of source, a label for messages)``. ``source`` is a path or
+    an open binary file object; ``refuse(label, why)`` makes the exception
+    raised for a file that is not a regular file or not opened in binary mode.
+    TypeError for a source of another type."""
+    if hasattr(source, "read"):
+        label = getattr(source, "name", None)
+        label = os.fsdecode(label) if isinstance(label, (str, bytes, os.PathLike)) else "<file>"
+        try:
+            fd = source.fileno()
+        except (OSError, AttributeError, ValueError):  # io.BytesIO, a wrapper without a descriptor
+            fd = None
+        if fd is not None:
+            mode = os.fstat(fd).st_mode
+            if not stat.S_ISREG(mode):
+                raise refuse(label, f"{who}: the open file is {_kind(mode)}, not a regular file; reading it "
+                                    "could block forever or never end.")
+        data = b"" if isinstance(source, io.TextIOBase) else source.read()
+        if isinstance(source, io.TextIOBase) or not isinstance(data, (bytes, bytearray, memoryview)):
+            raise refuse(label, f"{who}: the file object is in text mode; open the file in binary mode "
+                                "('rb').")
+        return bytes(data), label
+    if not isinstance(source, (str, bytes, os.PathLike)):
+        raise PathTypeError(f"{who}: expected a path (str, bytes or os.PathLike) or a binary file object opened "
+                        f"with 'rb'; got {type(source).__name__}.")
+    label = path_of(source, who)
+    fd = os.open(label, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise refuse(label, f"{who}: {label!r} is {_kind(mode)}, not a regular file; reading it could "
+                                "block forever or never end.")
+        with os.fdopen(fd, "rb") as f:
+            fd = None
+            return f.read(), label
+    finally:
+        if fd is not None:
+            os.close(fd)
