@@ -95,14 +95,11 @@ class Trainer:
         kvstore or on a single device, as in Gluon.
       shard_optimizer_state: the same choice as ``update_on_kvstore``, spelled plainly.
       compression_params: see above; None for none.
-      skip_nonfinite: a step whose summed gradient has a NaN/Inf changes
-        nothing (parameters, state and residuals), and one whose optimizer
-        update or new optimizer state would have one (a finite gradient that
-        overflows) changes neither parameters nor state; the optimizer is wrapped in
-        `gradxform.pieces.skip_nonfinite`, and after every step the Trainer
-        calls `gradxform.check_guard`, which raises `NonFiniteError` once
-        ``max_consecutive`` steps in a row were bad. True, or a dict of
-        keywords for the guard (``{'max_consecutive': 10}``).
+      skip_nonfinite: a step whose summed gradient, optimizer update or new optimizer
+        state has a NaN/Inf changes neither parameters nor state (nor residuals, for a
+        gradient's); `gradxform.pieces.skip_nonfinite`, and `gradxform.check_guard` after
+        every step raises `NonFiniteError` once ``max_consecutive`` steps in a row were
+        bad. True, or a dict of keywords for the guard (``{'max_consecutive': 10}``).
       loss_scale: None, ``'dynamic'`` or a dict of keywords for
         `gradxform.pieces.dynamic_loss_scale` (float16 training as MXNet AMP /
         PyTorch GradScaler: start at 2**16, halve and skip on overflow,
@@ -110,7 +107,6 @@ class Trainer:
         the loss by the current scale (``trainer.loss_scale``) before the
         backward pass and the optimizer divides it out; gradients you compute
         yourself for `step`/`update` must be of ``loss * trainer.loss_scale``.
-
       fused: hold the parameters, optimizer state and residuals as a few
         flat buffers (`gradxform.fused`), so that an update is one
         elementwise pass per buffer and the all-reduce sums a few large
@@ -331,8 +327,7 @@ class Trainer:
             self._set_hyper(learning_rate=self._host_lr.next_lr(lambda: host_done(self._hyper_view())))
 
     def _host_lr_ran(self) -> None:
-        # counted only once the update has run: a failed step is retried at its own rate;
-        # with a guard the update may have been skipped, so the count is read back from the state
+        # counted once the update ran (a failed step retries at its rate); a guard may skip it
         if self._host_lr is not None:
             self._host_lr.commit(counted=not self._guarded)
 
@@ -558,21 +553,17 @@ class Trainer:
     def load_states(self, fname) -> None:
         """Loads a ``save_states`` file; training then continues bit for bit.
 
-        Also takes a Gluon ``.states`` file (detected; read by
-        `gradxform.migrate.from_gluon_states` for this Trainer's optimizer) or
-        a migrated state tree: the Trainer keeps its parameters, residuals
-        restart at zero. As in Gluon, the current ``lr_mult``/``wd_mult`` stay.
-        ``fname``: a path (str, bytes, os.PathLike) or an open binary file,
-        read once; the format is told from its first bytes (checkpoint magic,
-        or a pickle of any protocol for Gluon).
+        Also takes a Gluon ``.states`` file (read by `gradxform.migrate.from_gluon_states`
+        for this Trainer's optimizer) or a migrated state tree: the Trainer keeps its
+        parameters, residuals restart at zero, and (as in Gluon) its ``lr_mult``/``wd_mult``.
+        ``fname``: a path (str, bytes, os.PathLike) or an open binary file, read once; the
+        format is told from its first bytes (checkpoint magic, or a pickle of any protocol).
 
-        Raises `gradxform.checkpoint.CheckpointError` ('truncated', 'corrupt'
-        (a FIFO, device or directory too, refused before reading; a value
-        no run reaches: `_resume.value_error`)
-        or 'mismatch': another optimizer, parameter structure or compression),
-        `gradxform.migrate.MigrateError` for an unusable Gluon file, ValueError
-        for a state tree of another structure; changes nothing then.
-        """
+        Raises `gradxform.checkpoint.CheckpointError` ('truncated'; 'corrupt': also a FIFO,
+        device or directory, or a value no run reaches, `_resume.value_error`; 'mismatch':
+        another optimizer, parameter structure or compression), `gradxform.migrate.MigrateError`
+        for an unusable Gluon file, ValueError for a state tree of another structure; changes
+        nothing then."""
         params, state, residual = jax.eval_shape(self._leaf_form)
         if not self._place.single:  # one copy of params and state; residuals stay per device
             params, state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), (params, state))
