@@ -24,8 +24,10 @@ import binascii
 import math
 from functools import lru_cache
 
+import jax
 import numpy as np
 
+from .._tree import param_names
 from ..mindspore._adam import AmsgradState, BetaPowerState, LambState
 from ..mindspore._adaptive import AccumState, MindSporeFtrlState, RMSPropState
 from ..mindspore._momentum import SGDMomentumState
@@ -234,10 +236,6 @@ def from_mindspore_checkpoint(fname, params, tx, names=None):
 
 
 def _fill(ckpt, params, tx, names):
-    import jax  # noqa: PLC0415
-
-    from .._tree import param_names  # noqa: PLC0415
-
     gnames = param_names(params)
     unknown = sorted(set(names) - set(gnames))
     if unknown:

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import jax
 import numpy as np
 
-from .._state_paths import find_states
+from .._state_paths import find_states, state_paths
 from .._tree import param_names
 from ..paddle._adam import AdamaxState, AdamState, LambState
 from ..paddle._adaptive import AdadeltaState, AdagradState, NAdamState, RAdamState, RMSPropState, RpropState
@@ -173,8 +173,6 @@ def _fill_accumulators(sd, params, leaves, gnames, names, state0):
     keys = [k for k in sd if k not in _SPECIAL]
     used: set[str] = set()
     per_leaf: dict = {}
-    from .._state_paths import state_paths  # noqa: PLC0415
-
     nodes = [n for _, n in state_paths(state0) if type(n) in ACCUMULATORS]
     treedef = jax.tree.structure(params)
     for node in nodes:

@@ -6,15 +6,12 @@ reaches, and none of them calls anything the file names.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from ._errors import MigrateError, UnsafePickleError, short
-from ._ndarray import checked_shape, decode_ndarray, nbytes_of
-
-if TYPE_CHECKING:
-    from ._pickle import _Machine
+from ._ndarray import Budget, checked_shape, decode_ndarray, nbytes_of
 
 __all__ = ["PickledObject", "MXNDArray", "record_class", "MXNET_GLOBALS", "NUMPY_GLOBALS", "BASIC_GLOBALS"]
 
@@ -72,16 +69,23 @@ class _Pending:
         self.recipe, self.args, self.value, self.built = recipe, args, value, built
 
 
+class ReadContext(Protocol):
+    """What a recipe reads from the unpickler running it (`gradxform.migrate._pickle`):
+    the file's memory budget and its label for messages."""
+    budget: Budget
+    what: str
+
+
 class _Recipe:
     """An allowed global. ``reduce(args)`` and ``build(obj, state)`` are the only
     code a pickle can reach through it; neither calls anything from the file."""
 
     name = "?"
 
-    def reduce(self, args: tuple, ctx: "_Machine"):
+    def reduce(self, args: tuple, ctx: ReadContext):
         raise UnsafePickleError(f"{self.name} cannot be called in a state file.")
 
-    def newobj(self, args: tuple, ctx: "_Machine"):
+    def newobj(self, args: tuple, ctx: ReadContext):
         raise UnsafePickleError(f"{self.name}.__new__ is not allowed in a state file.")
 
 
@@ -158,7 +162,7 @@ def _raw_bytes(raw, what: str) -> bytes:
     return raw
 
 
-def _array_from(raw, dtype: np.dtype, shape, fortran: bool, ctx: "_Machine", what: str) -> np.ndarray:
+def _array_from(raw, dtype: np.dtype, shape, fortran: bool, ctx: ReadContext, what: str) -> np.ndarray:
     shape = checked_shape(tuple(shape) if isinstance(shape, list) else shape, what)
     raw = _raw_bytes(raw, what)
     if len(raw) != nbytes_of(shape, dtype):
