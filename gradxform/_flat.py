@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._base import GradientTransformation
 from ._spec import spec_of
 from ._state_paths import map_param_shaped
 

@@ -16,7 +16,6 @@ Writes tests/goldens/mxnet/objects/lr_scheduler.npz (a folder of its own: golden
                     learning rate the optimizer read (scheduler(num_update)) at update t
 """
 import json
-import math
 import os
 
 import numpy as np

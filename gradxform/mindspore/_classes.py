@@ -21,7 +21,8 @@ from ._adaptive import adagrad, ftrl, proximal_adagrad, rmsprop
 from ._momentum import lars, momentum, sgd
 from ._rules import adadelta, adamax, asgd, rprop
 
-__all__ = ["ASGD", "AdaMax", "Adadelta", "Rprop", "AdaFactor", "Adagrad", "Adam", "AdamOffload", "AdamWeightDecay", "FTRL", "LARS", "Lamb", "LazyAdam",
+__all__ = ["ASGD", "AdaMax", "Adadelta", "Rprop", "AdaFactor", "Adagrad", "Adam", "AdamOffload", "AdamWeightDecay",
+           "FTRL", "LARS", "Lamb", "LazyAdam",
            "Momentum", "ProximalAdagrad", "RMSProp", "SGD"]
 
 LARS = lars

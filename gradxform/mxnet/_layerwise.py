@@ -13,7 +13,8 @@ import numpy as np
 from .._base import GradientTransformation, LocalKey, identity
 from .._ranges import check_bool, check_hyper
 from .._selectors import multipliers
-from ..pieces import (add_decayed_weights, provide_lars_ratio, provide_weight_decay, scale_by_adam_moments, scale_by_corrected_moments,
+from ..pieces import (add_decayed_weights, provide_lars_ratio, provide_weight_decay, scale_by_adam_moments,
+                      scale_by_corrected_moments,
                       scale_by_lr, scale_by_row_accumulated_squares, scale_by_trust_ratio, trace,
                       trace_with_lr_ratio)
 from ._common import _mxnet_names, check_unit, parse_options
@@ -33,9 +34,9 @@ def _bound(owner: str, name: str, value):
 
 
 def lamb(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6, lower_bound=None, upper_bound=None,
-         bias_correction=True, *, wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None, multi_precision=False,
-         begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False, param_dict=None,
-         aggregate_num=None, use_fused_step=None) -> GradientTransformation:
+         bias_correction=True, *, wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None,
+         multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None,
+         skip_nonfinite=False, param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet LAMB (``LAMB.update`` -> ``lamb_update_phase1`` + ``lamb_update_phase2``)::
 
         g = clip(rescale_grad * grad, clip_gradient)
@@ -113,8 +114,8 @@ def _lars_wd_mult(o):
 
 def lars(learning_rate=None, momentum=0.0, lazy_update=False, eta=0.001, eps=0.0, momentum_correction=True, *,
          wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None, multi_precision=False,
-         begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False, param_dict=None,
-         aggregate_num=None, use_fused_step=None) -> GradientTransformation:
+         begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False,
+         param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet LARS (``LARS.update``: ``multi_lars`` + ``preloaded_multi_sgd_mom_update``)::
 
         lr_i = lr * eta |w| / (rescale_grad |grad| + wd |w| + eps)   (|w| > 0 and |grad| > 0)
@@ -162,13 +163,15 @@ def lars(learning_rate=None, momentum=0.0, lazy_update=False, eta=0.001, eps=0.0
         direction = trace_with_lr_ratio(momentum) if momentum_correction else trace(momentum)
     else:
         direction = identity()
-    return o.build(provide_weight_decay(o.wd, wd_mult=_lars_wd_mult(o)), o.rescale(), provide_lars_ratio(eta, eps, key=LARS_RATIO, layers=layers),
+    return o.build(provide_weight_decay(o.wd, wd_mult=_lars_wd_mult(o)), o.rescale(),
+                   provide_lars_ratio(eta, eps, key=LARS_RATIO, layers=layers),
                    o.clip(), add_decayed_weights(None), scale_by_lr(factor_key=LARS_RATIO), direction)
 
 
 def groupadagrad(learning_rate=None, eps=1e-5, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
-                lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None, skip_nonfinite=False, param_dict=None,
-                aggregate_num=None, use_fused_step=None) -> GradientTransformation:
+                lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
+                param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
+                use_fused_step=None) -> GradientTransformation:
     """MXNet GroupAdaGrad (``mx.optimizer.contrib.GroupAdaGrad.update``, dense path)::
 
         g = clip(rescale_grad * grad, clip_gradient)

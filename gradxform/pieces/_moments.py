@@ -20,7 +20,7 @@ from .._types import Hyper, ParamTree
 __all__ = [
     "TraceState", "trace", "ema", "sign", "MomentsState", "scale_by_adam_moments",
     "scale_by_rms", "CenteredRmsState", "scale_by_centered_rms", "scale_by_adamax",
-    "scale_by_accumulated_squares", "bias_correction", "one_minus_power", "adam_emas",
+    "scale_by_accumulated_squares", "bias_correction", "one_minus_power", "adam_emas", "infinity_norm_moments",
 ]
 
 
@@ -174,6 +174,15 @@ def scale_by_centered_rms(decay: float = 0.9, epsilon: float = 1e-8, *,
     return transformation(init, update)
 
 
+def infinity_norm_moments(state, updates):
+    """``(b1 m + (1-b1) u, max(b2 s, |u|))`` of a `MomentsState` holding
+    ``beta1``/``beta2``: the moments of AdaMax, whatever it divides by."""
+    h = state.hyper
+    mu = jax.tree.map(lambda m, u: _c(h["beta1"], u) * m + (1 - _c(h["beta1"], u)) * u, state.mu, updates)
+    nu = jax.tree.map(lambda s, u: jnp.maximum(_c(h["beta2"], u) * s, jnp.abs(u)), state.nu, updates)
+    return mu, nu
+
+
 def scale_by_adamax(beta1: float = 0.9, beta2: float = 0.999) -> GradientTransformation:
     """Infinity norm: ``m = b1 m + (1-b1) u;  s = max(b2 s, |u|);  emits m / s``."""
     check_range("scale_by_adamax", "beta1", beta1, low=0.0, high=1.0, high_open=True)
@@ -186,10 +195,8 @@ def scale_by_adamax(beta1: float = 0.9, beta2: float = 0.999) -> GradientTransfo
     @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        h = state.hyper
-        mu = jax.tree.map(lambda m, u: _c(h["beta1"], u) * m + (1 - _c(h["beta1"], u)) * u, state.mu, updates)
-        nu = jax.tree.map(lambda s, u: jnp.maximum(_c(h["beta2"], u) * s, jnp.abs(u)), state.nu, updates)
-        return jax.tree.map(lambda m, s: m / s, mu, nu), MomentsState(h, mu, nu)
+        mu, nu = infinity_norm_moments(state, updates)
+        return jax.tree.map(lambda m, s: m / s, mu, nu), MomentsState(state.hyper, mu, nu)
 
     return transformation(init, update)
 

@@ -17,7 +17,7 @@ from .._base import GradientTransformation, context_value, transformation, uses_
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._tree import map_unzip, zeros_like_params as _zeros
-from ._moments import MomentsState, TraceState
+from ._moments import MomentsState, TraceState, infinity_norm_moments
 
 __all__ = ["scale_by_infinity_norm", "RunningPowerState", "running_bias_correction", "AdadeltaState",
            "scale_by_adadelta", "RpropState", "scale_by_rprop", "AveragedState", "averaged_sgd_step",
@@ -42,10 +42,9 @@ def scale_by_infinity_norm(beta1: float = 0.9, beta2: float = 0.999, eps: float 
     @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
-        h = state.hyper
-        mu = jax.tree.map(lambda m, u: _c(h["beta1"], u) * m + (1 - _c(h["beta1"], u)) * u, state.mu, updates)
-        nu = jax.tree.map(lambda s, u: jnp.maximum(_c(h["beta2"], u) * s, jnp.abs(u)), state.nu, updates)
-        return jax.tree.map(lambda m, s: m / (s + _c(h["eps"], s)), mu, nu), MomentsState(h, mu, nu)
+        mu, nu = infinity_norm_moments(state, updates)
+        out = jax.tree.map(lambda m, s: m / (s + _c(state.hyper["eps"], s)), mu, nu)
+        return out, MomentsState(state.hyper, mu, nu)
 
     return transformation(init, update)
 
