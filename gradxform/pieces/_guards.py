@@ -169,6 +169,8 @@ def _run_if(ok_of, inner, grads, inner_state, params, extra_args):
         return (jax.tree.map(jnp.zeros_like, new_updates),
                 jax.tree.map(lambda o, n: jnp.asarray(o, n.dtype), inner_state, new_state))
 
+    if not isinstance(ok, jax.core.Tracer):  # op by op: the first run's values are the step's
+        return ok, ((new_updates, new_state) if bool(ok) else skip())
     return ok, jax.lax.cond(ok, step, skip)
 
 
