@@ -11,7 +11,6 @@ in float32 here and float64 in MXNet: rtol 1e-6; ``get_warmup_lr`` on a Python i
 arithmetic as in MXNet: 1e-15; weights after 12 float32 updates: rtol 2e-6, atol 1e-7.
 """
 import json
-import math
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +20,7 @@ import pytest
 import gradxform as gx
 from gradxform.lr_scheduler import LRScheduler
 from goldens_io import GOLDENS
+import mxnet_schedules_reference as mxs
 
 with np.load(GOLDENS / "mxnet" / "objects" / "lr_scheduler.npz") as _z:
     G = {k: _z[k] for k in _z.files}
@@ -30,77 +30,9 @@ STEPS = META["steps"]
 
 
 # ---------------------------------------------------------------- float64 transcription of MXNet 1.9.1
-class RefBase:
-    def __init__(self, base_lr=0.01, warmup_steps=0, warmup_begin_lr=0, warmup_mode="linear"):
-        self.base_lr, self.warmup_steps, self.warmup_final_lr = base_lr, warmup_steps, base_lr
-        self.warmup_begin_lr, self.warmup_mode = warmup_begin_lr, warmup_mode
-
-    def get_warmup_lr(self, n):
-        assert n < self.warmup_steps
-        if self.warmup_mode == "linear":
-            return self.warmup_begin_lr + (self.warmup_final_lr - self.warmup_begin_lr) * float(n) / float(
-                self.warmup_steps)
-        return self.warmup_begin_lr
-
-
-class RefFactor(RefBase):
-    def __init__(self, step, factor=1, stop_factor_lr=1e-8, **kw):
-        super().__init__(**kw)
-        self.step, self.factor, self.stop_factor_lr, self.count = step, factor, stop_factor_lr, 0
-
-    def __call__(self, n):
-        if n < self.warmup_steps:
-            return self.get_warmup_lr(n)
-        while n > self.count + self.step:
-            self.count += self.step
-            self.base_lr = max(self.base_lr * self.factor, self.stop_factor_lr)
-        return self.base_lr
-
-
-class RefMultiFactor(RefBase):
-    def __init__(self, step, factor=1, **kw):
-        super().__init__(**kw)
-        self.step, self.factor, self.ind = step, factor, 0
-
-    def __call__(self, n):
-        if n < self.warmup_steps:
-            return self.get_warmup_lr(n)
-        while self.ind < len(self.step) and n > self.step[self.ind]:
-            self.ind += 1
-            self.base_lr *= self.factor
-        return self.base_lr
-
-
-class RefPoly(RefBase):
-    def __init__(self, max_update, base_lr=0.01, pwr=2, final_lr=0, **kw):
-        super().__init__(base_lr=base_lr, **kw)
-        self.pwr, self.orig, self.max_update, self.final_lr = pwr, base_lr, max_update, final_lr
-
-    def __call__(self, n):
-        if n < self.warmup_steps:
-            return self.get_warmup_lr(n)
-        if n <= self.max_update:
-            self.base_lr = self.final_lr + (self.orig - self.final_lr) * pow(
-                1 - float(n - self.warmup_steps) / float(self.max_update - self.warmup_steps), self.pwr)
-        return self.base_lr
-
-
-class RefCosine(RefBase):
-    def __init__(self, max_update, base_lr=0.01, final_lr=0, **kw):
-        super().__init__(base_lr=base_lr, **kw)
-        self.orig, self.max_update, self.final_lr = base_lr, max_update, final_lr
-
-    def __call__(self, n):
-        if n < self.warmup_steps:
-            return self.get_warmup_lr(n)
-        if n <= self.max_update:
-            self.base_lr = self.final_lr + (self.orig - self.final_lr) * (
-                1 + math.cos(math.pi * (n - self.warmup_steps) / (self.max_update - self.warmup_steps))) / 2
-        return self.base_lr
-
-
-REF = {"FactorScheduler": RefFactor, "MultiFactorScheduler": RefMultiFactor, "PolyScheduler": RefPoly,
-       "CosineScheduler": RefCosine}
+# the schedulers: tests/mxnet_schedules_reference.py (shared with tests/test_mxnet_reference.py)
+REF = {name: getattr(mxs, name) for name in ("FactorScheduler", "MultiFactorScheduler", "PolyScheduler",
+                                             "CosineScheduler")}
 
 
 def ref_sgd_momentum(w0, grads, lrs, momentum, wd):
