@@ -73,7 +73,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ._spec import FIELDS, ContextUse, Fusion, LocalKey, check_key, checkable, context_use, declare
+from ._spec import FIELDS, ContextUse, Fusion, LocalKey, check_key, checkable, context_use, declare, spec_of
 from ._tree import distinct_buffers
 
 __all__ = [
@@ -279,29 +279,48 @@ def _missing(key, who: str) -> ValueError:
         f"put {provider} before it (optax.chain does not carry the step context).")
 
 
-def context_value(extra_args: Mapping, key, who: str) -> Any:
+def context_value(extra_args: Mapping, key, who) -> Any:
     """Reads ``key`` from the step context, with an error that says which piece
-    has to come earlier in the chain."""
+    has to come earlier in the chain. ``who``: the piece's name, or its update
+    function (the name its `Spec` declares)."""
+    if not isinstance(who, str):
+        spec = spec_of(who)
+        who = spec.who if spec is not None and spec.who else piece_name(who)
     ctx = StepContext.of(extra_args)
     if ctx is None:
         raise _missing(key, who)
     return ctx.require(key, who)
 
 
+def piece_name(fn) -> str:
+    """A piece's name in messages, from where its update function is defined:
+    ``gradxform.mxnet._momentum._nesterov_step`` for an ``update`` written
+    inside that factory (no name is spelled by hand)."""
+    fn = getattr(fn, "__func__", fn)
+    factory = fn.__qualname__.split(".<locals>.")[0] if ".<locals>." in fn.__qualname__ else fn.__qualname__
+    return f"{fn.__module__}.{factory}"
+
+
 # -- what a piece declares about the context -------------------------------------
 
-def uses_context(who: str, *, needs: Iterable = (), provides: Iterable = (),
+def uses_context(who: str | None = None, *, needs: Iterable = (), provides: Iterable = (),
                  inner: Iterable = ()) -> Callable:
     """Declares, on a piece's update function, what it reads (``needs``) and
     writes (``provides``) in the step context; ``who`` names the piece in
-    messages; ``inner``: transformations the piece runs, whose declarations
-    are added to its own. The short form of `gradxform._spec.declare` for the
-    context (it fills in the same `Spec` as `fusable`). Returns a decorator::
+    messages (default: where the update is defined, `piece_name`);
+    ``inner``: transformations the piece runs, whose declarations are added
+    to its own. The short form of `gradxform._spec.declare` for the context
+    (it fills in the same `Spec` as `fusable`). Returns a decorator::
 
-        @uses_context("scale_by_lr", needs=("lr",))
-        def update(updates, state, params=None, **extra_args): ...
+        @uses_context(needs=("lr",))
+        def update(updates, state, params=None, **extra_args):
+            lr = context_value(extra_args, "lr", update)
     """
-    return declare(who=who, needs=needs, provides=provides, inner=inner)
+
+    def mark(fn):
+        return declare(fn, who=who or piece_name(fn), needs=needs, provides=provides, inner=inner)
+
+    return mark
 
 
 def _check_order(uses: list, declared: tuple) -> ContextUse:

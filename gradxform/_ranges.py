@@ -8,9 +8,11 @@ is ``inf`` and is refused; ``beta2=1 - 1e-10`` is ``1.0`` and is outside
 ``[0, 1)``; ``epsilon=1e-46`` is ``0`` and is outside ``(0, inf)``. NaN and
 +/-inf are refused everywhere.
 
-Each hyperparameter's range lives once, in the tables below: `GENERIC` (the
-pieces, and any owner without its own entry), one table per family
-(`FAMILY`), and per-optimizer overrides (`OWNER`). `declared_range(owner,
+Each hyperparameter's range lives once: `GENERIC` (the pieces, and any
+owner without its own entry; a piece module adds its new names with
+`register_range`), one table per family (`FAMILY`), and per-optimizer
+overrides (`OWNER`), which each family module declares beside its factory
+(its ``RANGES``). `declared_range(owner,
 name)` reads them most specific first. Construction (`check_hyper`, and the
 family checkers `mxnet._common.check_unit`, `mindspore._common.check_float`
 without explicit bounds) and `gradxform.set_hyper` read the same entry: the
@@ -53,7 +55,8 @@ import jax
 import numpy as np
 
 __all__ = ["Range", "check_bool", "check_value", "check_hyper", "declared_range", "register_range", "stored_float32",
-           "HyperName", "owner_of", "GENERIC", "FAMILY", "OWNER"]
+           "HyperName", "owner_of", "GENERIC", "FAMILY", "OWNER", "ANY", "NON_NEGATIVE", "POSITIVE", "NON_POSITIVE",
+           "UNIT_HALF_OPEN", "UNIT_CLOSED", "UNIT_OPEN"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,16 +168,11 @@ FAMILY: dict[str, dict[str, Range]] = {
     },
 }
 
-OWNER: dict[str, dict[str, Range]] = {
-    # FTRL divides by the learning rate (check_positive_float in MindSpore)
-    "mindspore.ftrl": {"learning_rate": POSITIVE},
-    # AdaFactor: weight_decay in [0, 1) (check_float_range INC_LEFT); beta1 in [0, 1) and
-    # eps > 0 as the seed's Raises (MindSpore's code checks only beta1 >= 0, eps >= 0; 0 = no first moment)
-    "mindspore.adafactor": {"beta1": UNIT_HALF_OPEN, "weight_decay": UNIT_HALF_OPEN,
-                            "epsilon1": POSITIVE, "epsilon2": POSITIVE},
-    # LARS: epsilon and coefficient non-negative
-    "mindspore.lars": {"epsilon": NON_NEGATIVE},
-}
+# Per-optimizer ranges: each family module declares its own in ``RANGES``
+# (``{factory name: {hyperparameter: Range}}``), registered under the name the
+# factory is registered as (`gradxform._registry.register_family`); a piece
+# declares the ranges of its own new hyperparameters beside it (`register_range`).
+OWNER: dict[str, dict[str, Range]] = {}
 
 
 def _family(owner: str | None) -> str | None:
@@ -247,16 +245,3 @@ class HyperName(str):
 
 def owner_of(key) -> str | None:
     return getattr(key, "owner", None)
-
-
-# issue 24: the hyperparameters of MXNet LAMB (trust-ratio bounds)
-GENERIC.update(lower_bound=NON_NEGATIVE, upper_bound=NON_NEGATIVE)
-# MindSpore AdaMax, Adadelta, Rprop, ASGD (their constructors' checks)
-FAMILY["mindspore"].update(rho=UNIT_CLOSED, etaminus=UNIT_OPEN, etaplus=Range(low=1.0, low_open=True),
-                           step_size_min=NON_NEGATIVE, step_size_max=NON_NEGATIVE, lambd=NON_NEGATIVE,
-                           alpha=NON_NEGATIVE, t0=NON_NEGATIVE)
-OWNER.update({"mindspore.adamax": {"eps": POSITIVE}, "mindspore.adadelta": {"epsilon": NON_NEGATIVE}})
-# MXNet LARS
-FAMILY["mxnet"].update(eta=NON_NEGATIVE)
-# Paddle RMSProp: a group's own centered, 0 or 1, where the groups disagree
-OWNER.setdefault("paddle.rmsprop", {})["centered"] = UNIT_CLOSED

@@ -21,8 +21,10 @@ import warnings
 from typing import Callable
 
 from ._base import GradientTransformation, transformation
+from ._ranges import register_range
 
-__all__ = ["create", "register", "registered_names", "register_family", "registered_name", "registered_factory"]
+__all__ = ["create", "register", "registered_names", "register_family", "family_classes", "registered_name",
+           "registered_factory"]
 
 _REGISTRY: dict[str, Callable[..., GradientTransformation]] = {}
 _NAMES: dict[Callable, str] = {}  # factory -> the name it was first registered under (its owner name)
@@ -85,15 +87,31 @@ def register(name=None, *, family: str = DEFAULT_FAMILY):
 def register_family(family: str, modules) -> dict[str, Callable]:
     """Registers every factory that each of ``modules`` names in its
     ``OPTIMIZERS`` tuple as ``family.<name>``, as it is (its signature is
-    what it accepts). Returns ``{name: factory}`` for the family's
-    ``__init__`` to re-export. So adding an optimizer touches its family
-    module (the function and its ``OPTIMIZERS`` entry), its tests/cases.py
-    row and the generated README table, nothing else."""
+    what it accepts), and declares the ranges its ``RANGES`` gives
+    (``{factory name: {hyperparameter: Range}}``, `gradxform._ranges`) for the
+    name it was registered under. Returns ``{name: factory}`` for the
+    family's ``__init__`` to re-export, with `family_classes`. So adding an
+    optimizer touches its family module (the function, its ``OPTIMIZERS``
+    entry, its class and ``CLASSES`` entry where the framework's positional
+    order differs, the ranges of new hyperparameters), the piece it needs,
+    its tests/cases.py row and the generated README table, nothing else."""
     out = {}
     for module in modules:
         for name in module.OPTIMIZERS:
             out[name] = register(family=family)(getattr(module, name))
+        for name, ranges in getattr(module, "RANGES", {}).items():
+            if name not in module.OPTIMIZERS:
+                raise LookupError(f"{module.__name__}.RANGES names {name!r}, which is not in its OPTIMIZERS.")
+            for hyper, rng in ranges.items():
+                register_range(hyper, rng, owner=_NAMES[getattr(module, name)])
     return out
+
+
+def family_classes(modules) -> dict[str, Callable]:
+    """The framework-named classes each of ``modules`` lists in its
+    ``CLASSES`` tuple (``{"AdaDelta": AdaDelta, ...}``), for the family's
+    ``__init__`` to re-export beside its factories."""
+    return {name: getattr(module, name) for module in modules for name in getattr(module, "CLASSES", ())}
 
 
 def registered_name(factory) -> str:

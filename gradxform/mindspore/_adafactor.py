@@ -11,11 +11,15 @@ from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import not_fusable
 from .._hyper import hyper_scalar
-from .._ranges import check_hyper
+from .._ranges import POSITIVE, UNIT_HALF_OPEN, check_hyper
 from ._common import check_bool, check_float, parse
 
 __all__ = ["adafactor", "AdaFactorState"]
 OPTIMIZERS = ("adafactor",)  # registered as 'mindspore.<name>' by the family's __init__
+# weight_decay in [0, 1) (check_float_range INC_LEFT); beta1 in [0, 1) and eps > 0 as the
+# seed's Raises (MindSpore's code checks only beta1 >= 0, eps >= 0; 0 = no first moment)
+RANGES = {"adafactor": {"beta1": UNIT_HALF_OPEN, "weight_decay": UNIT_HALF_OPEN,
+                        "epsilon1": POSITIVE, "epsilon2": POSITIVE}}
 
 
 
@@ -67,13 +71,13 @@ def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_
             jax.tree.map(row, params), jax.tree.map(col, params), jax.tree.map(sq, params))
 
     @not_fusable(_NOT_FUSABLE)
-    @uses_context("mindspore.adafactor", needs=("lr", "count"))
+    @uses_context(needs=("lr", "count"))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.adafactor: needs params; call update(grads, state, params).")
         h = state.hyper
-        lr_tree = context_value(extra_args, "lr", "mindspore.adafactor")
-        count = context_value(extra_args, "count", "mindspore.adafactor")
+        lr_tree = context_value(extra_args, "lr", update)
+        count = context_value(extra_args, "count", update)
         leaves, treedef = jax.tree.flatten(updates)
         flat = lambda t: treedef.flatten_up_to(t)  # noqa: E731
         avg = flat(state.exp_avg) if use_first_moment else [None] * len(leaves)

@@ -286,14 +286,14 @@ def _lamb_direction(beta1, beta2, eps, trust_ratio="update") -> GradientTransfor
                           "epsilon": hyper_scalar(eps)}, z, z)
 
     @fusable(bit_exact=False)  # fused: per-leaf norms as segment sums (another order)
-    @uses_context("mindspore.lamb", needs=("count", "wd"))
+    @uses_context(needs=("count", "wd"))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.lamb: needs params; call update(grads, state, params).")
         h = state.hyper
         b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
-        count = context_value(extra_args, "count", "mindspore.lamb")
-        wd = context_value(extra_args, "wd", "mindspore.lamb")
+        count = context_value(extra_args, "count", update)
+        wd = context_value(extra_args, "wd", update)
         mu, nu = adam_emas(state.mu, state.nu, updates, b1, b2)
 
         def corrected(m, v, t):

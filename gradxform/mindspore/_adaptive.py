@@ -20,9 +20,12 @@ from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._tree import full_like_params
 from ._common import check_bool, check_float, parse
+from .._ranges import POSITIVE
 
 __all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "MindSporeFtrlState", "RMSPropState"]
 OPTIMIZERS = ("adagrad", "proximal_adagrad", "ftrl", "rmsprop")  # registered as 'mindspore.<name>' by the family's __init__
+# FTRL divides by the learning rate (check_positive_float in MindSpore)
+RANGES = {"ftrl": {"learning_rate": POSITIVE}}
 
 
 
@@ -38,10 +41,10 @@ def _adagrad_step(accum: float, update_slots: bool) -> GradientTransformation:
         return AccumState({}, full_like_params(params, accum))
 
     @fusable
-    @uses_context("mindspore.adagrad", needs=("lr",))
+    @uses_context(needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         del params
-        lr = context_value(extra_args, "lr", "mindspore.adagrad")
+        lr = context_value(extra_args, "lr", update)
         h = jax.tree.map(lambda a, g: a + g * g, state.accum, updates) if update_slots else state.accum
         out = jax.tree.map(lambda g, a, l: -l.astype(g.dtype) * g / jnp.sqrt(a), updates, h, lr)
         return out, AccumState(state.hyper, h)
@@ -82,11 +85,11 @@ def _proximal_adagrad_step(accum: float, l1: float, l2: float) -> GradientTransf
         return AccumState({"l1": hyper_scalar(l1), "l2": hyper_scalar(l2)}, full_like_params(params, accum))
 
     @fusable
-    @uses_context("mindspore.proximal_adagrad", needs=("lr",))
+    @uses_context(needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.proximal_adagrad: needs params; call update(grads, state, params).")
-        lr = context_value(extra_args, "lr", "mindspore.proximal_adagrad")
+        lr = context_value(extra_args, "lr", update)
         l1, l2 = state.hyper["l1"], state.hyper["l2"]
         h = jax.tree.map(lambda a, g: a + g * g, state.accum, updates)
 
@@ -148,11 +151,11 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
                          full_like_params(params, initial_accum), jax.tree.map(jnp.zeros_like, params))
 
     @fusable
-    @uses_context("mindspore.ftrl", needs=("lr",))
+    @uses_context(needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("mindspore.ftrl: needs params; call update(grads, state, params).")
-        lr_tree = context_value(extra_args, "lr", "mindspore.ftrl")
+        lr_tree = context_value(extra_args, "lr", update)
         h = state.hyper
         p, l1, l2 = h["lr_power"], h["l1"], h["l2"]
 
@@ -229,10 +232,10 @@ def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool)
                             jax.tree.map(jnp.zeros_like, params))
 
     @fusable
-    @uses_context("mindspore.rmsprop", needs=("lr",))
+    @uses_context(needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         del params
-        lr = context_value(extra_args, "lr", "mindspore.rmsprop")
+        lr = context_value(extra_args, "lr", update)
         h = state.hyper
         d, mu, e = h["decay"], h["momentum"], h["epsilon"]
         c = lambda v, x: v.astype(x.dtype)  # noqa: E731 (float32 hyperparameters, leaf-dtype arithmetic)

@@ -19,7 +19,7 @@ from .._errors import validated
 from .._optimizer import guarded
 from ._groups import beta_gamma_filter
 from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
-from .._ranges import check_hyper
+from .._ranges import NON_NEGATIVE, check_hyper
 from ..pieces import scale_by_lr, trace
 from ..pieces.internal import leaf_flags, leaf_sq_norm
 from .._state_paths import get_path, map_states
@@ -29,6 +29,8 @@ from ._common import check_bool, check_float, parse
 
 __all__ = ["momentum", "sgd", "lars", "SGDMomentumState", "LarsState"]
 OPTIMIZERS = ("momentum", "sgd", "lars")  # registered as 'mindspore.<name>' by the family's __init__
+# LARS: epsilon and coefficient non-negative
+RANGES = {"lars": {"epsilon": NON_NEGATIVE}}
 
 
 

@@ -24,7 +24,7 @@ from .._registry import registered_name
 from .._base import GradientTransformation, context_value, identity, transformation, uses_context
 from .._elementwise import not_fusable
 from .._hyper import hyper_scalar
-from .._ranges import Range, register_range
+from .._ranges import NON_NEGATIVE
 from .._tree import param_names
 from ..pieces import scale_by_lr, trace
 from ..schedules.internal import COMPLETED, DynamicLR, as_update_schedule, check_number
@@ -34,11 +34,14 @@ __all__ = ["thor", "ThorState", "KINDS"]
 OPTIMIZERS = ("thor",)  # registered as 'mindspore.<name>' by the family's __init__
 
 
-OWNER = "mindspore.thor"
 KINDS = ("dense", "conv", "embedding", "layernorm")
 _MATRIX_KINDS = ("dense", "conv", "embedding")
 _NDIM = {"dense": 2, "conv": 4, "embedding": 2}
-register_range("damping", Range(0.0), owner=OWNER)
+RANGES = {"thor": {"damping": NON_NEGATIVE}}
+
+def _owner() -> str:
+    return registered_name(thor)  # the name in messages (registered by the family's __init__)
+
 
 _HI = jax.lax.Precision.HIGHEST
 
@@ -64,17 +67,17 @@ def _damping_schedule(damping):
     a list / 1-D array (update i reads entry i, the last one after the end),
     or a schedule of the completed step."""
     if isinstance(damping, bool):
-        raise TypeError(f"{OWNER}(damping=...): must be a number, a list / 1-D array or a schedule; got {damping!r}.")
+        raise TypeError(f"{_owner()}(damping=...): must be a number, a list / 1-D array or a schedule; got {damping!r}.")
     if isinstance(damping, (int, float)):
-        check_number(OWNER, "damping", damping, low=0.0)
+        check_number(_owner(), "damping", damping, low=0.0)
         return float(damping), None
     if isinstance(damping, (list, tuple)) or hasattr(damping, "shape"):
         arr = np.asarray(damping, np.float64)
         if arr.ndim > 1 or arr.size == 0:
-            raise ValueError(f"{OWNER}(damping=...): a damping array must be a non-empty 0-D or 1-D; "
+            raise ValueError(f"{_owner()}(damping=...): a damping array must be a non-empty 0-D or 1-D; "
                              f"got shape {arr.shape}.")
         if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-            raise ValueError(f"{OWNER}(damping=...): every value must be a finite number >= 0.")
+            raise ValueError(f"{_owner()}(damping=...): every value must be a finite number >= 0.")
         if arr.ndim == 0:
             return float(arr), None
         s = DynamicLR(arr)
@@ -83,7 +86,7 @@ def _damping_schedule(damping):
         sched = as_update_schedule(damping, COMPLETED)
         base = getattr(sched, "base_lr", None)
         return (1.0 if base is None else float(base)), sched
-    raise TypeError(f"{OWNER}(damping=...): must be a number, a list / 1-D array or a schedule; "
+    raise TypeError(f"{_owner()}(damping=...): must be a number, a list / 1-D array or a schedule; "
                     f"got {type(damping).__name__}.")
 
 
@@ -96,7 +99,7 @@ def _resolve_layers(layers: Mapping[str, str], names: list[str], shapes: list[tu
     exact = {k: v for k, v in layers.items() if not any(ch in k for ch in "*?[")}
     missing = [k for k in exact if k not in by_name]
     if missing:
-        raise ValueError(f"{OWNER}: layers[{missing[0]!r}] names no parameter; the parameters are {names}.")
+        raise ValueError(f"{_owner()}: layers[{missing[0]!r}] names no parameter; the parameters are {names}.")
     out: dict[str, str] = {}
     for n in names:
         kind = exact.get(n)
@@ -106,7 +109,7 @@ def _resolve_layers(layers: Mapping[str, str], names: list[str], shapes: list[tu
             continue
         want = _NDIM.get(kind)
         if want is not None and len(by_name[n]) != want:
-            raise ValueError(f"{OWNER}: layers names {n!r} as {kind!r}, which needs a {want}-D parameter; "
+            raise ValueError(f"{_owner()}: layers names {n!r} as {kind!r}, which needs a {want}-D parameter; "
                              f"{n!r} has shape {by_name[n]}.")
         out[n] = kind
     return out
@@ -144,7 +147,7 @@ def _block_inverse(m, block_size):
 def _factors(name: str, kind: str, st, dims, batch_size: int, loss_scale, dtype):
     """(A, G) of one layer from its ``layer_stats`` entry (checked at trace time)."""
     p, q = dims
-    where = f"{OWNER}.update: layer_stats[{name!r}]"
+    where = f"{_owner()}.update: layer_stats[{name!r}]"
     if not isinstance(st, Mapping):
         raise TypeError(f"{where} must be a dict with 'a' and 'D' (or 'A' and 'G'); got {type(st).__name__}.")
     if set(st) == {"A", "G"}:
@@ -213,24 +216,24 @@ def _thor_precondition(layers, layout, frequency, batch_size, loss_scale, dampin
         return ThorState({"damping": hyper_scalar(base), "loss_scale": hyper_scalar(loss_scale)}, a_inv, g_inv)
 
     @not_fusable("THOR multiplies whole matrices by per-layer inverses")
-    @uses_context(OWNER, needs=("count",))
+    @uses_context(needs=("count",))
     def update(updates, state, params=None, **extra_args):
         leaves, treedef = jax.tree.flatten(updates)
         names, kinds = resolve(updates)
-        counts = treedef.flatten_up_to(context_value(extra_args, "count", OWNER))
+        counts = treedef.flatten_up_to(context_value(extra_args, "count", update))
         ls = state.hyper["loss_scale"]
         thor_names = [n for n in names if kinds.get(n) in _MATRIX_KINDS]
         stats = extra_args.get("layer_stats")
         if thor_names:
             if stats is None:
                 raise ValueError(
-                    f"{OWNER}.update needs layer_stats=: for each THOR layer {thor_names} a dict "
+                    f"{_owner()}.update needs layer_stats=: for each THOR layer {thor_names} a dict "
                     "{'a': layer inputs, 'D': gradient of the loss at the layer's outputs} (or precomputed "
                     "{'A': ..., 'G': ...}); gradxform.mindspore.thor_capture collects them. Pass them on "
                     "every step (they are read at cycle starts only).")
             if not isinstance(stats, Mapping) or set(stats) != set(thor_names):
                 got = sorted(stats) if isinstance(stats, Mapping) else type(stats).__name__
-                raise ValueError(f"{OWNER}.update: layer_stats must have exactly the THOR layers "
+                raise ValueError(f"{_owner()}.update: layer_stats must have exactly the THOR layers "
                                  f"{sorted(thor_names)} as keys; got {got}.")
         a_new, g_new, out = dict(state.a_inv), dict(state.g_inv), []
         for n, g, c in zip(names, leaves, counts):

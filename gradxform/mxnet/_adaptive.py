@@ -109,12 +109,12 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
     # fused: the shared schedule is one scalar per leaf, multiplied leaf by leaf in index
     # order as per leaf (`leaf_scan`), then spread over the buffers (per-leaf values per element)
     @fusable(bit_exact=False, reductions=("leaf_scan",))
-    @uses_context("mxnet.nadam", needs=("count", "mask"))
+    @uses_context(needs=("count", "mask"))
     def update(updates, state, params=None, **extra_args):
         del params
         h, lo = state.hyper, state.hyper_lo
-        count = context_value(extra_args, "count", "mxnet.nadam")
-        mask = context_value(extra_args, "mask", "mxnet.nadam")
+        count = context_value(extra_args, "count", update)
+        mask = context_value(extra_args, "mask", update)
         leaves, treedef = jax.tree.flatten(updates)
         steps = [(*momenta(h, t)[1:], jnp.asarray(on).reshape(()))
                  for t, on in zip(treedef.flatten_up_to(count), treedef.flatten_up_to(mask))]
@@ -300,10 +300,10 @@ def _ftml_step(beta1, beta2, epsilon):
                           "epsilon": hyper_scalar(epsilon)}, _zeros(params), _zeros(params), _zeros(params))
 
     @fusable
-    @uses_context("mxnet.ftml", needs=("lr", "count"))
+    @uses_context(needs=("lr", "count"))
     def update(updates, state, params=None, **extra_args):
-        lr = context_value(extra_args, "lr", "mxnet.ftml")
-        count = context_value(extra_args, "count", "mxnet.ftml")
+        lr = context_value(extra_args, "lr", update)
+        count = context_value(extra_args, "count", update)
         h = state.hyper
 
         def one(g, w, d, v, z, l, t):
@@ -354,10 +354,10 @@ def _ftrl_step(lamda1, beta):
                          _zeros(params), _zeros(params))
 
     @fusable
-    @uses_context("mxnet.ftrl", needs=("lr", "wd"))
+    @uses_context(needs=("lr", "wd"))
     def update(updates, state, params=None, **extra_args):
-        lr = context_value(extra_args, "lr", "mxnet.ftrl")
-        wd = context_value(extra_args, "wd", "mxnet.ftrl")
+        lr = context_value(extra_args, "lr", update)
+        wd = context_value(extra_args, "wd", update)
         h = state.hyper
 
         def one(g, w, z, n, l, d):

@@ -77,10 +77,10 @@ def _nesterov_step(momentum):
         return NAGState({"momentum": hyper_scalar(momentum)}, jax.tree.map(jnp.zeros_like, params))
 
     @fusable
-    @uses_context("mxnet.nag", needs=("lr", "wd"))
+    @uses_context(needs=("lr", "wd"))
     def update(updates, state, params=None, **extra_args):
-        lr = context_value(extra_args, "lr", "mxnet.nag")
-        wd = context_value(extra_args, "wd", "mxnet.nag")
+        lr = context_value(extra_args, "lr", update)
+        wd = context_value(extra_args, "wd", update)
 
         def one(g, w, mom, l, d):
             c = lambda x: x.astype(g.dtype)  # noqa: E731
@@ -189,7 +189,7 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
     # fused: LARS warmup takes per-leaf norms, segment sums over the flat buffers
     # (summed in another order)
     @fusable(bit_exact=warmup_strategy != "lars", reductions=("leaf_sum",) if warmup_strategy == "lars" else ())
-    @uses_context("mxnet.lbsgd", needs=("wd",) if warmup_strategy == "lars" else (),
+    @uses_context(needs=("wd",) if warmup_strategy == "lars" else (),
                   provides=(LBMULT, LBSGD_APPLY))
     def update(updates, state, params=None, **extra_args):
         num_cums = jax.tree.map(lambda c: c + 1, state.num_cums)
@@ -197,7 +197,7 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
         apply_tree = jax.tree.map(lambda c: c % batch_scale == 0, num_cums)
         mean = jax.tree.map(lambda c: c / jnp.asarray(batch_scale, c.dtype), cum)
         if warmup_strategy == "lars":
-            wd = context_value(extra_args, "wd", "mxnet.lbsgd")
+            wd = context_value(extra_args, "wd", update)
             # per-leaf norms: per leaf, or per element of a fused buffer
             w2, g2 = leaf_sq_norm(params, extra_args), leaf_sq_norm(mean, extra_args)
             mult = jax.tree.map(lambda w, g, d: jnp.clip(jnp.sqrt(w / (g + d * w + 1e-18)), 0.01, 100.0),
@@ -305,10 +305,10 @@ def _langevin_noise(seed):
         del params
         return NoiseState(jax.random.key_data(jax.random.key(seed)))
 
-    @uses_context("mxnet.sgld", needs=("lr",))
+    @uses_context(needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         del params
-        lr = context_value(extra_args, "lr", "mxnet.sgld")
+        lr = context_value(extra_args, "lr", update)
         key, sub = jax.random.split(jax.random.wrap_key_data(state.key))
         leaves, treedef = jax.tree.flatten(updates)
         keys = jax.random.split(sub, max(len(leaves), 1))

@@ -21,13 +21,17 @@ import numpy as np
 from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
-from .._ranges import check_hyper
+from .._ranges import ANY, NON_NEGATIVE, check_hyper
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
 
 __all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]
 OPTIMIZERS = ("adam", "adamw", "adamax", "lamb")  # registered as 'paddle.<name>' by the family's __init__
+# Paddle's own checks where they differ from the generic ranges: ``0 <= epsilon``;
+# Lamb's lamb_weight_decay, which Paddle does not check, any finite number
+RANGES = {"adam": {"epsilon": NON_NEGATIVE}, "adamw": {"epsilon": NON_NEGATIVE}, "adamax": {"epsilon": NON_NEGATIVE},
+          "lamb": {"epsilon": NON_NEGATIVE, "lamb_weight_decay": ANY}}
 
 
 

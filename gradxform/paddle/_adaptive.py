@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
-from .._ranges import check_hyper
+from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_hyper
 from .._tree import full_like_params, map_unzip
 from ._adam import _c, _check_betas, _scalars, _zeros
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
@@ -22,6 +22,19 @@ from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 __all__ = ["adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop", "AdagradState", "AdadeltaState",
            "RMSPropState", "NAdamState", "RAdamState", "RpropState"]
 OPTIMIZERS = ("adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop")  # registered as 'paddle.<name>' by the family's __init__
+# Paddle's own checks where they differ from the generic ranges: ``0 <= epsilon``; RMSProp's
+# rho and momentum >= 0 (no upper bound) and a group's own ``centered`` (0 or 1, where the
+# groups disagree); NAdam's momentum_decay >= 0; Rprop's 0 < etas[0] < 1 < etas[1] and rates
+# > 0; Adadelta's rho in [0, 1], which Paddle does not check
+RANGES = {
+    "adagrad": {"epsilon": NON_NEGATIVE},
+    "adadelta": {"epsilon": NON_NEGATIVE, "rho": UNIT_CLOSED},
+    "rmsprop": {"epsilon": NON_NEGATIVE, "rho": NON_NEGATIVE, "momentum": NON_NEGATIVE, "centered": UNIT_CLOSED},
+    "nadam": {"epsilon": NON_NEGATIVE, "momentum_decay": NON_NEGATIVE},
+    "radam": {"epsilon": NON_NEGATIVE},
+    "rprop": {"eta_negative": UNIT_OPEN, "eta_positive": Range(low=1.0, low_open=True),
+              "lr_min": POSITIVE, "lr_max": POSITIVE},
+}
 
 
 

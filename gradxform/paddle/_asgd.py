@@ -52,10 +52,10 @@ def _asgd_average(batch_num: int) -> GradientTransformation:
                          jax.tree.map(lambda z: jnp.broadcast_to(z[None], (batch_num,) + z.shape), zeros_like_params(params)))
 
     @not_fusable(_ring_not_fusable(batch_num))
-    @uses_context("paddle.asgd", needs=("count",))
+    @uses_context(needs=("count",))
     def update(updates, state, params=None, **extra_args):
         del params
-        count = context_value(extra_args, "count", "paddle.asgd")
+        count = context_value(extra_args, "count", update)
 
         def one(g, d, y, t):
             i = (t - 1) % batch_num

@@ -47,7 +47,7 @@ from .._base import GradientTransformation, StepContext, chain, context_value, i
 from .._elementwise import fusable
 from .._hyper import _scheduled, get_hyper, get_learning_rate, hyper_scalar, set_hyper
 from .._optimizer import Setup
-from .._ranges import Range, check_bool, register_range
+from .._ranges import check_bool
 from .._selectors import Selector, as_names, assign_slots, describe_names
 from .._state_paths import find_states
 from .._tree import param_names
@@ -61,29 +61,6 @@ from ._regularizer import Decay, as_regularizer, group_regularization
 
 __all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "with_groups", "leaf_hyper", "parse", "get_lr", "set_lr", "check_bool", "check_float",
            "GroupState", "PADDLE_FP16_WARNING"]
-
-def _declare_ranges():
-    """Paddle's ranges where they differ from the generic ones (`gradxform._ranges`):
-    ``epsilon >= 0`` (Adam, AdamW, Adamax, NAdam, RAdam check ``0 <= epsilon``);
-    RMSProp's ``rho``, ``momentum`` >= 0 (no upper bound, as Paddle); NAdam's
-    ``momentum_decay >= 0``; Rprop's ``0 < etas[0] < 1 < etas[1]`` and rates > 0;
-    and the ones Paddle does not check (Adadelta's ``rho`` in [0, 1], Lamb's
-    ``lamb_weight_decay`` any finite number)."""
-    for owner in ("paddle.adam", "paddle.adamw", "paddle.adamax", "paddle.nadam", "paddle.radam",
-                  "paddle.rmsprop", "paddle.adagrad", "paddle.adadelta", "paddle.lamb"):
-        register_range("epsilon", Range(low=0.0), owner=owner)
-    for name in ("rho", "momentum"):
-        register_range(name, Range(low=0.0), owner="paddle.rmsprop")
-    register_range("rho", Range(low=0.0, high=1.0), owner="paddle.adadelta")  # unchecked by Paddle
-    register_range("lamb_weight_decay", Range(), owner="paddle.lamb")  # unchecked by Paddle
-    register_range("momentum_decay", Range(low=0.0), owner="paddle.nadam")
-    register_range("eta_negative", Range(low=0.0, high=1.0, low_open=True, high_open=True), owner="paddle.rprop")
-    register_range("eta_positive", Range(low=1.0, low_open=True), owner="paddle.rprop")
-    for name in ("lr_min", "lr_max"):
-        register_range(name, Range(low=0.0, low_open=True), owner="paddle.rprop")
-
-
-_declare_ranges()
 
 SET_LR_UNDER_SCHEDULER = ("optimizer's learning rate can't be LRScheduler when invoke this API, because this "
                           "will lead to conflict.")

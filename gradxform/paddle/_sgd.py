@@ -66,10 +66,10 @@ def _momentum_rule(o, momentum, use_nesterov):
                              treedef.unflatten([jnp.asarray(bool(nesterov.get(int(k), use_nesterov))) for k in slot]))
 
     @fusable
-    @uses_context("paddle.momentum", needs=("lr",))
+    @uses_context(needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         del params
-        lr = context_value(extra_args, "lr", "paddle.momentum")
+        lr = context_value(extra_args, "lr", update)
 
         def one(g, v, k, nest, l):
             mu = leaf_hyper(state.hyper, k, groups)["momentum"].astype(g.dtype)

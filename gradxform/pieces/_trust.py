@@ -18,9 +18,14 @@ from ._moments import adam_emas, one_minus_power
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ._segments import leaf_sq_norm
 from ._step import Multiplier, per_leaf_multipliers
+from .._ranges import NON_NEGATIVE, register_range
 
 __all__ = ["CorrectedMomentsState", "scale_by_corrected_moments", "TrustRatioState", "scale_by_trust_ratio",
            "LarsRatioState", "provide_lars_ratio", "LrRatioTraceState", "trace_with_lr_ratio"]
+
+# the ranges of this module's own hyperparameters (the trust-ratio bounds, LARS's eta)
+for _name in ("lower_bound", "upper_bound", "eta"):
+    register_range(_name, NON_NEGATIVE)
 
 
 def _c(h, x):
