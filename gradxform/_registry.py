@@ -147,7 +147,7 @@ def by_class_name(optimizers: dict, module_name: str) -> Callable:
     already take the framework's positional order, so a script that wrote
     ``paddle.optimizer.AdamW(...)`` runs with only its import changed. (MXNet's
     and MindSpore's classes differ in order from their factories: they are
-    functions of their own, `gradxform.mxnet._classes`, `gradxform.mindspore._classes`.)"""
+    functions of their own beside their factories, listed in their modules' ``CLASSES``.)"""
     index = {_norm(name): factory for name, factory in optimizers.items()}
 
     def __getattr__(attr: str):

@@ -16,6 +16,7 @@ from ._common import check_bool, check_float, parse
 
 __all__ = ["adafactor", "AdaFactorState"]
 OPTIMIZERS = ("adafactor",)  # registered as 'mindspore.<name>' by the family's __init__
+CLASSES = ("AdaFactor",)  # the framework's class names (its positional order), re-exported
 # weight_decay in [0, 1) (check_float_range INC_LEFT); beta1 in [0, 1) and eps > 0 as the
 # seed's Raises (MindSpore's code checks only beta1 >= 0, eps >= 0; 0 = no first moment)
 RANGES = {"adafactor": {"beta1": UNIT_HALF_OPEN, "weight_decay": UNIT_HALF_OPEN,
@@ -186,3 +187,13 @@ def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_r
     step = _adafactor_step(eps, clip_threshold, decay_rate, beta1, float(weight_decay),
                            scale_parameter and fixed_lr, relative_step and fixed_lr, warmup_init, compression)
     return o.build(step)
+
+
+
+# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+
+def AdaFactor(params, learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_rate=0.8, beta1=0.9,
+              weight_decay=0.0, scale_parameter=True, relative_step=True, warmup_init=False, compression=False,
+              loss_scale=1.0, *, skip_nonfinite=False) -> GradientTransformation:
+    """``nn.AdaFactor(params, learning_rate, eps, ...)``: `gradxform.mindspore.adafactor`."""
+    return adafactor(**locals())

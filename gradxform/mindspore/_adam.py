@@ -24,6 +24,7 @@ from ._common import check_bool, check_float, parse
 __all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState",
            "BetaPowerState", "beta_power_correction"]
 OPTIMIZERS = ("adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb")  # registered as 'mindspore.<name>' by the family's __init__
+CLASSES = ("Adam", "LazyAdam", "AdamOffload", "AdamWeightDecay", "Lamb",)  # the framework's class names (its positional order), re-exported
 
 
 
@@ -357,3 +358,39 @@ def lamb(learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *, t
     _check_betas(owner, beta1, beta2, eps)
     return o.build(o.decay(loss_scaled=False, add=False), o.centralize(),
                    _lamb_direction(beta1, beta2, eps, trust_ratio), scale_by_lr())
+
+
+
+# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+
+def Adam(params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False, use_nesterov=False,
+         weight_decay=0.0, loss_scale=1.0, use_amsgrad=False, *, use_lazy=False, use_offload=False,
+         skip_nonfinite=False) -> GradientTransformation:
+    """``nn.Adam(params, learning_rate, beta1, ..., use_amsgrad, **kwargs)`` (kwargs: use_lazy,
+    use_offload): `gradxform.mindspore.adam`."""
+    return adam(**locals())
+
+
+def LazyAdam(params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False, use_nesterov=False,
+             weight_decay=0.0, loss_scale=1.0, *, skip_nonfinite=False) -> GradientTransformation:
+    """``nn.LazyAdam(params, learning_rate, ...)``: `gradxform.mindspore.lazy_adam`."""
+    return lazy_adam(**locals())
+
+
+def AdamOffload(params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False,
+                use_nesterov=False, weight_decay=0.0, loss_scale=1.0, *,
+                skip_nonfinite=False) -> GradientTransformation:
+    """``nn.AdamOffload(params, learning_rate, ...)``: `gradxform.mindspore.adam_offload`."""
+    return adam_offload(**locals())
+
+
+def AdamWeightDecay(params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *,
+                    skip_nonfinite=False) -> GradientTransformation:
+    """``nn.AdamWeightDecay(params, learning_rate, ...)``: `gradxform.mindspore.adam_weight_decay`."""
+    return adam_weight_decay(**locals())
+
+
+def Lamb(params, learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *, trust_ratio="update",
+         skip_nonfinite=False) -> GradientTransformation:
+    """``nn.Lamb(params, learning_rate, ...)``: `gradxform.mindspore.lamb`."""
+    return lamb(**locals())

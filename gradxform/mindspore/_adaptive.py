@@ -24,6 +24,7 @@ from .._ranges import POSITIVE
 
 __all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "MindSporeFtrlState", "RMSPropState"]
 OPTIMIZERS = ("adagrad", "proximal_adagrad", "ftrl", "rmsprop")  # registered as 'mindspore.<name>' by the family's __init__
+CLASSES = ("Adagrad", "ProximalAdagrad", "FTRL", "RMSProp",)  # the framework's class names (its positional order), re-exported
 # FTRL divides by the learning rate (check_positive_float in MindSpore)
 RANGES = {"ftrl": {"learning_rate": POSITIVE}}
 
@@ -274,3 +275,30 @@ def rmsprop(learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locki
     check_bool(owner, "use_locking", use_locking)
     check_bool(owner, "centered", centered)
     return o.build(o.head(), _rmsprop_step(decay, momentum, epsilon, centered))
+
+
+
+# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+
+def Adagrad(params, accum=0.1, learning_rate=0.001, update_slots=True, loss_scale=1.0, weight_decay=0.0, *,
+            skip_nonfinite=False) -> GradientTransformation:
+    """``nn.Adagrad(params, accum, learning_rate, ...)``: `gradxform.mindspore.adagrad`."""
+    return adagrad(**locals())
+
+
+def ProximalAdagrad(params, accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking=False, loss_scale=1.0,
+                    weight_decay=0.0, *, skip_nonfinite=False) -> GradientTransformation:
+    """``nn.ProximalAdagrad(params, accum, learning_rate, ...)``: `gradxform.mindspore.proximal_adagrad`."""
+    return proximal_adagrad(**locals())
+
+
+def FTRL(params, initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0, use_locking=False,
+         loss_scale=1.0, weight_decay=0.0, *, skip_nonfinite=False) -> GradientTransformation:
+    """``nn.FTRL(params, initial_accum, learning_rate, ...)``: `gradxform.mindspore.ftrl`."""
+    return ftrl(**locals())
+
+
+def RMSProp(params, learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locking=False, centered=False,
+            loss_scale=1.0, weight_decay=0.0, *, skip_nonfinite=False) -> GradientTransformation:
+    """``nn.RMSProp(params, learning_rate, decay, momentum, ...)``: `gradxform.mindspore.rmsprop`."""
+    return rmsprop(**locals())

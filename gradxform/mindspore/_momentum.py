@@ -29,6 +29,7 @@ from ._common import check_bool, check_float, parse
 
 __all__ = ["momentum", "sgd", "lars", "SGDMomentumState", "LarsState"]
 OPTIMIZERS = ("momentum", "sgd", "lars")  # registered as 'mindspore.<name>' by the family's __init__
+CLASSES = ("Momentum", "SGD", "LARS",)  # the framework's class names (its positional order), re-exported
 # LARS: epsilon and coefficient non-negative
 RANGES = {"lars": {"epsilon": NON_NEGATIVE}}
 
@@ -361,3 +362,24 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     # parameter through to the wrapped optimizer, which refuses it unless it
     # keeps master weights (LARS keeps the gradient's dtype).
     return guarded(validated(transformation(init, update), master_weights=True, name=owner), skip_nonfinite)
+
+
+
+# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+
+_momentum_factory = momentum  # the class's own argument 'momentum' shadows the factory's name
+
+
+def Momentum(params, learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nesterov=False, *,
+             skip_nonfinite=False) -> GradientTransformation:
+    """``nn.Momentum(params, learning_rate, momentum, ...)``: `gradxform.mindspore.momentum`."""
+    return _momentum_factory(**locals())
+
+
+def SGD(params, learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, loss_scale=1.0,
+        *, skip_nonfinite=False) -> GradientTransformation:
+    """``nn.SGD(params, learning_rate, momentum, ...)``: `gradxform.mindspore.sgd`."""
+    return sgd(**locals())
+
+
+LARS = lars

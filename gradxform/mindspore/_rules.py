@@ -1,5 +1,5 @@
 """MindSpore (2.x) AdaMax, Adadelta, Rprop and ASGD (their classes, ``params``
-first as MindSpore's, are in `gradxform.mindspore._classes`).
+first as MindSpore's, are at the end of this module).
 
 Sources: ``mindspore/nn/optim/adamax.py`` (``P.ApplyAdaMax``),
 ``adadelta.py`` (``P.ApplyAdadelta``), ``rprop.py`` and ``asgd.py`` (both in
@@ -19,6 +19,7 @@ from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range
 
 __all__ = ["adamax", "adadelta", "rprop", "asgd"]
 OPTIMIZERS = ("adamax", "adadelta", "rprop", "asgd")  # registered as 'mindspore.<name>' by the family's __init__
+CLASSES = ("AdaMax", "Adadelta", "Rprop", "ASGD",)  # the framework's class names (its positional order), re-exported
 # their constructors' checks (MindSpore's _checkparam), per optimizer
 RANGES = {
     "adamax": {"eps": POSITIVE},
@@ -134,3 +135,30 @@ def asgd(learning_rate=0.1, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, *,
         check_float(owner, name, v, low=0.0)
     o = parse(owner, learning_rate, weight_decay, 1.0, groups, params=params, skip_nonfinite=skip_nonfinite)
     return o.build(o.head(), averaged_sgd_step(lambd, alpha, t0))
+
+
+
+# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+
+def AdaMax(params, learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.0, loss_scale=1.0, *,
+           skip_nonfinite=False) -> GradientTransformation:
+    """``nn.AdaMax(params, learning_rate, ...)``: `gradxform.mindspore.adamax`."""
+    return adamax(**locals())
+
+
+def Adadelta(params, learning_rate=1.0, rho=0.9, epsilon=1e-6, loss_scale=1.0, weight_decay=0.0, *,
+             skip_nonfinite=False) -> GradientTransformation:
+    """``nn.Adadelta(params, learning_rate, ...)``: `gradxform.mindspore.adadelta`."""
+    return adadelta(**locals())
+
+
+def Rprop(params, learning_rate=0.1, etas=(0.5, 1.2), step_sizes=(1e-6, 50.), weight_decay=0.0, *,
+          skip_nonfinite=False) -> GradientTransformation:
+    """``nn.Rprop(params, learning_rate, ...)``: `gradxform.mindspore.rprop`."""
+    return rprop(**locals())
+
+
+def ASGD(params, learning_rate=0.1, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, *,
+         skip_nonfinite=False) -> GradientTransformation:
+    """``nn.ASGD(params, learning_rate, ...)``: `gradxform.mindspore.asgd`."""
+    return asgd(**locals())

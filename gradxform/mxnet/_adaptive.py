@@ -27,6 +27,7 @@ from ._common import check_unit, parse_options
 
 __all__ = ["adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl"]
 OPTIMIZERS = ("adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl")  # registered as 'mxnet.<name>' by the family's __init__
+CLASSES = ("AdaDelta", "AdaGrad", "FTML", "Ftrl", "Adam", "Adamax", "Nadam", "RMSProp",)  # the framework's class names (its positional order), re-exported
 
 
 
@@ -391,3 +392,49 @@ def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, *, wd=0.0, rescale_grad=1.0, 
     check_hyper(o.owner, "lamda1", lamda1)
     check_hyper(o.owner, "beta", beta)
     return o.build(o.provide_wd(), o.rescale(), o.clip(), _ftrl_step(lamda1, beta))
+
+
+
+# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+
+def AdaDelta(rho=0.90, epsilon=1e-5, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
+             learning_rate=None, lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None,
+             lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
+             use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.AdaDelta(rho, epsilon, **kwargs)``: `gradxform.mxnet.adadelta`."""
+    return adadelta(**locals())
+
+
+def AdaGrad(eps=1e-7, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None, learning_rate=None,
+            lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None, lr_mult=None,
+            wd_mult=None, skip_nonfinite=False, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.AdaGrad(eps, **kwargs)``: `gradxform.mxnet.adagrad`."""
+    return adagrad(**locals())
+
+
+def FTML(beta1=0.6, beta2=0.999, epsilon=1e-8, *, rescale_grad=1.0, param_idx2name=None, wd=0.0,
+         clip_gradient=None, learning_rate=None, lr_scheduler=None, begin_num_update=0, multi_precision=False,
+         param_dict=None, lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
+         use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.FTML(beta1, beta2, epsilon, **kwargs)``: `gradxform.mxnet.ftml`."""
+    return ftml(**locals())
+
+
+def Ftrl(lamda1=0.01, learning_rate=0.1, beta=1.0, *, rescale_grad=1.0, param_idx2name=None, wd=0.0,
+         clip_gradient=None, lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None,
+         lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
+         use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.Ftrl(lamda1, learning_rate, beta, **kwargs)``: `gradxform.mxnet.ftrl`."""
+    return ftrl(**locals())
+
+
+Adam = adam
+
+
+Adamax = adamax
+
+
+Nadam = nadam
+
+
+RMSProp = rmsprop

@@ -21,6 +21,7 @@ from ._common import _mxnet_names, check_unit, parse_options
 
 __all__ = ["lamb", "lars", "groupadagrad"]
 OPTIMIZERS = ("lamb", "lars", "groupadagrad")  # registered as 'mxnet.<name>' by the family's __init__
+CLASSES = ("LARS", "GroupAdaGrad", "LAMB",)  # the framework's class names (its positional order), re-exported
 
 
 def _bound(owner: str, name: str, value):
@@ -194,3 +195,26 @@ def groupadagrad(learning_rate=None, eps=1e-5, *, wd=0.0, rescale_grad=1.0, clip
         raise ValueError(f"{owner}(wd={o.wd!r}): weight decay is not supported for GroupAdaGrad "
                          "(MXNet asserts wd == 0); leave wd at 0.")
     return o.build(o.rescale(), o.clip(), scale_by_row_accumulated_squares(eps), scale_by_lr())
+
+
+
+# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+
+def LARS(momentum=0.0, lazy_update=False, eta=0.001, eps=0.0, momentum_correction=True, *, rescale_grad=1.0,
+         param_idx2name=None, wd=0.0, clip_gradient=None, learning_rate=None, lr_scheduler=None, begin_num_update=0,
+         multi_precision=False, param_dict=None, lr_mult=None, wd_mult=None, skip_nonfinite=False,
+         aggregate_num=None, use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.LARS(momentum, lazy_update, eta, eps, momentum_correction, **kwargs)``:
+    `gradxform.mxnet.lars`."""
+    return lars(**locals())
+
+
+def GroupAdaGrad(eps=1e-5, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
+                 learning_rate=None, lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None,
+                 lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
+                 use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.contrib.GroupAdaGrad(eps, **kwargs)``: `gradxform.mxnet.groupadagrad`."""
+    return groupadagrad(**locals())
+
+
+LAMB = lamb

@@ -23,6 +23,7 @@ from ._common import check_unit, parse_options
 
 __all__ = ["sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld"]
 OPTIMIZERS = ("sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld")  # registered as 'mxnet.<name>' by the family's __init__
+CLASSES = ("DCASGD", "LBSGD", "NAG", "SGD", "ccSGD", "Signum", "SGLD",)  # the framework's class names (its positional order), re-exported
 
 
 
@@ -334,3 +335,51 @@ def sgld(learning_rate=None, seed=0, *, wd=0.0, rescale_grad=1.0, clip_gradient=
     return o.build(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(sign=-0.5), _langevin_noise(seed))
 
 
+
+# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+
+def DCASGD(momentum=0.0, lamda=0.04, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
+           learning_rate=None, lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None,
+           lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
+           use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.DCASGD(momentum, lamda, **kwargs)``: `gradxform.mxnet.dcasgd`."""
+    return dcasgd(**locals())
+
+
+def LBSGD(momentum=0.0, multi_precision=False, warmup_strategy="linear", warmup_epochs=5, batch_scale=1,
+          updates_per_epoch=32, begin_epoch=0, num_epochs=60, *, rescale_grad=1.0, param_idx2name=None, wd=0.0,
+          clip_gradient=None, learning_rate=None, lr_scheduler=None, begin_num_update=0, param_dict=None,
+          lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
+          use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.LBSGD(momentum, multi_precision, warmup_strategy, warmup_epochs,
+    batch_scale, updates_per_epoch, begin_epoch, num_epochs, **kwargs)``: `gradxform.mxnet.lbsgd`."""
+    return lbsgd(**locals())
+
+
+def NAG(momentum=0.0, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None, learning_rate=None,
+        lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None, lr_mult=None,
+        wd_mult=None, skip_nonfinite=False, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.NAG(momentum, **kwargs)``: `gradxform.mxnet.nag`."""
+    return nag(**locals())
+
+
+def SGD(momentum=0.0, lazy_update=False, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
+        learning_rate=None, lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None,
+        lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
+        use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.SGD(momentum, lazy_update, **kwargs)``: `gradxform.mxnet.sgd`."""
+    return sgd(**locals())
+
+
+def ccSGD(momentum=0.0, lazy_update=False, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
+          learning_rate=None, lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None,
+          lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
+          use_fused_step=None) -> GradientTransformation:
+    """``mx.optimizer.ccSGD(*args, **kwargs)`` (deprecated in MXNet, SGD's arguments): `gradxform.mxnet.ccsgd`."""
+    return ccsgd(**locals())
+
+
+Signum = signum
+
+
+SGLD = sgld
