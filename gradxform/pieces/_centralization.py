@@ -13,6 +13,7 @@ from .._base import EmptyState, GradientTransformation, transformation
 from .._tree import param_names
 
 __all__ = ["centralize_gradients"]
+PUBLIC = ("centralize_gradients",)  # what gradxform.pieces re-exports
 
 
 def _selection(select, tree, output_axis: int, who: str) -> list[bool]:

@@ -11,6 +11,7 @@ from ._scaling import HyperState
 from ._segments import whole_buffers
 
 __all__ = ["clip_by_value", "clip_by_global_norm", "global_norm"]
+PUBLIC = ("clip_by_global_norm", "clip_by_value", "global_norm",)  # what gradxform.pieces re-exports
 
 
 def clip_by_value(clip_gradient: float | None, *, name: str = "clip_gradient") -> GradientTransformation:

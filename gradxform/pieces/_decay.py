@@ -12,6 +12,7 @@ from .._types import Hyper, ParamTree
 from ._step import Multiplier, per_leaf_multipliers
 
 __all__ = ["DecayState", "add_decayed_weights", "provide_weight_decay", "add_decoupled_weight_decay"]
+PUBLIC = ("add_decayed_weights", "add_decoupled_weight_decay", "provide_weight_decay")  # what gradxform.pieces re-exports
 
 
 class DecayState(NamedTuple):

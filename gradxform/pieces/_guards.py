@@ -47,6 +47,7 @@ __all__ = [
     "skip_nonfinite", "dynamic_loss_scale", "all_finite", "step_is_finite",
     "check_guard", "guard_status", "get_loss_scale", "scale_loss",
 ]
+PUBLIC = ("all_finite", "dynamic_loss_scale", "skip_nonfinite",)  # what gradxform.pieces re-exports
 
 
 class NonFiniteError(FloatingPointError):

@@ -12,6 +12,7 @@ from ._segments import present_rows
 from ._step import per_leaf_counts
 
 __all__ = ["gated", "lazy_rows", "masked_by_update_mask", "only_slotted"]
+PUBLIC = ("gated", "lazy_rows",)  # what gradxform.pieces re-exports
 
 
 def only_slotted(inner: GradientTransformation, read_slots) -> GradientTransformation:

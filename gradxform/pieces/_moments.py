@@ -22,6 +22,8 @@ __all__ = [
     "scale_by_rms", "CenteredRmsState", "scale_by_centered_rms", "scale_by_adamax",
     "scale_by_accumulated_squares", "bias_correction", "one_minus_power", "adam_emas", "infinity_norm_moments",
 ]
+PUBLIC = ("bias_correction", "ema", "scale_by_accumulated_squares", "scale_by_adam_moments",
+          "scale_by_adamax", "scale_by_centered_rms", "scale_by_rms", "sign", "trace")  # what gradxform.pieces re-exports
 
 
 def _c(h, x):

@@ -11,6 +11,7 @@ from .._spec import Fusion, declare
 from .._types import ParamTree
 
 __all__ = ["MasterWeightsState", "with_master_weights", "is_low_precision"]
+PUBLIC = ("with_master_weights",)  # what gradxform.pieces re-exports
 
 LOW_PRECISION = (jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16))
 FP16_WARNING = ("Accumulating with float16 in optimizer can lead to poor accuracy or slow "

@@ -22,6 +22,8 @@ from ._moments import MomentsState, TraceState, infinity_norm_moments
 __all__ = ["scale_by_infinity_norm", "RunningPowerState", "running_bias_correction", "AdadeltaState",
            "scale_by_adadelta", "RpropState", "scale_by_rprop", "AveragedState", "averaged_sgd_step",
            "scale_by_row_accumulated_squares"]
+PUBLIC = ("averaged_sgd_step", "running_bias_correction", "scale_by_adadelta", "scale_by_infinity_norm",
+          "scale_by_rprop", "scale_by_row_accumulated_squares")  # what gradxform.pieces re-exports
 
 
 def _c(h, x):

@@ -11,6 +11,7 @@ from .._hyper import check_range, hyper_scalar
 from .._types import Hyper
 
 __all__ = ["HyperState", "rescale", "scale", "unscale"]
+PUBLIC = ("rescale", "scale", "unscale",)  # what gradxform.pieces re-exports
 
 
 class HyperState(NamedTuple):

@@ -18,6 +18,7 @@ from ..schedules.internal import NUM_UPDATE, as_update_schedule
 
 __all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
            "per_leaf_multipliers", "host_done"]
+PUBLIC = ("scale_by_learning_rate", "scale_by_lr", "track_step",)  # what gradxform.pieces re-exports
 
 # A per-parameter multiplier: a mapping from a selection (name, glob, Gluon regex:
 # `gradxform._selectors.Selector`) to a number, or a function ``names -> np.ndarray``

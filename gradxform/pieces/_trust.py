@@ -22,6 +22,8 @@ from .._ranges import NON_NEGATIVE, register_range
 
 __all__ = ["CorrectedMomentsState", "scale_by_corrected_moments", "TrustRatioState", "scale_by_trust_ratio",
            "LarsRatioState", "provide_lars_ratio", "LrRatioTraceState", "trace_with_lr_ratio"]
+PUBLIC = ("scale_by_corrected_moments", "scale_by_trust_ratio", "provide_lars_ratio",
+          "trace_with_lr_ratio")  # what gradxform.pieces re-exports
 
 # the ranges of this module's own hyperparameters (the trust-ratio bounds, LARS's eta)
 for _name in ("lower_bound", "upper_bound", "eta"):
