@@ -13,6 +13,7 @@ from .._elementwise import not_fusable
 from .._hyper import hyper_scalar
 from .._ranges import POSITIVE, UNIT_HALF_OPEN, check_hyper
 from ._common import check_bool, check_float, parse
+from .._types import Hyper, ParamTree
 
 __all__ = ["adafactor", "AdaFactorState"]
 OPTIMIZERS = ("adafactor",)  # registered as 'mindspore.<name>' by the family's __init__
@@ -29,11 +30,11 @@ class AdaFactorState(NamedTuple):
     ``exp_avg_sq_row``/``exp_avg_sq_col`` (factored, 2+ dimensions) and
     ``exp_avg_sq`` (unfactored; float16 with ``compression``); unused slots
     hold a 1-element zero array, as MindSpore's."""
-    hyper: dict
-    exp_avg: object
-    exp_avg_sq_row: object
-    exp_avg_sq_col: object
-    exp_avg_sq: object
+    hyper: Hyper
+    exp_avg: ParamTree
+    exp_avg_sq_row: ParamTree
+    exp_avg_sq_col: ParamTree
+    exp_avg_sq: ParamTree
 
 
 def _rms(x):

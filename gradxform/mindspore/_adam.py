@@ -20,6 +20,7 @@ from ..pieces.internal import MomentsState, adam_emas
 from ..pieces.internal import leaf_sq_norm
 from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
+from .._types import Hyper, ParamTree
 
 __all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState",
            "BetaPowerState", "beta_power_correction"]
@@ -61,10 +62,10 @@ def _nesterov_adam_moments(beta1, beta2, eps) -> GradientTransformation:
 
 
 class AmsgradState(NamedTuple):
-    hyper: dict
-    mu: object
-    nu: object
-    vhat: object
+    hyper: Hyper
+    mu: ParamTree
+    nu: ParamTree
+    vhat: ParamTree
 
 
 def _amsgrad_moments(beta1, beta2, eps) -> GradientTransformation:
@@ -89,7 +90,7 @@ def _amsgrad_moments(beta1, beta2, eps) -> GradientTransformation:
 
 
 class BetaPowerState(NamedTuple):
-    hyper: dict
+    hyper: Hyper
     beta1_power: jax.Array   # float32 scalars, MindSpore's Parameters of the same names (start at 1)
     beta2_power: jax.Array
 
@@ -266,9 +267,9 @@ def adam_weight_decay(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weig
 
 
 class LambState(NamedTuple):
-    hyper: dict
-    mu: object
-    nu: object
+    hyper: Hyper
+    mu: ParamTree
+    nu: ParamTree
 
 
 def _lamb_direction(beta1, beta2, eps, trust_ratio="update") -> GradientTransformation:

@@ -21,6 +21,7 @@ from .._hyper import hyper_scalar
 from .._tree import full_like_params
 from ._common import check_bool, check_float, parse
 from .._ranges import POSITIVE
+from .._types import Hyper, ParamTree
 
 __all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "MindSporeFtrlState", "RMSPropState"]
 OPTIMIZERS = ("adagrad", "proximal_adagrad", "ftrl", "rmsprop")  # registered as 'mindspore.<name>' by the family's __init__
@@ -31,8 +32,8 @@ RANGES = {"ftrl": {"learning_rate": POSITIVE}}
 
 
 class AccumState(NamedTuple):
-    hyper: dict
-    accum: object
+    hyper: Hyper
+    accum: ParamTree
 
 
 def _adagrad_step(accum: float, update_slots: bool) -> GradientTransformation:
@@ -134,9 +135,9 @@ def proximal_adagrad(accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking
 
 
 class MindSporeFtrlState(NamedTuple):
-    hyper: dict
-    accum: object
-    linear: object
+    hyper: Hyper
+    accum: ParamTree
+    linear: ParamTree
 
 
 def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> GradientTransformation:
@@ -211,10 +212,10 @@ def ftrl(initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0, 
 
 
 class RMSPropState(NamedTuple):
-    hyper: dict
-    mean_square: object
-    mean_grad: object
-    moment: object
+    hyper: Hyper
+    mean_square: ParamTree
+    mean_grad: ParamTree
+    moment: ParamTree
 
 
 def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool) -> GradientTransformation:

@@ -45,6 +45,7 @@ from .._state_paths import find_states
 from ..pieces.internal import only_slotted
 from .._tree import param_names
 from ..schedules.internal import as_schedule, check_number
+from .._types import Hyper
 
 __all__ = ["GroupSpec", "parse_groups", "assign_groups", "beta_gamma_filter", "group_learning_rate",
            "group_weight_decay", "GroupState", "unselected_frozen"]
@@ -139,7 +140,7 @@ def assign_groups(owner: str, specs, order, names: list[str]) -> np.ndarray:
 
 
 class GroupState(NamedTuple):
-    hyper: dict
+    hyper: Hyper
     group_slot: Any          # per leaf, int32: the leaf's group position, -1 for none
     decay_flag: Any          # per leaf, bool: decayed (the name filter)
     # gradxform.fused groups leaves by these, so leaves of different groups never share a

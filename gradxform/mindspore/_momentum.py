@@ -26,6 +26,7 @@ from .._state_paths import get_path, map_states
 from ..schedules.internal import Constant, as_schedule
 from ..schedules.internal import DynamicLR
 from ._common import check_bool, check_float, parse
+from .._types import Hyper, ParamTree
 
 __all__ = ["momentum", "sgd", "lars", "SGDMomentumState", "LarsState"]
 OPTIMIZERS = ("momentum", "sgd", "lars")  # registered as 'mindspore.<name>' by the family's __init__
@@ -64,9 +65,9 @@ def momentum(learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nest
 
 
 class SGDMomentumState(NamedTuple):
-    hyper: dict
-    accum: object
-    stat: object
+    hyper: Hyper
+    accum: ParamTree
+    stat: ParamTree
 
 
 def _sgd_momentum(momentum: float, dampening: float, nesterov: bool) -> GradientTransformation:
@@ -130,8 +131,8 @@ def sgd(learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nester
 
 
 class LarsState(NamedTuple):
-    hyper: dict
-    inner: object
+    hyper: Hyper
+    inner: ParamTree
 
 
 def _default_lars_filter(name: str) -> bool:

@@ -29,6 +29,7 @@ from .._tree import param_names
 from ..pieces import scale_by_lr, trace
 from ..schedules.internal import COMPLETED, DynamicLR, as_update_schedule, check_number
 from ._common import check_bool, check_float, parse
+from .._types import Hyper, ParamTree
 
 __all__ = ["thor", "ThorState", "KINDS"]
 OPTIMIZERS = ("thor",)  # registered as 'mindspore.<name>' by the family's __init__
@@ -51,9 +52,9 @@ class ThorState(NamedTuple):
     ``g_inv``: per THOR layer (by parameter name) the damped inverse of its
     factors from the last cycle start (an embedding's ``a_inv`` is the
     diagonal, a vector)."""
-    hyper: dict
-    a_inv: dict
-    g_inv: dict
+    hyper: Hyper
+    a_inv: dict[str, ParamTree]
+    g_inv: dict[str, ParamTree]
 
 
 def _every_parameter(name: str) -> bool:

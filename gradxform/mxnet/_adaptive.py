@@ -24,6 +24,7 @@ from ..pieces.internal import leaf_scan
 from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adam_moments,
                       scale_by_adamax, scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
 from ._common import check_unit, parse_options
+from .._types import Hyper, ParamTree
 
 __all__ = ["adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl"]
 OPTIMIZERS = ("adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl")  # registered as 'mxnet.<name>' by the family's __init__
@@ -75,10 +76,10 @@ def adamax(learning_rate=0.002, beta1=0.9, beta2=0.999, *, wd=0.0, rescale_grad=
 
 
 class NadamState(NamedTuple):
-    hyper: dict
-    hyper_lo: dict
-    mu: object
-    nu: object
+    hyper: Hyper
+    hyper_lo: Hyper
+    mu: ParamTree
+    nu: ParamTree
     m_schedule: jax.Array
 
 
@@ -182,7 +183,7 @@ def adagrad(learning_rate=None, eps=1e-7, *, wd=0.0, rescale_grad=1.0, clip_grad
 
 
 class WeightClipState(NamedTuple):
-    hyper: dict
+    hyper: Hyper
 
 
 def _clip_weights(clip_weights):
@@ -237,9 +238,9 @@ def rmsprop(learning_rate=0.001, gamma1=0.9, gamma2=0.9, epsilon=1e-8, centered=
 
 
 class AdaDeltaState(NamedTuple):
-    hyper: dict
-    acc_g: object
-    acc_delta: object
+    hyper: Hyper
+    acc_g: ParamTree
+    acc_delta: ParamTree
 
 
 def _adadelta_direction(rho, epsilon):
@@ -287,10 +288,10 @@ def adadelta(learning_rate=None, rho=0.90, epsilon=1e-5, *, wd=0.0, rescale_grad
 
 
 class FTMLState(NamedTuple):
-    hyper: dict
-    d: object
-    v: object
-    z: object
+    hyper: Hyper
+    d: ParamTree
+    v: ParamTree
+    z: ParamTree
 
 
 def _ftml_step(beta1, beta2, epsilon):
@@ -341,9 +342,9 @@ def ftml(learning_rate=None, beta1=0.6, beta2=0.999, epsilon=1e-8, *, wd=0.0, re
 
 
 class MXNetFtrlState(NamedTuple):
-    hyper: dict
-    z: object
-    n: object
+    hyper: Hyper
+    z: ParamTree
+    n: ParamTree
 
 
 def _ftrl_step(lamda1, beta):

@@ -20,6 +20,7 @@ from .._tree import map_unzip
 from ..pieces import add_decoupled_weight_decay, ema, gated, lazy_rows, scale_by_lr, sign, trace
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_unit, parse_options
+from .._types import Hyper, ParamTree
 
 __all__ = ["sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld"]
 OPTIMIZERS = ("sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld")  # registered as 'mxnet.<name>' by the family's __init__
@@ -64,8 +65,8 @@ def ccsgd(learning_rate=None, momentum=0.0, lazy_update=False, *, wd=0.0, rescal
 
 
 class NAGState(NamedTuple):
-    hyper: dict
-    mom: object
+    hyper: Hyper
+    mom: ParamTree
 
 
 def _nesterov_step(momentum):
@@ -149,9 +150,9 @@ def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, *, wd=0.0, rescale_grad=
 
 class LBSGDState(NamedTuple):
     """``num_cums``: per-leaf int32 scalars (a tree shaped like the parameters)."""
-    hyper: dict
-    cum_grad: object
-    num_cums: object
+    hyper: Hyper
+    cum_grad: ParamTree
+    num_cums: ParamTree
     per_leaf_fields = ("num_cums",)  # trees of per-leaf scalars (gradxform.fused: one per buffer)
 
 
@@ -251,8 +252,8 @@ def lbsgd(learning_rate=None, momentum=0.0, warmup_strategy="linear", warmup_epo
 
 
 class DCASGDState(NamedTuple):
-    hyper: dict
-    previous_weight: object
+    hyper: Hyper
+    previous_weight: ParamTree
 
 
 def _delay_compensation(lamda):

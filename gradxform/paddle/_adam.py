@@ -25,6 +25,7 @@ from .._ranges import ANY, NON_NEGATIVE, check_hyper
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
+from .._types import Hyper, ParamTree
 
 __all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]
 OPTIMIZERS = ("adam", "adamw", "adamax", "lamb")  # registered as 'paddle.<name>' by the family's __init__
@@ -76,15 +77,15 @@ class AdamState(NamedTuple):
     leaf (``beta^t`` for the next update, as Paddle's ``*_pow_acc``);
     ``lr_ratio``, ``decay`` and ``group`` (AdamW's, per leaf: the ratio, whether
     the leaf is decayed, its parameter group; 1, False, 0 for Adam)."""
-    hyper: dict
-    moment1: object
-    moment2: object
-    moment2_max: object
-    beta1_pow: object
-    beta2_pow: object
-    lr_ratio: object
-    decay: object
-    group: object
+    hyper: Hyper
+    moment1: ParamTree
+    moment2: ParamTree
+    moment2_max: ParamTree
+    beta1_pow: ParamTree
+    beta2_pow: ParamTree
+    lr_ratio: ParamTree
+    decay: ParamTree
+    group: ParamTree
     per_leaf_fields = ("beta1_pow", "beta2_pow", "lr_ratio", "decay", "group")
 
 
@@ -242,11 +243,11 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
 
 class AdamaxState(NamedTuple):
     """``moment``, ``inf_norm`` per parameter; ``beta1_pow`` per leaf."""
-    hyper: dict
-    moment: object
-    inf_norm: object
-    beta1_pow: object
-    group: object
+    hyper: Hyper
+    moment: ParamTree
+    inf_norm: ParamTree
+    beta1_pow: ParamTree
+    group: ParamTree
     per_leaf_fields = ("beta1_pow", "group")
 
 
@@ -307,13 +308,13 @@ def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters
 class LambState(NamedTuple):
     """``moment1``, ``moment2`` per parameter; ``beta1_pow``, ``beta2_pow`` and
     ``decay`` (False where ``exclude_from_weight_decay_fn`` excludes) per leaf."""
-    hyper: dict
-    moment1: object
-    moment2: object
-    beta1_pow: object
-    beta2_pow: object
-    decay: object
-    group: object
+    hyper: Hyper
+    moment1: ParamTree
+    moment2: ParamTree
+    beta1_pow: ParamTree
+    beta2_pow: ParamTree
+    decay: ParamTree
+    group: ParamTree
     per_leaf_fields = ("beta1_pow", "beta2_pow", "decay", "group")
 
 

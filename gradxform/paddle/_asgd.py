@@ -18,6 +18,7 @@ from .._tree import zeros_like_params
 from ..pieces import scale_by_lr
 from ..schedules.internal import check_number
 from ._common import parse
+from .._types import Hyper, ParamTree
 
 __all__ = ["asgd", "ASGDState"]
 OPTIMIZERS = ("asgd",)  # registered as 'paddle.<name>' by the family's __init__
@@ -27,9 +28,9 @@ OPTIMIZERS = ("asgd",)  # registered as 'paddle.<name>' by the family's __init__
 class ASGDState(NamedTuple):
     """``d``: the running sum of the stored gradients; ``y``: the last
     ``batch_num`` gradients, ``(batch_num, *shape)`` per parameter."""
-    hyper: dict
-    d: object
-    y: object
+    hyper: Hyper
+    d: ParamTree
+    y: ParamTree
 
 
 def _ring_not_fusable(n: int) -> str:

@@ -33,6 +33,7 @@ from .._selectors import Selector
 from .._tree import param_names
 from ..pieces.internal import leaf_sq_norm, whole_buffers
 from ..schedules.internal import check_number
+from .._types import Hyper, ParamTree
 
 __all__ = ["Clip", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "clip_grad_by_global_norm",
            "clip_grad_by_norm", "clip_grad_by_value", "group_clip", "ClipState", "need_clip_flags"]
@@ -64,9 +65,9 @@ def need_clip_flags(owner: str, need_clip, names: list[str]) -> np.ndarray:
 
 class ClipState(NamedTuple):
     """``slot``: each leaf's group (-1: not optimized); ``need``: Paddle's ``need_clip``."""
-    hyper: dict
-    slot: object
-    need: object
+    hyper: Hyper
+    slot: ParamTree
+    need: ParamTree
     per_leaf_fields = ("slot", "need")
 
 

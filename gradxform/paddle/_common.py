@@ -58,6 +58,7 @@ from ..schedules.internal import DynamicLR, as_schedule, check_number, holds_its
 from ._clip import Clip, group_clip
 from ._plateau import PlateauState, ReduceOnPlateau
 from ._regularizer import Decay, as_regularizer, group_regularization
+from .._types import Hyper, ParamTree
 
 __all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "with_groups", "leaf_hyper", "parse", "get_lr", "set_lr", "check_bool", "check_float",
            "GroupState", "PADDLE_FP16_WARNING"]
@@ -110,9 +111,9 @@ class _Group:
 class GroupState(NamedTuple):
     """``slot``: each leaf's group (-1: not optimized); ``lr_ratio``: its group's
     ``learning_rate`` ratio (float32)."""
-    hyper: dict
-    slot: object
-    lr_ratio: object
+    hyper: Hyper
+    slot: ParamTree
+    lr_ratio: ParamTree
     per_leaf_fields = ("slot", "lr_ratio")
 
 

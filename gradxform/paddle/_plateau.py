@@ -14,6 +14,7 @@ from .._base import GradientTransformation, StepContext, transformation, uses_co
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ..schedules.internal import JAX32, Ops, check_number
+from .._types import Hyper
 
 __all__ = ["ReduceOnPlateau", "PlateauState", "is_better", "reduced"]
 
@@ -36,7 +37,7 @@ def reduced(lr, factor, min_lr, epsilon, o: Ops):
 class PlateauState(NamedTuple):
     """``last_lr``: the learning rate now; ``best``/``has_best``: the best metric
     seen; ``num_bad_epochs``/``cooldown_counter`` as Paddle's."""
-    hyper: dict
+    hyper: Hyper
     last_lr: jax.Array
     best: jax.Array
     has_best: jax.Array

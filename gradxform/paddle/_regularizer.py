@@ -22,6 +22,7 @@ from .._hyper import hyper_scalar
 from .._ranges import check_hyper
 from ..pieces.internal import HyperState
 from ..schedules.internal import check_number
+from .._types import Hyper, ParamTree
 
 __all__ = ["Decay", "L1Decay", "L2Decay", "l1_decay", "l2_decay", "as_regularizer", "group_regularization",
            "RegState"]
@@ -109,8 +110,8 @@ def as_regularizer(owner: str, arg: str, value):
 
 class RegState(NamedTuple):
     """``slot``: each leaf's group (-1: none); the coefficients are hyperparameters."""
-    hyper: dict
-    slot: object
+    hyper: Hyper
+    slot: ParamTree
     per_leaf_fields = ("slot",)
 
 

@@ -15,6 +15,7 @@ from .._ranges import check_hyper
 from .._tree import map_unzip, zeros_like_params
 from ..pieces import scale_by_lr
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
+from .._types import Hyper, ParamTree
 
 __all__ = ["sgd", "momentum", "MomentumState"]
 OPTIMIZERS = ("sgd", "momentum")  # registered as 'paddle.<name>' by the family's __init__
@@ -24,10 +25,10 @@ OPTIMIZERS = ("sgd", "momentum")  # registered as 'paddle.<name>' by the family'
 class MomentumState(NamedTuple):
     """``velocity`` per parameter (Paddle's accumulator); ``group`` and
     ``nesterov`` (its group's ``use_nesterov``) per leaf."""
-    hyper: dict
-    velocity: object
-    group: object
-    nesterov: object
+    hyper: Hyper
+    velocity: ParamTree
+    group: ParamTree
+    nesterov: ParamTree
     per_leaf_fields = ("group", "nesterov")
 
 

@@ -18,6 +18,7 @@ from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ._moments import MomentsState, TraceState, infinity_norm_moments
+from .._types import Hyper, ParamTree
 
 __all__ = ["scale_by_infinity_norm", "RunningPowerState", "running_bias_correction", "AdadeltaState",
            "scale_by_adadelta", "RpropState", "scale_by_rprop", "AveragedState", "averaged_sgd_step",
@@ -52,7 +53,7 @@ def scale_by_infinity_norm(beta1: float = 0.9, beta2: float = 0.999, eps: float 
 
 
 class RunningPowerState(NamedTuple):
-    hyper: dict
+    hyper: Hyper
     beta1_power: jax.Array  # a float32 scalar shared by all parameters, starting at 1
 
 
@@ -79,9 +80,9 @@ def running_bias_correction(beta1: float) -> GradientTransformation:
 
 
 class AdadeltaState(NamedTuple):
-    hyper: dict
-    accum: object
-    accum_update: object
+    hyper: Hyper
+    accum: ParamTree
+    accum_update: ParamTree
 
 
 def scale_by_adadelta(rho: float = 0.9, epsilon: float = 1e-6) -> GradientTransformation:
@@ -115,9 +116,9 @@ def scale_by_adadelta(rho: float = 0.9, epsilon: float = 1e-6) -> GradientTransf
 
 
 class RpropState(NamedTuple):
-    hyper: dict
-    prev: object       # the last gradient taken (0 where its sign flipped)
-    step_size: object  # per element
+    hyper: Hyper
+    prev: ParamTree       # the last gradient taken (0 where its sign flipped)
+    step_size: ParamTree  # per element
 
 
 def scale_by_rprop(etaminus: float = 0.5, etaplus: float = 1.2, step_size_min: float = 1e-6,
@@ -166,10 +167,10 @@ def scale_by_rprop(etaminus: float = 0.5, etaplus: float = 1.2, step_size_min: f
 class AveragedState(NamedTuple):
     """``eta``, ``mu``: per-leaf float32 scalars (trees shaped like the
     parameters); ``ax``: the running average of the weights."""
-    hyper: dict
-    eta: object
-    mu: object
-    ax: object
+    hyper: Hyper
+    eta: ParamTree
+    mu: ParamTree
+    ax: ParamTree
     per_leaf_fields = ("eta", "mu")
 
 

@@ -6,7 +6,7 @@ summed in another order than per leaf (a few ulp: ``bit_exact=False``).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +19,7 @@ from .._tree import map_unzip, zeros_like_params as _zeros
 from ._segments import leaf_sq_norm
 from ._step import Multiplier, per_leaf_multipliers
 from .._ranges import NON_NEGATIVE, register_range
+from .._types import Hyper, ParamTree
 
 __all__ = ["CorrectedMomentsState", "scale_by_corrected_moments", "TrustRatioState", "scale_by_trust_ratio",
            "LarsRatioState", "provide_lars_ratio", "LrRatioTraceState", "trace_with_lr_ratio"]
@@ -35,10 +36,10 @@ def _c(h, x):
 
 
 class CorrectedMomentsState(NamedTuple):
-    hyper: dict
-    hyper_lo: dict
-    mu: object
-    nu: object
+    hyper: Hyper
+    hyper_lo: Hyper
+    mu: ParamTree
+    nu: ParamTree
 
 
 def scale_by_corrected_moments(beta1: float = 0.9, beta2: float = 0.999,
@@ -81,7 +82,7 @@ def scale_by_corrected_moments(beta1: float = 0.9, beta2: float = 0.999,
 
 
 class TrustRatioState(NamedTuple):
-    hyper: dict
+    hyper: Hyper
 
 
 def scale_by_trust_ratio(lower_bound: float | None = None,
@@ -126,8 +127,8 @@ def scale_by_trust_ratio(lower_bound: float | None = None,
 class LarsRatioState(NamedTuple):
     """``layers``: per-leaf float32 flags (1: the layer takes the ratio), a
     tree of scalars, or None when every leaf does."""
-    hyper: dict
-    layers: object
+    hyper: Hyper
+    layers: Optional[ParamTree]
     per_leaf_fields = ("layers",)
     optional_fields = {"layers": 1.0}
 
@@ -179,9 +180,9 @@ def provide_lars_ratio(eta: float = 0.001, eps: float = 0.0, *, key: LocalKey,
 class LrRatioTraceState(NamedTuple):
     """``last_lr``: each parameter's learning rate at its previous update
     (float32 scalars, 0 before the first)."""
-    hyper: dict
-    trace: object
-    last_lr: object
+    hyper: Hyper
+    trace: ParamTree
+    last_lr: ParamTree
     per_leaf_fields = ("last_lr",)
 
 
