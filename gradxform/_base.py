@@ -77,6 +77,8 @@ from ._spec import FIELDS, ContextUse, Fusion, LocalKey, check_key, checkable, c
 from ._tree import distinct_buffers
 
 __all__ = [
+    "needs_params",
+    "piece_name",
     "GradientTransformation",
     "transformation",
     "identity",
@@ -283,13 +285,25 @@ def context_value(extra_args: Mapping, key, who) -> Any:
     """Reads ``key`` from the step context, with an error that says which piece
     has to come earlier in the chain. ``who``: the piece's name, or its update
     function (the name its `Spec` declares)."""
-    if not isinstance(who, str):
-        spec = spec_of(who)
-        who = spec.who if spec is not None and spec.who else piece_name(who)
+    who = _who(who)
     ctx = StepContext.of(extra_args)
     if ctx is None:
         raise _missing(key, who)
     return ctx.require(key, who)
+
+
+def _who(who) -> str:
+    if isinstance(who, str):
+        return who
+    spec = spec_of(who)
+    return spec.who if spec is not None and spec.who else piece_name(who)
+
+
+def needs_params(who) -> ValueError:
+    """The error of a piece whose update was called without ``params``;
+    ``who`` as in `context_value`."""
+    who = _who(who)
+    return ValueError(f"{who}: needs params; call update(grads, state, params).")
 
 
 def piece_name(fn) -> str:

@@ -66,7 +66,7 @@ def test_lbsgd_values_stay_inside_its_chain():
     tx = gx.create("lbsgd", learning_rate=0.1, batch_scale=2, warmup_strategy="lars", wd=0.01)
     tx.update(GRADS, tx.init(PARAMS), PARAMS, gx_context=ctx)
     assert set(ctx) == {"lr", "count", "mask", "wd"}
-    with pytest.raises(ValueError, match="lbsgd_apply' from mxnet.lbsgd's accumulator"):
+    with pytest.raises(ValueError, match="lbsgd_apply' from LBSGD's accumulator"):
         gx.chain(P.track_step(0.1), P.gated(P.trace(0.9), gx.mxnet._momentum.LBSGD_APPLY))
 
 

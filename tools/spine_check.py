@@ -1,7 +1,10 @@
 """Counts, over gradxform/, what issue 26 wants gone (or nearly): closure reads,
 ``__signature__`` assignments, use of the registry's private ``_REGISTRY``
-outside ``_registry.py``, gradxform imports inside functions, and import
-cycles among gradxform modules (top-level imports only, from the AST).
+outside ``_registry.py``, gradxform imports inside functions, import
+cycles among gradxform modules (top-level imports only, from the AST), and
+registered optimizer names written by hand in the family packages (string
+constants other than docstrings that name one, ``"mxnet.adam"`` or
+``"mindspore.AdamWeightDecay"``: the owner's name comes from its registration).
 
     PYTHONPATH=$PWD python tools/spine_check.py [-v]
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -51,16 +55,51 @@ def targets(mod: str, is_pkg: bool, node, modules: set) -> list[str]:
     return out
 
 
+FAMILIES = ("mxnet", "mindspore", "paddle")
+_NAME = re.compile(r"\b(mxnet|mindspore|paddle)\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _docstrings(tree) -> set:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def registered() -> set:
+    """The registered names, normalised as the registry does (case and underscores ignored)."""
+    sys.path.insert(0, str(ROOT))
+    import gradxform  # noqa: PLC0415  (a tool: reads the registry of the checkout it runs in)
+    return {k.lower().replace("_", "") for k in gradxform.registered_names()}
+
+
+def owner_literals(path: pathlib.Path, tree, names: set) -> list[str]:
+    docs = _docstrings(tree)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            for fam, name in _NAME.findall(node.value):
+                if f"{fam}.{name}".lower().replace("_", "") in names:
+                    out.append(f"{path.relative_to(ROOT)}:{node.lineno} {fam}.{name}")
+    return out
+
+
 def scan():
     files = sorted(PKG.rglob("*.py"))
     modules = {module_name(f): f for f in files}
     found = {"closure reads": [], "__signature__ assignments": [], "_REGISTRY outside _registry.py": [],
-             "gradxform imports inside functions": []}
+             "gradxform imports inside functions": [], "owner names written by hand in the families": []}
+    names = registered()
     graph: dict[str, set] = {m: set() for m in modules}
     for mod, path in modules.items():
         tree = ast.parse(path.read_text(), str(path))
         is_pkg = path.name == "__init__.py"
         where = lambda n: f"{path.relative_to(ROOT)}:{n.lineno}"  # noqa: E731
+        if path.relative_to(PKG).parts[0] in FAMILIES:
+            found["owner names written by hand in the families"] += owner_literals(path, tree, names)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in CLOSURE_NAMES:
                 found["closure reads"].append(where(node))

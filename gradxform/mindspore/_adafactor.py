@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import registered_name
-from .._base import GradientTransformation, context_value, transformation, uses_context
+from .._base import GradientTransformation, context_value, needs_params, transformation, uses_context
 from .._elementwise import not_fusable
 from .._hyper import hyper_scalar
 from .._ranges import POSITIVE, UNIT_HALF_OPEN, check_hyper
@@ -42,7 +42,7 @@ def _rms(x):
 
 
 # For gradxform.fused: the factored moments are not shaped like the parameters.
-_NOT_FUSABLE = ("mindspore.adafactor keeps factored second moments (a row and a column vector per "
+_NOT_FUSABLE = ("MindSpore AdaFactor keeps factored second moments (a row and a column vector per "
                 "matrix), which are not shaped like the parameters and cannot live in flat buffers")
 
 
@@ -76,7 +76,7 @@ def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_
     @uses_context(needs=("lr", "count"))
     def update(updates, state, params=None, **extra_args):
         if params is None:
-            raise ValueError("mindspore.adafactor: needs params; call update(grads, state, params).")
+            raise needs_params(update)
         h = state.hyper
         lr_tree = context_value(extra_args, "lr", update)
         count = context_value(extra_args, "count", update)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import registered_name
-from .._base import GradientTransformation, chain, context_value, transformation, uses_context
+from .._base import GradientTransformation, chain, context_value, needs_params, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ..pieces import lazy_rows, scale_by_adam_moments, scale_by_lr
@@ -291,7 +291,7 @@ def _lamb_direction(beta1, beta2, eps, trust_ratio="update") -> GradientTransfor
     @uses_context(needs=("count", "wd"))
     def update(updates, state, params=None, **extra_args):
         if params is None:
-            raise ValueError("mindspore.lamb: needs params; call update(grads, state, params).")
+            raise needs_params(update)
         h = state.hyper
         b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
         count = context_value(extra_args, "count", update)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import registered_name
-from .._base import GradientTransformation, context_value, transformation, uses_context
+from .._base import GradientTransformation, context_value, needs_params, transformation, uses_context
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._tree import full_like_params
@@ -90,7 +90,7 @@ def _proximal_adagrad_step(accum: float, l1: float, l2: float) -> GradientTransf
     @uses_context(needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         if params is None:
-            raise ValueError("mindspore.proximal_adagrad: needs params; call update(grads, state, params).")
+            raise needs_params(update)
         lr = context_value(extra_args, "lr", update)
         l1, l2 = state.hyper["l1"], state.hyper["l2"]
         h = jax.tree.map(lambda a, g: a + g * g, state.accum, updates)
@@ -156,7 +156,7 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
     @uses_context(needs=("lr",))
     def update(updates, state, params=None, **extra_args):
         if params is None:
-            raise ValueError("mindspore.ftrl: needs params; call update(grads, state, params).")
+            raise needs_params(update)
         lr_tree = context_value(extra_args, "lr", update)
         h = state.hyper
         p, l1, l2 = h["lr_power"], h["l1"], h["l2"]

@@ -71,7 +71,7 @@ def lamb(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6, lower_bound=
 
 
 # LARS's per-layer factor: local to the LARS chain, never on the shared context
-LARS_RATIO = LocalKey("lars_ratio", "mxnet.lars's provide_lars_ratio")
+LARS_RATIO = LocalKey("lars_ratio", "provide_lars_ratio (LARS's layer ratio)")
 _NO_LARS = ("gamma", "beta", "bias")  # LARS._get_lars / _update_impl: these names keep the plain lr
 
 
@@ -108,7 +108,7 @@ def _lars_wd_mult(o):
         return out
 
     if spec is not None and (callable(spec) and not isinstance(spec, dict)):
-        raise TypeError("mxnet.lars(wd_mult=...): a dict of name, pattern or index -> multiplier; "
+        raise TypeError(f"{o.owner}(wd_mult=...): a dict of name, pattern or index -> multiplier; "
                         f"got {type(spec).__name__}.")
     return resolve
 

@@ -157,8 +157,8 @@ class LBSGDState(NamedTuple):
 
 
 # LBSGD's own values: local to the LBSGD chain (gradxform.LocalKey), never on the shared context
-LBMULT = LocalKey("lbmult", "mxnet.lbsgd's accumulator")
-LBSGD_APPLY = LocalKey("lbsgd_apply", "mxnet.lbsgd's accumulator")
+LBMULT = LocalKey("lbmult", "LBSGD's accumulator")
+LBSGD_APPLY = LocalKey("lbsgd_apply", "LBSGD's accumulator")
 
 
 def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_epoch, begin_epoch):

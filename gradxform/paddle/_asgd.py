@@ -38,7 +38,7 @@ def _ring_not_fusable(n: int) -> str:
     # size) buffers, which is what the chain's own init on flat buffers expects; the
     # layout only has params-shaped ones (batch_num == 1 included: (1, *shape) is not
     # params-shaped).
-    return (f"paddle.asgd keeps its last batch_num={n} gradients per parameter as a "
+    return (f"Paddle ASGD keeps its last batch_num={n} gradients per parameter as a "
             f"({n}, *shape) ring, which the flat layout (params-shaped buffers only) cannot hold")
 
 
