@@ -15,6 +15,7 @@ from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation, uses_context
 from .._elementwise import fusable
 from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_hyper
+from .._types import Hyper, ParamTree
 from .._tree import full_like_params, map_unzip
 from ._adam import _c, _check_betas, _scalars, _zeros
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
@@ -41,7 +42,7 @@ RANGES = {
 def _state(name: str, acc: tuple, pows: tuple = ()):
     """A state class named for Paddle's accumulators: ``hyper``, the
     per-parameter ``acc`` trees, then the ``pows`` (per-leaf float32 scalars)."""
-    cls = NamedTuple(name, [("hyper", dict)] + [(f, object) for f in acc + pows + ("group",)])
+    cls = NamedTuple(name, [("hyper", Hyper)] + [(f, ParamTree) for f in acc + pows + ("group",)])
     cls.per_leaf_fields = pows + ("group",)
     cls.__doc__ = (f"Paddle's accumulators {', '.join(acc)} per parameter"
                    + (f"; {', '.join(pows)} per leaf (Paddle: every element equal)" if pows else "")
