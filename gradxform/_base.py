@@ -67,6 +67,7 @@ context of its own (`StepContext.on_buffers`) and leave the caller's as it was.
 from __future__ import annotations
 
 import collections
+import contextlib
 from typing import Any, Callable, Iterable, Mapping
 
 import jax
@@ -78,6 +79,7 @@ from ._tree import distinct_buffers
 
 __all__ = [
     "needs_params",
+    "run_inner",
     "piece_name",
     "GradientTransformation",
     "transformation",
@@ -176,7 +178,7 @@ class StepContext:
     undeclared extension kept in the same dict: `chain` cannot check it.
     """
 
-    __slots__ = ("_local", "_shared")
+    __slots__ = ("_local", "_shared", "_running")
 
     lr = _Field("Each leaf's learning rate for this update: a tree of float32 scalars (track_step).")
     count = _Field("Each leaf's update count, this update included: a tree of int32 scalars (track_step).")
@@ -185,9 +187,12 @@ class StepContext:
                 "provide_weight_decay).")
     segments = _Field("Under gradxform.fused, one `Segments` per flat buffer; None per leaf.")
 
-    def __init__(self, shared: dict | None = None, local: collections.ChainMap | None = None):
+    def __init__(self, shared: dict | None = None, local: collections.ChainMap | None = None,
+                 running: list | None = None):
         self._shared = {} if shared is None else shared
         self._local = collections.ChainMap() if local is None else local
+        # the declarations of the pieces running now, innermost last (`running`)
+        self._running = [] if running is None else running
 
     @classmethod
     def of(cls, extra_args: Mapping) -> StepContext | None:
@@ -213,18 +218,44 @@ class StepContext:
         """A fresh context for a run whose published values only the prober
         reads (MindSpore LARS asks its wrapped optimizer for ``lr`` and
         ``wd``): this context's layout and nothing else."""
-        return StepContext({} if self.segments is None else {"segments": self.segments})
+        return StepContext({} if self.segments is None else {"segments": self.segments}, running=self._running)
 
     def isolated(self) -> StepContext:
         """A context that reads this one's values and keeps its own writes: a
         chain traced a second time (a guard's step inside ``lax.cond``) must
         not publish values from inside the branch."""
-        return StepContext(dict(self._shared), self._local.new_child())
+        return StepContext(dict(self._shared), self._local.new_child(), self._running)
 
     def child(self) -> StepContext:
         """The context a nested chain runs in: the same shared fields, and a
         fresh layer for its local values over this one's."""
-        return StepContext(self._shared, self._local.new_child())
+        return StepContext(self._shared, self._local.new_child(), self._running)
+
+    @contextlib.contextmanager
+    def running(self, tx):
+        """Marks ``tx`` (its `Spec`) as the piece running in this context
+        while the block runs: the layout's reductions check that it declared
+        the ones it takes (`require_reduction`)."""
+        spec = spec_of(tx)
+        self._running.append((spec, (spec.who if spec is not None else "") or piece_name(_update_of(tx))))
+        try:
+            yield
+        finally:
+            self._running.pop()
+
+    def require_reduction(self, name: str) -> None:
+        """On flat buffers, a ValueError unless the running piece declared the
+        per-leaf reduction ``name`` (`Fusion.reductions`): the layout supplies
+        only what a piece says it takes, so an undeclared reduction cannot
+        slip into a fused step. Per leaf, and for a piece without a fusion
+        declaration (which `gradxform.fused` never runs on buffers), nothing."""
+        spec, who = self._running[-1] if self._running else (None, "")
+        if self.segments is None or spec is None or spec.fusion is None:
+            return
+        if name not in spec.fusion.reductions:
+            raise ValueError(f"{who} takes the per-leaf reduction {name!r} on flat buffers "
+                             f"without declaring it: its fusion declares {spec.fusion.reductions or 'none'}; "
+                             f"declare it, e.g. @fusable(bit_exact=False, reductions=({name!r},)).")
 
     def publish(self, **fields) -> None:
         """Writes shared fields (a TypeError for a name that is not one)."""
@@ -297,6 +328,21 @@ def _who(who) -> str:
         return who
     spec = spec_of(who)
     return spec.who if spec is not None and spec.who else piece_name(who)
+
+
+def run_inner(tx, updates, state, params=None, **extra_args):
+    """``tx.update(...)`` run by a wrapper piece as a piece of its own: on
+    flat buffers the layout's reductions that ``tx`` takes are checked
+    against its declaration, not the wrapper's."""
+    ctx = StepContext.of(extra_args)
+    if ctx is None:
+        return tx.update(updates, state, params, **extra_args)
+    with ctx.running(tx):
+        return tx.update(updates, state, params, **extra_args)
+
+
+def _update_of(tx):
+    return tx.update if hasattr(tx, "update") else tx
 
 
 def needs_params(who) -> ValueError:
@@ -401,7 +447,8 @@ def chain(*pieces: optax.GradientTransformation, needs: Iterable = ()) -> Gradie
         extra_args = {**extra_args, CONTEXT_KEY: ctx}
         new_state = []
         for piece, s in zip(pieces, state):
-            updates, s = piece.update(updates, s, params, **extra_args)
+            with ctx.running(piece):
+                updates, s = piece.update(updates, s, params, **extra_args)
             new_state.append(s)
         return updates, tuple(new_state)
 

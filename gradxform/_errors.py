@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import keystr, tree_flatten_with_path
 
-from ._base import GradientTransformation, transformation
+from ._base import GradientTransformation, run_inner, transformation
 from ._spec import Fusion, declare
 from ._state_paths import is_optax_placeholder
 from .pieces.internal import per_leaf_counts
@@ -250,6 +250,6 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
                 if not first_difference(state, per_leaf, "state", "init(params)"):
                     expected = per_leaf
             check_state(state, expected, f"{pre}update")
-        return tx.update(updates, state, params, **extra_args)
+        return run_inner(tx, updates, state, params, **extra_args)
 
     return transformation(init, update)

@@ -248,8 +248,9 @@ def fused(tx: GradientTransformation, *, strict: bool = False,
         # Pieces that reduce per leaf (norms, row flags) find the leaves of each
         # buffer in a context of the chain's own (gradxform.pieces._segments): the
         # caller's per-leaf values do not fit the buffers, and its dict is not written.
-        extra_args = {**extra_args, CONTEXT_KEY: StepContext.on_buffers(layout_segments(layout))}
-        out, inner = tx.update(u, state.inner, p, **extra_args)
+        ctx = StepContext.on_buffers(layout_segments(layout))
+        with ctx.running(tx):
+            out, inner = tx.update(u, state.inner, p, **{**extra_args, CONTEXT_KEY: ctx})
         out = FlatTree(out, layout) if flat_in else layout.unravel(out)
         return out, FusedState(inner, layout)
 

@@ -133,8 +133,9 @@ def packed(tx: GradientTransformation, *, max_leaf_size: int = 1 << 16) -> Gradi
         u = layout.ravel(updates)
         p = None if params is None else layout.ravel(params)
         flat_state = _flatten_state(state, layout)
-        extra_args = {**extra_args, CONTEXT_KEY: StepContext.on_buffers(layout_segments(layout))}
-        out, inner = tx.update(u, flat_state, p, **extra_args)
+        ctx = StepContext.on_buffers(layout_segments(layout))
+        with ctx.running(tx):
+            out, inner = tx.update(u, flat_state, p, **{**extra_args, CONTEXT_KEY: ctx})
         return treedef.unflatten(layout._slice_leaves(out)), _unflatten_state(inner, state, layout)
 
     return transformation(init, update)

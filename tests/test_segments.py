@@ -22,7 +22,8 @@ import pytest
 
 import gradxform
 from gradxform import pieces
-from gradxform._base import CONTEXT_KEY
+from gradxform._base import CONTEXT_KEY, transformation
+from gradxform._elementwise import fusable
 from gradxform._fused import FlatTree, FusedState
 from gradxform.mxnet._adaptive import _nadam_direction
 from gradxform.mindspore._adam import _lamb_direction
@@ -186,7 +187,7 @@ def test_traced_ops_do_not_grow_with_the_leaves_of_a_group(name):
 def test_adafactor_says_why_it_keeps_the_per_leaf_path():
     tx = gradxform.create("mindspore.adafactor", learning_rate=0.05, relative_step=False, scale_parameter=False)
     (reason,) = gradxform.fused.why_not_fused(tx)
-    assert "adafactor" in reason and "factored second moments" in reason
+    assert "AdaFactor" in reason and "factored second moments" in reason
     assert gradxform.fused.bit_exact(tx)
 
 
@@ -248,3 +249,29 @@ def test_row_sums_count_rows_exactly():
         np.repeat(x.reshape(x.shape[0], -1).sum(1), int(np.prod(x.shape[1:]))) if x.ndim >= 2 else x.reshape(-1)
         for x in leaves])
     np.testing.assert_array_equal(got, want)
+
+
+def _norm_scaling(reductions):
+    # a piece that divides each leaf by its norm: a per-leaf reduction (leaf_sum)
+    def init(params):
+        return ()
+
+    @fusable(bit_exact=False, reductions=reductions)
+    def update(updates, state, params=None, **extra_args):
+        norms = seg.leaf_sq_norm(updates, extra_args)
+        return jax.tree.map(lambda u, n: u / jnp.sqrt(n + 1.0), updates, norms), state
+
+    return transformation(init, update)
+
+
+def test_a_reduction_the_piece_did_not_declare_is_refused_on_buffers():
+    # the layout supplies only the reductions a piece declares (Fusion.reductions)
+    g = jax.tree.map(lambda p: 0.5 * jnp.cos(p), PARAMS)
+    declared = gradxform.chain(_norm_scaling(("leaf_sum",)))
+    undeclared = gradxform.chain(_norm_scaling(()))
+    ref, _ = undeclared.update(g, undeclared.init(PARAMS), PARAMS)  # per leaf: nothing to supply
+    got, _ = gradxform.fused(declared).update(g, gradxform.fused(declared).init(PARAMS), PARAMS)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(ref)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    with pytest.raises(ValueError, match="per-leaf reduction 'leaf_sum' on flat buffers without declaring it"):
+        gradxform.fused(undeclared).update(g, gradxform.fused(undeclared).init(PARAMS), PARAMS)

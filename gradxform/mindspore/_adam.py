@@ -287,7 +287,7 @@ def _lamb_direction(beta1, beta2, eps, trust_ratio="update") -> GradientTransfor
         return LambState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                           "epsilon": hyper_scalar(eps)}, z, z)
 
-    @fusable(bit_exact=False)  # fused: per-leaf norms as segment sums (another order)
+    @fusable(bit_exact=False, reductions=("leaf_sum",))  # fused: per-leaf norms as segment sums (another order)
     @uses_context(needs=("count", "wd"))
     def update(updates, state, params=None, **extra_args):
         if params is None:

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import registered_name
-from .._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation
+from .._base import CONTEXT_KEY, GradientTransformation, StepContext, run_inner, transformation
 from .._elementwise import fusable
 from .._spec import Fusion, declare
 from .._errors import validated
@@ -184,7 +184,7 @@ def _inner_inspect(optimizer, updates, state, params, extra_args):
     ctx = StepContext.of(extra_args)
     probe = StepContext() if ctx is None else ctx.probe()  # the layout of a fused step, if any
     zeros = jax.tree.map(jnp.zeros_like, updates)
-    optimizer.update(zeros, state, params, **{**extra_args, CONTEXT_KEY: probe})
+    run_inner(optimizer, zeros, state, params, **{**extra_args, CONTEXT_KEY: probe})
     return probe.lr, probe.wd, probe.count
 
 
@@ -352,7 +352,7 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
             return lars_g if on is True else jnp.where(on, lars_g, g)
 
         out = jax.tree.map(one, scaled, params, on, wd, w_sq, g_sq, lr)
-        new_updates, inner = optimizer.update(out, _switch_off(state.inner), params, **extra_args)
+        new_updates, inner = run_inner(optimizer, out, _switch_off(state.inner), params, **extra_args)
         return new_updates, LarsState(state.hyper, _switch_back(inner, state.inner))
 
     # The wrapped optimizer validates what it is given, but that is LARS's

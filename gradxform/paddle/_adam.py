@@ -338,7 +338,7 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
                          treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
 
     # fused: the trust ratio's norms per leaf as segment sums (another order)
-    @fusable(bit_exact=False)
+    @fusable(bit_exact=False, reductions=("leaf_sum",))  # per-leaf norms as segment sums (another order)
     @uses_context(owner, needs=("lr", "mask"))
     def update(updates, state, params=None, **extra_args):
         if params is None:

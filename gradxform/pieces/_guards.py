@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation
+from .._base import CONTEXT_KEY, GradientTransformation, StepContext, run_inner, transformation
 from .._spec import Fusion, declare
 from .._state_paths import find_states
 from ._segments import on_every_shard
@@ -157,14 +157,14 @@ def _run_if(ok_of, inner, grads, inner_state, params, extra_args):
     XLA compiles the branch apart from the unguarded step, so a finite step's
     numbers equal the unguarded step's up to FMA contraction (within 2
     float32 ulp per update, tests/test_guards.py), not bit for bit."""
-    new_updates, new_state = inner.update(grads, inner_state, params, **extra_args)
+    new_updates, new_state = run_inner(inner, grads, inner_state, params, **extra_args)
     ok = ok_of(new_updates, new_state)
     ctx = StepContext.of(extra_args)
     again = extra_args if ctx is None else {**extra_args, CONTEXT_KEY: ctx.isolated()}
     # the barrier keeps XLA from merging the second trace into the first (whose
     # outputs would then be stored whole for the select)
     def step():
-        return inner.update(grads, inner_state, params, **again)
+        return run_inner(inner, grads, inner_state, params, **again)
 
     def skip():
         return (jax.tree.map(jnp.zeros_like, new_updates),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, context_value, transformation
+from .._base import GradientTransformation, context_value, run_inner, transformation
 from .._spec import Fusion, checkable, declare
 from .._state_paths import map_param_trees
 from .._tree import select_tree
@@ -26,7 +26,7 @@ def only_slotted(inner: GradientTransformation, read_slots) -> GradientTransform
     def update(updates, state, params=None, **extra_args):
         treedef = jax.tree.structure(updates)
         selected = treedef.unflatten([s >= 0 for s in treedef.flatten_up_to(read_slots(state))])
-        out, new_state = inner.update(updates, state, params, **extra_args)
+        out, new_state = run_inner(inner, updates, state, params, **extra_args)
         out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, selected)
         return out, select_tree(selected, new_state, state)
 
@@ -44,7 +44,7 @@ def gated(inner: GradientTransformation, key) -> GradientTransformation:
     @declare(who="gated", needs=checkable(key), inner=(inner,), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         mask = context_value(extra_args, key, "gated")
-        out, new_state = inner.update(updates, state, params, **extra_args)
+        out, new_state = run_inner(inner, updates, state, params, **extra_args)
         out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, mask)
         return out, select_tree(mask, new_state, state)
 
@@ -68,9 +68,9 @@ def masked_by_update_mask(inner: GradientTransformation) -> GradientTransformati
     def update(updates, state, params=None, **extra_args):
         mask = extra_args.get("update_mask")
         if mask is None:
-            return inner.update(updates, state, params, **extra_args)
+            return run_inner(inner, updates, state, params, **extra_args)
         state = per_leaf_counts(state, updates)  # old and new state of one structure, to select between
-        out, new_state = inner.update(updates, state, params, **extra_args)
+        out, new_state = run_inner(inner, updates, state, params, **extra_args)
         treedef = jax.tree.structure(updates)
         flags = treedef.unflatten([jnp.asarray(m, bool).reshape(()) for m in treedef.flatten_up_to(mask)])
         out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, flags)
@@ -90,7 +90,7 @@ def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
     @declare(inner=(inner,), fusion=Fusion(bit_exact=False, reductions=("row_sums",)))
     def update(updates, state, params=None, **extra_args):
         rows = present_rows(updates, extra_args)
-        out, new_state = inner.update(updates, state, params, **extra_args)
+        out, new_state = run_inner(inner, updates, state, params, **extra_args)
 
         def expand(r, x):
             return r.reshape(r.shape + (1,) * (jnp.ndim(x) - r.ndim)) if jnp.ndim(x) else r

@@ -6,7 +6,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, transformation
+from .._base import GradientTransformation, run_inner, transformation
 from .._spec import Fusion, declare
 from .._types import ParamTree
 
@@ -53,7 +53,7 @@ def with_master_weights(inner: GradientTransformation) -> GradientTransformation
         full = _full(params, state.master)
         grads = jax.tree.map(lambda g, p: g.astype(jnp.float32) if is_low_precision(p) else g,
                              updates, params)
-        inner_updates, inner_state = inner.update(grads, state.inner, full, **extra_args)
+        inner_updates, inner_state = run_inner(inner, grads, state.inner, full, **extra_args)
         new_master = jax.tree.map(lambda p, m, u: (m + u) if is_low_precision(p) else m,
                                   params, full, inner_updates)
         out = jax.tree.map(

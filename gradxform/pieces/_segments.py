@@ -276,7 +276,7 @@ def whole_buffers(tree, extra_args: dict) -> list:
     """The leaves of ``tree``, or under a sharded step (`ShardedSegments` in
     the context) each buffer gathered whole: for a reduction over all
     elements (a global norm) that must see them in the unsharded order."""
-    segs = buffer_segments(extra_args)
+    segs = buffer_segments(extra_args, "whole")
     leaves = jax.tree.leaves(tree)
     if not segs or not isinstance(segs[0], ShardedSegments):
         return leaves
@@ -286,7 +286,7 @@ def whole_buffers(tree, extra_args: dict) -> list:
 def on_every_shard(flag: jax.Array, extra_args: dict) -> jax.Array:
     """``flag`` (a scalar bool computed on this device's shards) and-ed over
     every shard of a sharded step (an exact integer all-reduce); as it is otherwise."""
-    segs = buffer_segments(extra_args) if extra_args else None
+    segs = buffer_segments(extra_args, "whole") if extra_args else None
     if not segs or not isinstance(segs[0], ShardedSegments):
         return flag
     bad = jax.lax.psum(1 - jnp.asarray(flag, jnp.int32), segs[0].axis)
@@ -305,10 +305,17 @@ def _layout_segments(layout) -> tuple:
                  for g in layout.groups)
 
 
-def buffer_segments(extra_args: dict) -> tuple | None:
-    """The fused layout of the buffers being updated, or None on the per-leaf path."""
+def buffer_segments(extra_args: dict, reduction: str | None = None) -> tuple | None:
+    """The fused layout of the buffers being updated, or None on the per-leaf
+    path. ``reduction``: the per-leaf reduction (`gradxform._spec.REDUCTIONS`)
+    the caller supplies from it, which the running piece must have declared
+    (`StepContext.require_reduction`)."""
     ctx = StepContext.of(extra_args)
-    return None if ctx is None else ctx.segments
+    if ctx is None:
+        return None
+    if reduction is not None:
+        ctx.require_reduction(reduction)
+    return ctx.segments
 
 
 def _buffers(tree, segs) -> list:
@@ -321,7 +328,7 @@ def _buffers(tree, segs) -> list:
 def leaf_sum(tree, extra_args: dict):
     """Each leaf's sum, accumulated in float32: a tree of 0-d values, or
     under `fused` per buffer each element's leaf sum."""
-    segs = buffer_segments(extra_args)
+    segs = buffer_segments(extra_args, "leaf_sum")
     if segs is None:
         return jax.tree.map(lambda x: jnp.sum(x.astype(jnp.float32)), tree)
     out = [s.reduce(x.astype(jnp.float32)) for x, s in zip(_buffers(tree, segs), segs)]
@@ -338,7 +345,7 @@ def leaf_flags(tree, extra_args: dict, predicate: Callable[[str], bool]):
     bools, or under `fused` per buffer one bool where all its leaves agree
     and else a bool per element."""
     predicate = Selector.of(predicate)  # a predicate may read x.name: MindSpore's filters
-    segs = buffer_segments(extra_args)
+    segs = buffer_segments(extra_args, "leaf_flags")
     if segs is None:
         names = param_names(tree)
         return jax.tree.structure(tree).unflatten([bool(b) for b in predicate.select(names)])
@@ -363,7 +370,7 @@ def present_rows(tree, extra_args: dict):
     ``tree`` has a nonzero: per leaf a flag per row; under `fused` per buffer
     a flag per element, from its row's count of nonzeros (an integer segment
     sum: exact)."""
-    if buffer_segments(extra_args) is None:
+    if buffer_segments(extra_args, "row_sums") is None:
         return jax.tree.map(_present_rows, tree)
     counts = row_sums(jax.tree.map(lambda g: (g != 0).astype(jnp.int32), tree), extra_args)
     return jax.tree.structure(tree).unflatten([c > 0 for c in counts])
@@ -381,7 +388,7 @@ def leaf_scan(step: Callable, out: Callable, carry, xs: Sequence, extra_args: di
     Per leaf this is a Python loop; under `fused` a ``lax.scan`` over one
     scalar per leaf (the same operations in the same order), whose
     outputs ``out`` computes for all leaves at once, spread per element."""
-    segs = buffer_segments(extra_args)
+    segs = buffer_segments(extra_args, "leaf_scan")
     if segs is None or not xs:
         outs = []
         for x in xs:
@@ -411,5 +418,5 @@ def spread_leaf_values(values: jax.Array, segs: Sequence[Segments]) -> list:
 def row_sums(tree, extra_args: dict) -> list:
     """Under `fused`: per buffer of the integer tree, each element's row sum
     (`Segments.row_sums`)."""
-    segs = buffer_segments(extra_args)
+    segs = buffer_segments(extra_args, "row_sums")
     return [s.row_sums(x) for x, s in zip(_buffers(tree, segs), segs)]

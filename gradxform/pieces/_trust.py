@@ -103,7 +103,7 @@ def scale_by_trust_ratio(lower_bound: float | None = None,
         del params
         return TrustRatioState({k: hyper_scalar(v) for k, v in bounds.items()})
 
-    @fusable(bit_exact=False)  # fused: per-leaf norms as segment sums (another order)
+    @fusable(bit_exact=False, reductions=("leaf_sum",))  # fused: per-leaf norms as segment sums (another order)
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("scale_by_trust_ratio: needs params; call update(grads, state, params).")
@@ -152,7 +152,7 @@ def provide_lars_ratio(eta: float = 0.001, eps: float = 0.0, *, key: LocalKey,
         return LarsRatioState({"eta": hyper_scalar(eta), "eps": hyper_scalar(eps)},
                               per_leaf_multipliers(layers, params, "layers"))
 
-    @fusable(bit_exact=False)  # fused: per-leaf norms as segment sums (another order)
+    @fusable(bit_exact=False, reductions=("leaf_sum",))  # fused: per-leaf norms as segment sums (another order)
     @uses_context("provide_lars_ratio", needs=("wd",), provides=(key,))
     def update(updates, state, params=None, **extra_args):
         if params is None:

@@ -151,7 +151,9 @@ class ShardedState:
             inner = set_hyper(inner, rescale_grad=rescale)
         else:
             g_local = tuple(g * rescale.astype(g.dtype) for g in g_local)
-        updates, inner = self.chain.update(g_local, inner, p_local, **{CONTEXT_KEY: StepContext.on_buffers(segs)})
+        ctx = StepContext.on_buffers(segs)
+        with ctx.running(self.chain):
+            updates, inner = self.chain.update(g_local, inner, p_local, **{CONTEXT_KEY: ctx})
         new_local = apply_updates(p_local, updates)
         new = tuple(s.gather(x) for s, x in zip(segs, new_local))
         return FlatTree(new, layout), FusedState(inner, layout)
