@@ -74,7 +74,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ._spec import FIELDS, ContextUse, Fusion, LocalKey, check_key, checkable, context_use, declare, spec_of
+from ._spec import (FIELDS, ContextUse, Fusion, LocalKey, check_key, checkable, context_use, declare, piece_name,
+                    spec_of)
 from ._tree import distinct_buffers
 
 __all__ = [
@@ -350,15 +351,6 @@ def needs_params(who) -> ValueError:
     ``who`` as in `context_value`."""
     who = _who(who)
     return ValueError(f"{who}: needs params; call update(grads, state, params).")
-
-
-def piece_name(fn) -> str:
-    """A piece's name in messages, from where its update function is defined:
-    ``gradxform.mxnet._momentum._nesterov_step`` for an ``update`` written
-    inside that factory (no name is spelled by hand)."""
-    fn = getattr(fn, "__func__", fn)
-    factory = fn.__qualname__.split(".<locals>.")[0] if ".<locals>." in fn.__qualname__ else fn.__qualname__
-    return f"{fn.__module__}.{factory}"
 
 
 # -- what a piece declares about the context -------------------------------------

@@ -3,8 +3,9 @@
 
 ``@fusable`` declares a piece elementwise with per-leaf scalars (or per-leaf
 reductions); ``@not_fusable(reason)`` names why it never fuses. Both fill in
-the update function's one `Spec`, so they stack with `uses_context` and go
-wherever the function goes, whatever its name. A state NamedTuple lists the
+the update function's one `Spec` and go wherever the function goes, whatever
+its name. A piece that also reads or writes the step context says it all in
+one `gradxform._spec.declare` (``@declare(needs=("lr",), fusion=Fusion())``). A state NamedTuple lists the
 fields that hold one number per leaf in a ``per_leaf_fields`` class
 attribute. This module imports only `gradxform._spec`, so every piece can
 import it.

@@ -26,7 +26,7 @@ import dataclasses
 from typing import Any, Callable, Iterable, Mapping
 
 __all__ = ["FIELDS", "LocalKey", "ContextUse", "Fusion", "Spec", "REDUCTIONS", "declare", "spec_of",
-           "context_use", "checkable", "check_key"]
+           "context_use", "checkable", "check_key", "piece_name"]
 
 ATTR = "gx_spec"  # the attribute a `Spec` lives in, on an update function
 
@@ -169,7 +169,8 @@ def declare(target=None, *, who: str | None = None, needs: Iterable = _KEEP, pro
         def update(updates, state, params=None, **extra_args): ...
 
     ``needs``/``provides``: step-context fields or `LocalKey` values (checked
-    here); giving either (or ``who``) declares the piece's context use.
+    here); giving either (or ``who``) declares the piece's context use
+    (``who`` defaults to where the update is defined, `piece_name`).
     ``inner``: the transformations the update runs. ``fusion``: a `Fusion`,
     or None for "not declared" (the per-leaf path)."""
     changes: dict = {}
@@ -202,12 +203,23 @@ def declare(target=None, *, who: str | None = None, needs: Iterable = _KEEP, pro
         fn = _function(t)
         spec = getattr(fn, ATTR, None)
         spec = dataclasses.replace(spec if isinstance(spec, Spec) else Spec(), **changes)
+        if spec.context and not spec.who:
+            spec = dataclasses.replace(spec, who=piece_name(fn))
         if not isinstance(spec.needs, Mapping):  # who reads each need, for messages
             spec = dataclasses.replace(spec, needs={k: spec.who for k in spec.needs})
         setattr(fn, ATTR, spec)
         return t
 
     return mark if target is None else mark(target)
+
+
+def piece_name(fn) -> str:
+    """A piece's name in messages, from where its update function is defined:
+    ``gradxform.mxnet._momentum._nesterov_step`` for an ``update`` written
+    inside that factory (no name is spelled by hand)."""
+    fn = getattr(fn, "__func__", fn)
+    qualname = getattr(fn, "__qualname__", repr(fn))
+    return f"{getattr(fn, '__module__', '?')}.{qualname.split('.<locals>.')[0]}"
 
 
 def context_use(tx) -> ContextUse:

@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import registered_name
-from .._base import GradientTransformation, context_value, needs_params, transformation, uses_context
-from .._elementwise import not_fusable
+from .._base import GradientTransformation, context_value, needs_params, transformation
+from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._ranges import POSITIVE, UNIT_HALF_OPEN, check_hyper
 from ._common import check_bool, check_float, parse
@@ -72,8 +72,7 @@ def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_
             jax.tree.map(jnp.zeros_like, params) if use_first_moment else (),
             jax.tree.map(row, params), jax.tree.map(col, params), jax.tree.map(sq, params))
 
-    @not_fusable(_NOT_FUSABLE)
-    @uses_context(needs=("lr", "count"))
+    @declare(needs=("lr", "count"), fusion=Fusion(refuse=_NOT_FUSABLE))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise needs_params(update)

@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import registered_name
-from .._base import GradientTransformation, chain, context_value, needs_params, transformation, uses_context
+from .._base import GradientTransformation, chain, context_value, needs_params, transformation
+from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from ..pieces import lazy_rows, scale_by_adam_moments, scale_by_lr
@@ -287,8 +288,8 @@ def _lamb_direction(beta1, beta2, eps, trust_ratio="update") -> GradientTransfor
         return LambState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                           "epsilon": hyper_scalar(eps)}, z, z)
 
-    @fusable(bit_exact=False, reductions=("leaf_sum",))  # fused: per-leaf norms as segment sums (another order)
-    @uses_context(needs=("count", "wd"))
+    # fused: per-leaf norms as segment sums (another order)
+    @declare(needs=("count", "wd"), fusion=Fusion(bit_exact=False, reductions=("leaf_sum",)))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise needs_params(update)

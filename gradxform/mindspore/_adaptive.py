@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import registered_name
-from .._base import GradientTransformation, context_value, needs_params, transformation, uses_context
-from .._elementwise import fusable
+from .._base import GradientTransformation, context_value, needs_params, transformation
+from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._tree import full_like_params
 from ._common import check_bool, check_float, parse
@@ -42,8 +42,7 @@ def _adagrad_step(accum: float, update_slots: bool) -> GradientTransformation:
     def init(params):
         return AccumState({}, full_like_params(params, accum))
 
-    @fusable
-    @uses_context(needs=("lr",))
+    @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", update)
@@ -86,8 +85,7 @@ def _proximal_adagrad_step(accum: float, l1: float, l2: float) -> GradientTransf
     def init(params):
         return AccumState({"l1": hyper_scalar(l1), "l2": hyper_scalar(l2)}, full_like_params(params, accum))
 
-    @fusable
-    @uses_context(needs=("lr",))
+    @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise needs_params(update)
@@ -152,8 +150,7 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
         return MindSporeFtrlState({"lr_power": hyper_scalar(lr_power), "l1": hyper_scalar(l1), "l2": hyper_scalar(l2)},
                          full_like_params(params, initial_accum), jax.tree.map(jnp.zeros_like, params))
 
-    @fusable
-    @uses_context(needs=("lr",))
+    @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise needs_params(update)
@@ -233,8 +230,7 @@ def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool)
                             jax.tree.map(jnp.zeros_like, params) if centered else (),
                             jax.tree.map(jnp.zeros_like, params))
 
-    @fusable
-    @uses_context(needs=("lr",))
+    @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", update)

@@ -37,8 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import GradientTransformation, StepContext, context_value, transformation, uses_context
-from .._elementwise import fusable
+from .._base import GradientTransformation, StepContext, context_value, transformation
+from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._selectors import Selector, assign_slots, describe_names, names_of
 from .._state_paths import find_states
@@ -178,8 +178,7 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
         return _group_state({f"learning_rate_group_{s.index}": hyper_scalar(s.lr_base) for _, s in own},
                             params, slot, np.ones(slot.shape, bool))
 
-    @fusable
-    @uses_context(owner, needs=("lr", "count") if own else (), provides=("lr",) if own else ())
+    @declare(who=owner, needs=("lr", "count") if own else (), provides=("lr",) if own else (), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         if not own:
@@ -231,8 +230,7 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
             hyper["loss_scale"] = hyper_scalar(loss_scale)
         return _group_state(hyper, params, slot, flags)
 
-    @fusable
-    @uses_context(owner, provides=("wd",))
+    @declare(who=owner, provides=("wd",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         leaves, treedef = jax.tree.flatten(updates)
         h = state.hyper

@@ -21,7 +21,8 @@ import numpy as np
 from jax.scipy.linalg import cho_solve
 
 from .._registry import registered_name
-from .._base import GradientTransformation, context_value, identity, transformation, uses_context
+from .._base import GradientTransformation, context_value, identity, transformation
+from .._spec import Fusion, declare
 from .._elementwise import not_fusable
 from .._hyper import hyper_scalar
 from .._ranges import NON_NEGATIVE
@@ -216,8 +217,7 @@ def _thor_precondition(layers, layout, frequency, batch_size, loss_scale, dampin
                 g_inv[n] = jnp.eye(q, dtype=dt)
         return ThorState({"damping": hyper_scalar(base), "loss_scale": hyper_scalar(loss_scale)}, a_inv, g_inv)
 
-    @not_fusable("THOR multiplies whole matrices by per-layer inverses")
-    @uses_context(needs=("count",))
+    @declare(needs=("count",), fusion=Fusion(refuse="THOR multiplies whole matrices by per-layer inverses"))
     def update(updates, state, params=None, **extra_args):
         leaves, treedef = jax.tree.flatten(updates)
         names, kinds = resolve(updates)

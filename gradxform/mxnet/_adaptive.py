@@ -14,7 +14,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, chain, context_value, identity, transformation, uses_context
+from .._base import GradientTransformation, chain, context_value, identity, transformation
+from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import hyper_residual, hyper_scalar
 from .._ranges import check_hyper
@@ -110,8 +111,7 @@ def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
 
     # fused: the shared schedule is one scalar per leaf, multiplied leaf by leaf in index
     # order as per leaf (`leaf_scan`), then spread over the buffers (per-leaf values per element)
-    @fusable(bit_exact=False, reductions=("leaf_scan",))
-    @uses_context(needs=("count", "mask"))
+    @declare(needs=("count", "mask"), fusion=Fusion(bit_exact=False, reductions=("leaf_scan",)))
     def update(updates, state, params=None, **extra_args):
         del params
         h, lo = state.hyper, state.hyper_lo
@@ -301,8 +301,7 @@ def _ftml_step(beta1, beta2, epsilon):
         return FTMLState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                           "epsilon": hyper_scalar(epsilon)}, _zeros(params), _zeros(params), _zeros(params))
 
-    @fusable
-    @uses_context(needs=("lr", "count"))
+    @declare(needs=("lr", "count"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", update)
         count = context_value(extra_args, "count", update)
@@ -355,8 +354,7 @@ def _ftrl_step(lamda1, beta):
         return MXNetFtrlState({"lamda1": hyper_scalar(lamda1), "beta": hyper_scalar(beta)},
                          _zeros(params), _zeros(params))
 
-    @fusable
-    @uses_context(needs=("lr", "wd"))
+    @declare(needs=("lr", "wd"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", update)
         wd = context_value(extra_args, "wd", update)

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from .._base import (GradientTransformation, LocalKey, StepContext, chain, context_value, identity, transformation,
                      uses_context)
+from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._ranges import check_hyper
@@ -78,8 +79,7 @@ def _nesterov_step(momentum):
     def init(params):
         return NAGState({"momentum": hyper_scalar(momentum)}, jax.tree.map(jnp.zeros_like, params))
 
-    @fusable
-    @uses_context(needs=("lr", "wd"))
+    @declare(needs=("lr", "wd"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", update)
         wd = context_value(extra_args, "wd", update)
@@ -188,11 +188,12 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
         return LBSGDState({}, jax.tree.map(jnp.zeros_like, params),
                           jax.tree.map(lambda _: jnp.asarray(init_updates, jnp.int32), params))
 
+    lars = warmup_strategy == "lars"
+
     # fused: LARS warmup takes per-leaf norms, segment sums over the flat buffers
     # (summed in another order)
-    @fusable(bit_exact=warmup_strategy != "lars", reductions=("leaf_sum",) if warmup_strategy == "lars" else ())
-    @uses_context(needs=("wd",) if warmup_strategy == "lars" else (),
-                  provides=(LBMULT, LBSGD_APPLY))
+    @declare(needs=("wd",) if lars else (), provides=(LBMULT, LBSGD_APPLY),
+             fusion=Fusion(bit_exact=not lars, reductions=("leaf_sum",) if lars else ()))
     def update(updates, state, params=None, **extra_args):
         num_cums = jax.tree.map(lambda c: c + 1, state.num_cums)
         cum = jax.tree.map(lambda c, g: c + g, state.cum_grad, updates)

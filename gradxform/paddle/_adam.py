@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._registry import registered_name
-from .._base import GradientTransformation, context_value, transformation, uses_context
-from .._elementwise import fusable
+from .._base import GradientTransformation, context_value, transformation
+from .._spec import Fusion, declare
 from .._ranges import ANY, NON_NEGATIVE, check_hyper
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
@@ -127,8 +127,7 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
                          treedef.unflatten([jnp.asarray(d) for d in decay]),
                          treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]))
 
-    @fusable
-    @uses_context(owner, needs=("lr", "mask"))
+    @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         if params is None and coeff is not None:
             raise ValueError(f"{owner}: needs params; call update(grads, state, params).")
@@ -264,8 +263,7 @@ def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
                            _zeros(params), _zeros(params), p1,
                            jax.tree.structure(params).unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
 
-    @fusable
-    @uses_context(owner, needs=("lr", "mask"))
+    @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", owner)
@@ -338,8 +336,8 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
                          treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
 
     # fused: the trust ratio's norms per leaf as segment sums (another order)
-    @fusable(bit_exact=False, reductions=("leaf_sum",))  # per-leaf norms as segment sums (another order)
-    @uses_context(owner, needs=("lr", "mask"))
+    # per-leaf norms as segment sums (another order)
+    @declare(who=owner, needs=("lr", "mask"), fusion=Fusion(bit_exact=False, reductions=("leaf_sum",)))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError(f"{owner}: needs params; call update(grads, state, params).")

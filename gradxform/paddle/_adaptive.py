@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import registered_name
-from .._base import GradientTransformation, context_value, transformation, uses_context
-from .._elementwise import fusable
+from .._base import GradientTransformation, context_value, transformation
+from .._spec import Fusion, declare
 from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_hyper
 from .._types import Hyper, ParamTree
 from .._tree import full_like_params, map_unzip
@@ -72,8 +72,7 @@ def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, o, *, acc_init=No
         return state_cls(with_groups(hyper, groups), *acc, *(_scalars(params, v) for v in pow_init),
                          treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
 
-    @fusable
-    @uses_context(owner, needs=("lr", "mask"))
+    @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", owner)
         mask = context_value(extra_args, "mask", owner)

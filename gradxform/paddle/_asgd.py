@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import registered_name
-from .._base import GradientTransformation, context_value, transformation, uses_context
-from .._elementwise import not_fusable
+from .._base import GradientTransformation, context_value, transformation
+from .._spec import Fusion, declare
 from .._tree import zeros_like_params
 from ..pieces import scale_by_lr
 from ..schedules.internal import check_number
@@ -52,8 +52,7 @@ def _asgd_average(batch_num: int) -> GradientTransformation:
         return ASGDState({}, zeros_like_params(params),
                          jax.tree.map(lambda z: jnp.broadcast_to(z[None], (batch_num,) + z.shape), zeros_like_params(params)))
 
-    @not_fusable(_ring_not_fusable(batch_num))
-    @uses_context(needs=("count",))
+    @declare(needs=("count",), fusion=Fusion(refuse=_ring_not_fusable(batch_num)))
     def update(updates, state, params=None, **extra_args):
         del params
         count = context_value(extra_args, "count", update)

@@ -43,8 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .._base import GradientTransformation, StepContext, chain, context_value, identity, transformation, uses_context
-from .._elementwise import fusable
+from .._base import GradientTransformation, StepContext, chain, context_value, identity, transformation
+from .._spec import Fusion, declare
 from .._hyper import _scheduled, get_hyper, get_learning_rate, hyper_scalar, set_hyper
 from .._optimizer import Setup
 from .._ranges import check_bool
@@ -171,8 +171,7 @@ class PaddleOptions(Setup):
             return GroupState({}, treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]),
                               treedef.unflatten([jnp.asarray(ratios.get(int(s), 1.0), jnp.float32) for s in slot]))
 
-        @fusable
-        @uses_context(self.owner, needs=("lr",), provides=("lr",))
+        @declare(who=self.owner, needs=("lr",), provides=("lr",), fusion=Fusion())
         def update(updates, state, params=None, **extra_args):
             del params
             lr = context_value(extra_args, "lr", self.owner)

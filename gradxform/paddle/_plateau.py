@@ -10,8 +10,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, StepContext, transformation, uses_context
-from .._elementwise import fusable
+from .._base import GradientTransformation, StepContext, transformation
+from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from ..schedules.internal import JAX32, Ops, check_number
 from .._types import Hyper
@@ -114,8 +114,8 @@ class ReduceOnPlateau:
             del params
             return self.init_state()
 
-        @fusable  # one lr for all leaves
-        @uses_context("ReduceOnPlateau", needs=("lr",), provides=("lr",))
+        # one lr for all leaves
+        @declare(who="ReduceOnPlateau", needs=("lr",), provides=("lr",), fusion=Fusion())
         def update(updates, state, params=None, **extra_args):
             del params
             if "loss" not in extra_args or extra_args["loss"] is None:

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import registered_name
-from .._base import GradientTransformation, context_value, transformation, uses_context
+from .._base import GradientTransformation, context_value, transformation
+from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._ranges import check_hyper
 from .._tree import map_unzip, zeros_like_params
@@ -66,8 +67,7 @@ def _momentum_rule(o, momentum, use_nesterov):
                              treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]),
                              treedef.unflatten([jnp.asarray(bool(nesterov.get(int(k), use_nesterov))) for k in slot]))
 
-    @fusable
-    @uses_context(needs=("lr",))
+    @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", update)

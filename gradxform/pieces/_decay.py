@@ -5,8 +5,8 @@ from typing import NamedTuple, Optional
 
 import jax
 
-from .._base import GradientTransformation, StepContext, context_value, transformation, uses_context
-from .._elementwise import fusable
+from .._base import GradientTransformation, StepContext, context_value, transformation
+from .._spec import Fusion, declare
 from .._hyper import check_range, hyper_scalar
 from .._types import Hyper, ParamTree
 from ._step import Multiplier, per_leaf_multipliers
@@ -33,8 +33,8 @@ def _decay(wd, wd_mult, name, add, who):
             return ()
         return DecayState({name: hyper_scalar(wd)}, per_leaf_multipliers(wd_mult, params, "wd_mult"))
 
-    @fusable
-    @uses_context(who, needs=("wd",) if wd is None else (), provides=("wd",) if wd is not None else ())
+    @declare(who=who, needs=("wd",) if wd is None else (), provides=("wd",) if wd is not None else (),
+             fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         if wd is None:
             per_leaf = context_value(extra_args, "wd", who)
@@ -92,8 +92,7 @@ def add_decoupled_weight_decay(wd: float | None = 0.0, *, name: str = "wd_lh") -
             return ()
         return DecayState({name: hyper_scalar(wd)}, ())
 
-    @fusable
-    @uses_context("add_decoupled_weight_decay", needs=("lr", "wd") if wd is None else ("lr",))
+    @declare(who="add_decoupled_weight_decay", needs=("lr", "wd") if wd is None else ("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         lr = context_value(extra_args, "lr", "add_decoupled_weight_decay")
         if wd is None:

@@ -11,7 +11,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, context_value, transformation, uses_context
+from .._base import GradientTransformation, context_value, transformation
+from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
 from .._tree import full_like_params, once_per_value, zeros_like_params as _zeros
@@ -247,8 +248,7 @@ def bias_correction(beta1: float = 0.9, beta2: float | None = 0.999) -> Gradient
         return BiasCorrectionState({k: hyper_scalar(v) for k, v in betas.items()},
                                    {k: hyper_residual(v) for k, v in betas.items()})
 
-    @fusable
-    @uses_context("bias_correction", needs=("count",))
+    @declare(who="bias_correction", needs=("count",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         count = context_value(extra_args, "count", "bias_correction")

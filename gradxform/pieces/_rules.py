@@ -13,7 +13,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, context_value, transformation, uses_context
+from .._base import GradientTransformation, context_value, transformation
+from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._tree import map_unzip, zeros_like_params as _zeros
@@ -141,8 +142,7 @@ def scale_by_rprop(etaminus: float = 0.5, etaplus: float = 1.2, step_size_min: f
                            "step_size_min": hyper_scalar(step_size_min),
                            "step_size_max": hyper_scalar(step_size_max)}, _zeros(params), _zeros(params))
 
-    @fusable
-    @uses_context("scale_by_rprop", needs=("lr", "count"))
+    @declare(who="scale_by_rprop", needs=("lr", "count"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         h = state.hyper
@@ -197,8 +197,7 @@ def averaged_sgd_step(lambd: float = 1e-4, alpha: float = 0.75, t0: float = 1e6)
                              treedef.unflatten([jnp.zeros((), jnp.float32)] * n),
                              treedef.unflatten([jnp.ones((), jnp.float32)] * n), _zeros(params))
 
-    @fusable
-    @uses_context("averaged_sgd_step", needs=("lr", "count"))
+    @declare(who="averaged_sgd_step", needs=("lr", "count"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("averaged_sgd_step: needs params; call update(grads, state, params).")

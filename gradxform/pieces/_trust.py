@@ -11,7 +11,8 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, LocalKey, StepContext, context_value, transformation, uses_context
+from .._base import GradientTransformation, LocalKey, StepContext, context_value, transformation
+from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
 from ._moments import adam_emas, one_minus_power
@@ -63,8 +64,7 @@ def scale_by_corrected_moments(beta1: float = 0.9, beta2: float = 0.999,
                                      {"beta1": hyper_residual(beta1), "beta2": hyper_residual(beta2)},
                                      _zeros(params), _zeros(params))
 
-    @fusable
-    @uses_context("scale_by_corrected_moments", needs=("count",))
+    @declare(who="scale_by_corrected_moments", needs=("count",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         count = context_value(extra_args, "count", "scale_by_corrected_moments")
@@ -152,8 +152,9 @@ def provide_lars_ratio(eta: float = 0.001, eps: float = 0.0, *, key: LocalKey,
         return LarsRatioState({"eta": hyper_scalar(eta), "eps": hyper_scalar(eps)},
                               per_leaf_multipliers(layers, params, "layers"))
 
-    @fusable(bit_exact=False, reductions=("leaf_sum",))  # fused: per-leaf norms as segment sums (another order)
-    @uses_context("provide_lars_ratio", needs=("wd",), provides=(key,))
+    # fused: per-leaf norms as segment sums (another order)
+    @declare(who="provide_lars_ratio", needs=("wd",), provides=(key,),
+             fusion=Fusion(bit_exact=False, reductions=("leaf_sum",)))
     def update(updates, state, params=None, **extra_args):
         if params is None:
             raise ValueError("provide_lars_ratio: needs params; call update(grads, state, params).")
@@ -201,8 +202,7 @@ def trace_with_lr_ratio(momentum: float) -> GradientTransformation:
         return LrRatioTraceState({"momentum": hyper_scalar(momentum)}, _zeros(params),
                                  treedef.unflatten([jnp.zeros((), jnp.float32)] * treedef.num_leaves))
 
-    @fusable
-    @uses_context("trace_with_lr_ratio", needs=("lr",))
+    @declare(who="trace_with_lr_ratio", needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "trace_with_lr_ratio")
