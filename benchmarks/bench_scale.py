@@ -11,7 +11,9 @@ an ordinary tree), ``fused`` (the same through ``gradxform.fused``),
 with `FlatTree` parameters and gradients from ``fused.ravel``: a step that owns
 its flat form),
 ``trainer`` (``gradxform.Trainer(params, opt)`` construction and one
-``step``), ``optax`` (``optax.adam``; only with ``--opt adam``). Each path
+``step``), ``optax`` (``optax.adam``; only with ``--opt adam``), ``optax_hyper``
+(``optax.inject_hyperparams(optax.adam)``: its hyperparameters runtime
+scalars in the state, as gradxform's are; only with ``--opt adam``). Each path
 runs in a fresh Python process; "first call" is the wall time from building
 the optimizer to the first result ready, "peak" the process's peak RSS
 (``ru_maxrss``), both printed per path, with the update's trace, lowering and
@@ -69,9 +71,10 @@ def child(path: str, leaves: int, size: int, opt: str) -> dict:
         tr.step(jax.tree.map(lambda g: g[None], grads), 1)
         jax.block_until_ready(tr._params)
     else:
-        if path == "optax":
+        if path in ("optax", "optax_hyper"):
             import optax  # noqa: PLC0415
-            tx = optax.adam(1e-3)
+            # optax_hyper: optax.adam with its hyperparameters in the state, as gradxform's are
+            tx = optax.adam(1e-3) if path == "optax" else optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)
         else:
             tx = gradxform.create(opt, learning_rate=1e-3)
             if path == "fused":
@@ -151,7 +154,7 @@ def main(argv=None):
     print(f"{args.leaves} leaves of {args.size} float32, optimizer {args.opt}, "
           f"{os.cpu_count()} CPU cores, load {os.getloadavg()[0]:.1f}", flush=True)
     for path in [p.strip() for p in args.paths.split(",") if p.strip()]:
-        if path == "optax" and args.opt != "adam":
+        if path.startswith("optax") and args.opt != "adam":
             continue
         cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--leaves", str(args.leaves),
                "--size", str(args.size), "--opt", args.opt]
