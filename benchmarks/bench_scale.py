@@ -17,12 +17,13 @@ scalars in the state, as gradxform's are; only with ``--opt adam``). Each path
 runs in a fresh Python process; "first call" is the wall time from building
 the optimizer to the first result ready, "peak" the process's peak RSS
 (``ru_maxrss``), both printed per path, with the update's trace, lowering and
-XLA compile times (``trace_s``, ``lower_s``, ``xla_s``) and the number of state
-leaves. Leaves are float32 vectors of 16
-elements (``--size``), so trace and compile dominate. A path that passes
-``--timeout`` seconds or ``--max-rss-gb`` of resident memory (default 6 GB:
-the machine is shared) is killed and reported as such. Not a test: nothing
-here asserts.
+XLA compile times (``trace_s``, ``lower_s``, ``xla_s``), the peak RSS after
+init, trace and lowering (``rss_init_gb``, ``rss_trace_gb``, ``rss_lower_gb``: XLA's
+compile adds ``peak`` less ``rss_lower_gb``) and the number of state
+leaves. Leaves are float32 vectors of 16 elements (``--size``), so trace and
+compile dominate. A path that passes ``--timeout`` seconds or ``--max-rss-gb``
+of resident memory (default 6 GB: the machine is shared) is killed and
+reported as such. Not a test: nothing here asserts.
 """
 from __future__ import annotations
 
@@ -89,11 +90,17 @@ def child(path: str, leaves: int, size: int, opt: str) -> dict:
             u, s = tx.update(g, s, p)
             return jax.tree.map(lambda a, b: a + b, p, u), s
 
+        def rss_gb():
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+        out["rss_init_gb"] = rss_gb()
         t1 = time.perf_counter()
         traced = jax.jit(step, donate_argnums=(0, 2)).trace(params, grads, state)
         t2 = time.perf_counter()
+        out["rss_trace_gb"] = rss_gb()
         lowered = traced.lower()
         t3 = time.perf_counter()
+        out["rss_lower_gb"] = rss_gb()
         compiled = lowered.compile()
         t4 = time.perf_counter()
         p, s = compiled(params, grads, state)
