@@ -13,7 +13,10 @@ absolute milliseconds are not.
 Contenders (one AdamW-like step each; lr 1e-3, betas 0.9/0.999, eps 1e-8, wd 1e-2):
 ``flat`` the hand-written kernel over one flat p, g, m, v (the floor);
 ``flat_coupled`` the same with MXNet Adam's coupled decay (the floor of ``plain``'s rule);
-``optax`` ``optax.adamw`` per leaf; ``plain`` ``gradxform.create('adam', wd=...)``
+``optax`` ``optax.adamw`` per leaf; ``optax.adam`` (no decay) and ``optax.adam+l2``
+(``add_decayed_weights`` before it: MXNet Adam's coupled rule in optax);
+``plain_wd0`` ``gradxform.create('adam')`` with its defaults (wd 0, a runtime
+hyperparameter); ``plain`` ``gradxform.create('adam', wd=...)``
 per leaf (MXNet Adam: rescale, coupled weight decay, bias-corrected lr), what
 a Flax or Equinox user holds; ``packed`` the same through
 ``gradxform.fused.packed`` (small leaves packed inside the step);
@@ -66,11 +69,15 @@ def contenders(names, params):
             out[name] = (flat_kernel if name == "flat" else flat_coupled_kernel,
                          lambda fp=fp: (fp, (jnp.zeros_like(fp), jnp.zeros_like(fp), jnp.zeros((), jnp.int32))),
                          "flat")
-        elif name == "optax":
-            tx = optax.adamw(LR, B1, B2, EPS, weight_decay=WD)
-            out[name] = (tx_step(tx, optax.apply_updates), lambda tx=tx: (params, tx.init(params)), "tree")
-        elif name in ("plain", "packed"):
-            tx = gradxform.create("adam", learning_rate=LR, beta1=B1, beta2=B2, epsilon=EPS, wd=WD)
+        elif name in ("optax", "optax.adam", "optax.adam+l2"):
+            tx = {"optax": lambda: optax.adamw(LR, B1, B2, EPS, weight_decay=WD),
+                  "optax.adam": lambda: optax.adam(LR, B1, B2, EPS),
+                  "optax.adam+l2": lambda: optax.chain(optax.add_decayed_weights(WD), optax.adam(LR, B1, B2, EPS))}[name]()
+            out[name] = (tx_step(tx, optax.apply_updates),
+                         lambda tx=tx: (params, jax.tree.map(jnp.copy, tx.init(params))), "tree")
+        elif name in ("plain", "packed", "plain_wd0"):
+            wd = {"wd": WD} if name != "plain_wd0" else {}  # plain_wd0: the defaults (wd 0, a runtime hyperparameter)
+            tx = gradxform.create("adam", learning_rate=LR, beta1=B1, beta2=B2, epsilon=EPS, **wd)
             if name == "packed":
                 tx = gradxform.fused.packed(tx)
             out[name] = (tx_step(tx, gradxform.apply_updates),
@@ -106,7 +113,9 @@ def run_set(set_name, names, rounds, steps):
         compile_s = time.perf_counter() - t0
         p, s = compiled(p, g, s)
         jax.block_until_ready((p, s))
-        live[name] = [compiled, p, g, s, [], compile_s, memory_of(compiled)]
+        cost = compiled.cost_analysis()
+        cost = cost[0] if isinstance(cost, list) else cost
+        live[name] = [compiled, p, g, s, [], compile_s, memory_of(compiled), float(cost.get("bytes accessed", 0)) / n]
         gc.collect()
     for _ in range(rounds):
         for name, entry in live.items():
@@ -118,13 +127,13 @@ def run_set(set_name, names, rounds, steps):
                 times.append(time.perf_counter() - t0)
             entry[1], entry[3] = p, s
     floor = statistics.median(live["flat"][4]) if "flat" in live else None
-    print(f"   {'contender':12s} {'median ms':>10s} {'/flat':>7s} {'compile s':>9s} {'XLA peak MB':>11s}  "
+    print(f"   {'contender':12s} {'median ms':>10s} {'/flat':>7s} {'compile s':>9s} {'XLA peak MB':>11s} {'B/param':>7s}  "
           f"(load {os.getloadavg()[0]:.1f})")
-    for name, (_, _, _, _, times, compile_s, mem) in live.items():
+    for name, (_, _, _, _, times, compile_s, mem, per_param) in live.items():
         med = statistics.median(times)
         ratio = f"{med / floor:6.2f}x" if floor else "   -   "
         mem_s = f"{mem / 2**20:11.1f}" if mem else f"{'?':>11s}"
-        print(f"   {name:12s} {med * 1e3:10.3f} {ratio} {compile_s:9.2f} {mem_s}", flush=True)
+        print(f"   {name:12s} {med * 1e3:10.3f} {ratio} {compile_s:9.2f} {mem_s} {per_param:7.1f}", flush=True)
     live.clear()
     gc.collect()
 
@@ -133,7 +142,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", default="resnet50,gpt2,tiny2000")
     ap.add_argument("--contenders", default=None,
-                    help="comma list of flat,flat_coupled,optax,plain,packed,tree_floor,paddle.adamw,"
+                    help="comma list of flat,flat_coupled,optax,optax.adam,optax.adam+l2,plain,plain_wd0,packed,"
+                         "tree_floor,paddle.adamw,"
                          "mindspore.adam_weight_decay (default: all; "
                          "on tiny2000 all but plain and packed)")
     ap.add_argument("--rounds", type=int, default=7)

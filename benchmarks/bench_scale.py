@@ -11,16 +11,19 @@ an ordinary tree), ``fused`` (the same through ``gradxform.fused``),
 with `FlatTree` parameters and gradients from ``fused.ravel``: a step that owns
 its flat form),
 ``trainer`` (``gradxform.Trainer(params, opt)`` construction and one
-``step``), ``optax`` (``optax.adam``; only with ``--opt adam``). Each path
+``step``), ``optax`` (``optax.adam``; only with ``--opt adam``), ``optax_hyper``
+(``optax.inject_hyperparams(optax.adam)``: its hyperparameters runtime
+scalars in the state, as gradxform's are; only with ``--opt adam``). Each path
 runs in a fresh Python process; "first call" is the wall time from building
 the optimizer to the first result ready, "peak" the process's peak RSS
 (``ru_maxrss``), both printed per path, with the update's trace, lowering and
-XLA compile times (``trace_s``, ``lower_s``, ``xla_s``) and the number of state
-leaves. Leaves are float32 vectors of 16
-elements (``--size``), so trace and compile dominate. A path that passes
-``--timeout`` seconds or ``--max-rss-gb`` of resident memory (default 6 GB:
-the machine is shared) is killed and reported as such. Not a test: nothing
-here asserts.
+XLA compile times (``trace_s``, ``lower_s``, ``xla_s``), the peak RSS after
+init, trace and lowering (``rss_init_gb``, ``rss_trace_gb``, ``rss_lower_gb``: XLA's
+compile adds ``peak`` less ``rss_lower_gb``) and the number of state
+leaves. Leaves are float32 vectors of 16 elements (``--size``), so trace and
+compile dominate. A path that passes ``--timeout`` seconds or ``--max-rss-gb``
+of resident memory (default 6 GB: the machine is shared) is killed and
+reported as such. Not a test: nothing here asserts.
 """
 from __future__ import annotations
 
@@ -69,9 +72,10 @@ def child(path: str, leaves: int, size: int, opt: str) -> dict:
         tr.step(jax.tree.map(lambda g: g[None], grads), 1)
         jax.block_until_ready(tr._params)
     else:
-        if path == "optax":
+        if path in ("optax", "optax_hyper"):
             import optax  # noqa: PLC0415
-            tx = optax.adam(1e-3)
+            # optax_hyper: optax.adam with its hyperparameters in the state, as gradxform's are
+            tx = optax.adam(1e-3) if path == "optax" else optax.inject_hyperparams(optax.adam)(learning_rate=1e-3)
         else:
             tx = gradxform.create(opt, learning_rate=1e-3)
             if path == "fused":
@@ -86,11 +90,17 @@ def child(path: str, leaves: int, size: int, opt: str) -> dict:
             u, s = tx.update(g, s, p)
             return jax.tree.map(lambda a, b: a + b, p, u), s
 
+        def rss_gb():
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+        out["rss_init_gb"] = rss_gb()
         t1 = time.perf_counter()
         traced = jax.jit(step, donate_argnums=(0, 2)).trace(params, grads, state)
         t2 = time.perf_counter()
+        out["rss_trace_gb"] = rss_gb()
         lowered = traced.lower()
         t3 = time.perf_counter()
+        out["rss_lower_gb"] = rss_gb()
         compiled = lowered.compile()
         t4 = time.perf_counter()
         p, s = compiled(params, grads, state)
@@ -151,7 +161,7 @@ def main(argv=None):
     print(f"{args.leaves} leaves of {args.size} float32, optimizer {args.opt}, "
           f"{os.cpu_count()} CPU cores, load {os.getloadavg()[0]:.1f}", flush=True)
     for path in [p.strip() for p in args.paths.split(",") if p.strip()]:
-        if path == "optax" and args.opt != "adam":
+        if path.startswith("optax") and args.opt != "adam":
             continue
         cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--leaves", str(args.leaves),
                "--size", str(args.size), "--opt", args.opt]
