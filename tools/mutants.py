@@ -6,7 +6,7 @@
         [--only 3,17] [--list] [--report out.md]
 
 Each mutant changes one token of the module's code (never a docstring, string or
-comment) into a wrong one a user could see in a number:
+comment, nor an annotation) into a wrong one a user could see in a number:
   operators   & <-> |,  + <-> -,  * <-> /,  < <-> <=,  > <-> >=,  == <-> !=
   keywords    and <-> or,  True <-> False
   builtins    all <-> any,  max <-> min        (called names only)
@@ -28,6 +28,7 @@ has started.
 from __future__ import annotations
 
 import argparse
+import ast
 import io
 import keyword
 import os
@@ -76,6 +77,7 @@ def _bumped(text: str) -> str | None:
 def mutants(source: str) -> list[Mutant]:
     """Every one-token mutant of ``source`` (see the module docstring)."""
     toks = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    skip = _annotation_spans(source)
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for ln in lines:
@@ -83,6 +85,8 @@ def mutants(source: str) -> list[Mutant]:
     out = []
     for i, tok in enumerate(toks):
         new = None
+        if any(a <= tok.start < b for a, b in skip):
+            continue
         nxt = toks[i + 1].string if i + 1 < len(toks) else ""
         prev = toks[i - 1].string if i else ""
         if tok.type == tokenize.OP and tok.string in OPS:
@@ -104,6 +108,22 @@ def mutants(source: str) -> list[Mutant]:
         start, end = offsets[row - 1] + col, offsets[erow - 1] + ecol
         out.append(Mutant(len(out), row, col, tok.string, new, source[:start] + new + source[end:]))
     return [m for m in out if _compiles(m.source)]
+
+
+def _annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) of every annotation: types are not numbers a user sees (and under
+    ``from __future__ import annotations`` never even evaluated)."""
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        notes = []
+        if isinstance(node, ast.arg):
+            notes.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            notes.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            notes.append(node.annotation)
+        spans += [((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset)) for a in notes if a is not None]
+    return spans
 
 
 def _compiles(source: str) -> bool:
