@@ -135,7 +135,14 @@ def _compiles(source: str) -> bool:
 
 
 def _scratch(tag: str) -> str:
-    d = tempfile.mkdtemp(prefix=f"gx_mutants_{tag}_")
+    """A scratch checkout ``<tmp>/repo`` with ``<tmp>/shared`` a link to the ``../shared``
+    beside this one (where CI has it: the recorded surfaces `tests/test_surface.py` reads)."""
+    top = tempfile.mkdtemp(prefix=f"gx_mutants_{tag}_")
+    d = os.path.join(top, "repo")
+    os.mkdir(d)
+    shared = os.path.join(os.path.dirname(ROOT), "shared")
+    if os.path.isdir(shared):
+        os.symlink(shared, os.path.join(top, "shared"))
     shutil.copytree(os.path.join(ROOT, "gradxform"), os.path.join(d, "gradxform"))
     shutil.copytree(os.path.join(ROOT, "tests"), os.path.join(d, "tests"),
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -212,7 +219,7 @@ def main(argv=None) -> int:
             results = list(pool.map(one, todo))
     finally:
         for d in dirs:
-            shutil.rmtree(d, ignore_errors=True)
+            shutil.rmtree(os.path.dirname(d), ignore_errors=True)  # the link, not what it points to
     killed = sum(r[0] in ("killed", "timeout") for _, r in results)
     survivors = [(m, r) for m, r in results if r[0] == "survived"]
     score = killed / len(results) if results else 1.0
