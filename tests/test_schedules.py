@@ -15,6 +15,7 @@ import pytest
 import gradxform
 from gradxform import schedules as S
 from gradxform.pieces import track_step
+from gradxform.schedules.internal import check_number
 
 HERE = os.path.join(os.path.dirname(__file__), "goldens")
 MS = np.load(os.path.join(HERE, "mindspore", "schedules.npz"))
@@ -80,6 +81,39 @@ def test_schedules_are_vectorised_and_rescale_with_base():
 def test_dynamic_lr_list_holds_last_value():
     s = S.DynamicLR([0.3, 0.2, 0.1])
     np.testing.assert_allclose(s(jnp.arange(6)), [0.3, 0.2, 0.1, 0.1, 0.1, 0.1], rtol=1e-7)
+
+
+class _Half(S.Schedule):
+    """The smallest user schedule: ``value`` only, ``base_lr`` left at the class's (1.0)."""
+
+    def value(self, step):
+        return 0.5 + 0.0 * step
+
+
+def test_the_schedule_protocol_by_hand():
+    """`gradxform.schedules._common`'s docstring, case by case: ``SCALE`` multiplies by
+    ``base_lr / self.base_lr`` (1.0 when the subclass sets none; a schedule whose own
+    base_lr is 1.0 scales too); ``COMPLETED`` reads update ``count`` at ``count - 1``.
+    The shapes of the test above throughout: few eager compiles."""
+    steps = jnp.arange(6)
+    np.testing.assert_array_equal(_Half()(steps, 0.25), [0.125] * 6)
+    np.testing.assert_array_equal(S.Constant(1.0)(steps, 0.25), [0.25] * 6)
+    np.testing.assert_array_equal(S.Constant(0.0)(steps, 0.25), [0.0] * 6)  # base 0: as it is
+    s = S.DynamicLR([0.3, 0.2, 0.1])
+    assert s.base_lr == np.float32(0.3)
+    want = np.float32([0.3, 0.2, 0.1, 0.1, 0.1, 0.1])
+    np.testing.assert_array_equal(s.lr_for_update(steps + 1), want)
+    np.testing.assert_array_equal(S.DynamicLR(np.float32([[0.3, 0.2, 0.1]]))(steps), want)  # any shape: flattened
+    with pytest.raises(ValueError, match="must not be empty"):
+        S.DynamicLR([])
+
+
+@pytest.mark.parametrize("value, integer, error", [(True, False, TypeError), ("0.1", False, TypeError),
+                                                  (0.5, True, TypeError), (-1, True, ValueError)])
+def test_check_number_refuses(value, integer, error):
+    with pytest.raises(error, match="x"):
+        check_number("Sched", "x", value, low=0, integer=integer)
+    check_number("Sched", "x", 0, low=0, integer=integer)  # the bound itself is in: low_open=False
 
 
 def test_on_completed_steps_with_track_step():

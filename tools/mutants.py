@@ -6,7 +6,7 @@
         [--only 3,17] [--list] [--report out.md]
 
 Each mutant changes one token of the module's code (never a docstring, string or
-comment) into a wrong one a user could see in a number:
+comment, nor an annotation) into a wrong one a user could see in a number:
   operators   & <-> |,  + <-> -,  * <-> /,  < <-> <=,  > <-> >=,  == <-> !=
   keywords    and <-> or,  True <-> False
   builtins    all <-> any,  max <-> min        (called names only)
@@ -28,6 +28,7 @@ has started.
 from __future__ import annotations
 
 import argparse
+import ast
 import io
 import keyword
 import os
@@ -76,6 +77,7 @@ def _bumped(text: str) -> str | None:
 def mutants(source: str) -> list[Mutant]:
     """Every one-token mutant of ``source`` (see the module docstring)."""
     toks = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    skip = _annotation_spans(source)
     lines = source.splitlines(keepends=True)
     offsets = [0]
     for ln in lines:
@@ -83,6 +85,8 @@ def mutants(source: str) -> list[Mutant]:
     out = []
     for i, tok in enumerate(toks):
         new = None
+        if any(a <= tok.start < b for a, b in skip):
+            continue
         nxt = toks[i + 1].string if i + 1 < len(toks) else ""
         prev = toks[i - 1].string if i else ""
         if tok.type == tokenize.OP and tok.string in OPS:
@@ -106,6 +110,22 @@ def mutants(source: str) -> list[Mutant]:
     return [m for m in out if _compiles(m.source)]
 
 
+def _annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) of every annotation: types are not numbers a user sees (and under
+    ``from __future__ import annotations`` never even evaluated)."""
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        notes = []
+        if isinstance(node, ast.arg):
+            notes.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            notes.append(node.returns)
+        elif isinstance(node, ast.AnnAssign):
+            notes.append(node.annotation)
+        spans += [((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset)) for a in notes if a is not None]
+    return spans
+
+
 def _compiles(source: str) -> bool:
     try:
         compile(source, "<mutant>", "exec")
@@ -115,7 +135,14 @@ def _compiles(source: str) -> bool:
 
 
 def _scratch(tag: str) -> str:
-    d = tempfile.mkdtemp(prefix=f"gx_mutants_{tag}_")
+    """A scratch checkout ``<tmp>/repo`` with ``<tmp>/shared`` a link to the ``../shared``
+    beside this one (where CI has it: the recorded surfaces `tests/test_surface.py` reads)."""
+    top = tempfile.mkdtemp(prefix=f"gx_mutants_{tag}_")
+    d = os.path.join(top, "repo")
+    os.mkdir(d)
+    shared = os.path.join(os.path.dirname(ROOT), "shared")
+    if os.path.isdir(shared):
+        os.symlink(shared, os.path.join(top, "shared"))
     shutil.copytree(os.path.join(ROOT, "gradxform"), os.path.join(d, "gradxform"))
     shutil.copytree(os.path.join(ROOT, "tests"), os.path.join(d, "tests"),
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -192,7 +219,7 @@ def main(argv=None) -> int:
             results = list(pool.map(one, todo))
     finally:
         for d in dirs:
-            shutil.rmtree(d, ignore_errors=True)
+            shutil.rmtree(os.path.dirname(d), ignore_errors=True)  # the link, not what it points to
     killed = sum(r[0] in ("killed", "timeout") for _, r in results)
     survivors = [(m, r) for m, r in results if r[0] == "survived"]
     score = killed / len(results) if results else 1.0

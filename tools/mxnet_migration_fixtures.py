@@ -84,6 +84,11 @@ CASES = [
      {"learning_rate": 0.01, "wd": 0.01, "multi_precision": True}, "float16"),
     ("ftml_mp_fp16", "ftml",
      {"learning_rate": 0.01, "wd": 0.01, "multi_precision": True}, "float16"),
+    # Signum with a momentum other than its default, given explicitly, and an active
+    # clip: the resumed buffer's EMA weights (1 - momentum) show in the signs
+    ("signum_mom05_clip", "signum",
+     {"learning_rate": 0.01, "momentum": 0.5, "wd": 0.01, "wd_lh": 0.02, "clip_gradient": 0.1},
+     "float32"),
 ]
 
 
