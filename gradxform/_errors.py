@@ -195,7 +195,31 @@ def check_state(state, expected, who: str = "update") -> None:
         if _shape(s) != tuple(e.shape) or _dtype(s) != np.dtype(e.dtype):
             raise ValueError(f"{who}: {where} is {_dtype(s)}{list(_shape(s))} but this optimizer's "
                              f"init(params) makes {np.dtype(e.dtype)}{list(e.shape)}; was the state "
-                             "made by another optimizer, or for other parameters?")
+                             "made by another optimizer, or for other parameters? (A value written into "
+                             "the state, e.g. by optax.tree_utils.tree_set, must be a Python number or "
+                             f"an array of that dtype; gradxform.set_hyper checks hyperparameters.)")
+
+
+def _is_number(x) -> bool:
+    """A Python number, or a weakly typed scalar (the array jit makes of one)."""
+    if isinstance(x, (bool, int, float, np.number, np.bool_)):
+        return True
+    return isinstance(x, jax.Array) and x.ndim == 0 and jax.typeof(x).weak_type
+
+
+def as_init_dtypes(state, expected):
+    """``state`` with each Python number in it (as ``optax.tree_utils.tree_set``
+    writes one: ``tree_set(state, count=5)``, ``learning_rate=0.1``) made an
+    array of the dtype ``init`` gives that slot (``expected``: from
+    `jax.eval_shape`, same structure). Weakly typed scalars too: a Python
+    float would otherwise turn a bfloat16 step's arithmetic weak (optax#1414)."""
+    def one(s, e):
+        if _is_number(s) and tuple(e.shape) == () and not jax.dtypes.issubdtype(e.dtype, jax.dtypes.prng_key):
+            return jnp.asarray(s, e.dtype)
+        return s
+    if not any(_is_number(x) for x in jax.tree.leaves(state)):
+        return state
+    return jax.tree.map(one, state, expected)
 
 
 def validated(tx: GradientTransformation, *, master_weights: bool = False,
@@ -249,6 +273,7 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
                 per_leaf = per_leaf_counts(expected, ref)
                 if not first_difference(state, per_leaf, "state", "init(params)"):
                     expected = per_leaf
+            state = as_init_dtypes(state, expected)
             check_state(state, expected, f"{pre}update")
         return tx.update(updates, state, params, **extra_args)
 
