@@ -29,17 +29,16 @@ Order: depth first, a node before the states it holds, containers in
 """
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping
 from typing import Any
-
-import collections
 
 import jax
 import numpy as np
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
-__all__ = ["NOT_PARAMS", "former_names", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path", "is_state",
-           "map_param_shaped", "map_param_trees", "map_states",
+__all__ = ["NOT_PARAMS", "former_names", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path",
+           "is_state", "map_param_shaped", "map_param_trees", "map_states",
            "replace_fields", "state_paths", "with_fields", "with_optional_like", "written_out"]
 
 KeyPath = tuple  # of jax.tree_util key entries (GetAttrKey, DictKey, SequenceKey, ...)

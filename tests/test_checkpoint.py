@@ -384,7 +384,8 @@ def test_trainer_refuses_checkpoint_values_no_run_reaches(tmp_path, leaf, value,
 
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "gradxform")
-LEGACY_PARAMS = {"b": jnp.asarray([0.5, -1.0, 2.0], jnp.float32), "w": jnp.asarray([[1.0, -2.0], [0.25, 3.0]], jnp.float32)}
+LEGACY_PARAMS = {"b": jnp.asarray([0.5, -1.0, 2.0], jnp.float32),
+                 "w": jnp.asarray([[1.0, -2.0], [0.25, 3.0]], jnp.float32)}
 
 
 def _legacy_grads(k):  # tools/legacy_checkpoint_fixtures.py's

@@ -103,7 +103,8 @@ class ReduceOnPlateau:
         cool = jnp.where(trigger, self.cooldown, 0)
         return PlateauState(s.hyper,
                             jnp.where(cooling, s.last_lr, lr), jnp.where(cooling, s.best, best),
-                            jnp.where(cooling, s.has_best, 1).astype(jnp.int32), jnp.where(cooling, s.num_bad_epochs, bad),
+                            jnp.where(cooling, s.has_best, 1).astype(jnp.int32),
+                            jnp.where(cooling, s.num_bad_epochs, bad),
                             jnp.where(cooling, s.cooldown_counter - 1, cool).astype(jnp.int32))
 
     def piece(self) -> GradientTransformation:
