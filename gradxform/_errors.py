@@ -33,7 +33,9 @@ from jax.tree_util import keystr, tree_flatten_with_path
 
 from ._base import GradientTransformation, transformation
 from ._spec import Fusion, declare
-from ._state_paths import is_optax_placeholder
+from ._hyper import HYPER_FIELDS, READ_ONLY
+from ._ranges import Range, check_value, declared_range, owner_of
+from ._state_paths import is_optax_placeholder, state_paths
 from .pieces.internal import per_leaf_counts
 
 __all__ = ["validated", "check_params", "check_updates", "check_state", "first_difference"]
@@ -217,9 +219,24 @@ def as_init_dtypes(state, expected):
         if _is_number(s) and tuple(e.shape) == () and not jax.dtypes.issubdtype(e.dtype, jax.dtypes.prng_key):
             return jnp.asarray(s, e.dtype)
         return s
-    if not any(_is_number(x) for x in jax.tree.leaves(state)):
-        return state
     return jax.tree.map(one, state, expected)
+
+
+def check_written_hypers(state, who: str) -> None:
+    """Each hyperparameter that is a Python number in ``state`` (written there
+    by ``optax.tree_utils.tree_set``, which checks nothing) lies in its owner's
+    declared range, as `gradxform.set_hyper` would have checked it: a
+    ValueError naming the slot otherwise. Inside jit such a value is traced
+    and cannot be judged."""
+    for path, node in state_paths(state):
+        for field in HYPER_FIELDS:
+            hyper = getattr(node, field, None) if field in node._fields else None
+            for name, value in (hyper.items() if isinstance(hyper, dict) else ()):
+                if name in READ_ONLY or not isinstance(value, (int, float, np.number)) or isinstance(value, bool):
+                    continue
+                check_value(who, str(name), value, declared_range(owner_of(name), name) or Range(),
+                            suffix=f" (state{keystr(path)}.{field}[{str(name)!r}], as optax.tree_utils.tree_set "
+                                   "wrote it; gradxform.set_hyper checks a value when it writes it)")
 
 
 def validated(tx: GradientTransformation, *, master_weights: bool = False,
@@ -273,7 +290,9 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
                 per_leaf = per_leaf_counts(expected, ref)
                 if not first_difference(state, per_leaf, "state", "init(params)"):
                     expected = per_leaf
-            state = as_init_dtypes(state, expected)
+            if any(_is_number(x) for x in jax.tree.leaves(state)):
+                check_written_hypers(state, f"{pre}update")
+                state = as_init_dtypes(state, expected)
             check_state(state, expected, f"{pre}update")
         return tx.update(updates, state, params, **extra_args)
 

@@ -5,7 +5,8 @@
   and ``tree_set`` of the count or the learning rate, as the Python numbers
   it stores, is what the next update uses, under jit: bit for bit the update
   of the same values written as typed arrays, and the state keeps init's
-  dtypes (a ``lax.scan`` carry keeps its type).
+  dtypes (a ``lax.scan`` carry keeps its type); a value out of its range or
+  an array of another dtype is refused by the update, naming the slot.
 * ``optax.contrib.sam`` (whose state selection ``c * a + (1 - c) * b``
   turned bool flags into int32), ``lookahead``, ``schedule_free``,
   ``MultiSteps``, ``masked`` and ``multi_transform`` around gradxform
@@ -87,11 +88,17 @@ def test_tree_set_count_is_the_update_number_mxnet_counts():
     assert not np.allclose(fresh["w"], u["w"], rtol=1e-3)
 
 
-def test_tree_set_of_a_mistyped_array_names_the_slot_and_what_to_pass():
+def test_tree_set_of_a_mistyped_array_or_a_value_out_of_range_names_the_slot():
+    """tree_set checks nothing: the update does, before any arithmetic (an
+    out-of-range Python number eagerly; inside jit it is traced)."""
     tx = gx.create("mxnet.adam", learning_rate=0.05)
     state = otu.tree_set(tx.init(PARAMS), count=jnp.asarray(5.0, jnp.float32))
     with pytest.raises(ValueError, match=r"\.count is float32\[\] .* int32\[\].*tree_set.*Python number"):
         tx.update(GRADS, state, PARAMS)
+    for name, value in (("learning_rate", -0.1), ("beta1", 1.0)):
+        state = otu.tree_set(tx.init(PARAMS), **{name: value})
+        with pytest.raises(ValueError, match=rf"{name} must be in .*; got {value}.*hyper\['{name}'\].*tree_set"):
+            tx.update(GRADS, state, PARAMS)
 
 
 def _scan(opt, params, steps: int, grad=grad_of, **extra):
