@@ -119,9 +119,11 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
     Updates pass through unchanged. For leaf ``i`` (leaves in flatten order, as
     MXNet's indices)::
 
-        count[i] += 1;  num_update = max(num_update, count[i])
-        lr[i] = schedule.lr_for_update(num_update, learning_rate) * lr_mult[i]
+        leaf_counts[i] += 1;  count = max(count, leaf_counts[i])
+        lr[i] = schedule.lr_for_update(count, learning_rate) * lr_mult[i]
                                                   (or learning_rate * lr_mult[i])
+
+    (MXNet's ``_index_update_count[i]`` and ``num_update``; `StepState`.)
 
     ``read_lr='after'`` reads the schedule after leaf i bumped the counter (as
     MXNet's SGD, Adam and most rules do); ``'before'`` reads it first (MXNet's
