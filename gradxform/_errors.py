@@ -33,7 +33,9 @@ from jax.tree_util import keystr, tree_flatten_with_path
 
 from ._base import GradientTransformation, run_inner, transformation
 from ._spec import Fusion, declare
-from ._state_paths import is_optax_placeholder
+from ._hyper import HYPER_FIELDS, READ_ONLY
+from ._ranges import Range, check_value, declared_range, owner_of
+from ._state_paths import is_optax_placeholder, state_paths
 from .pieces.internal import per_leaf_counts
 
 __all__ = ["validated", "check_params", "check_updates", "check_state", "first_difference"]
@@ -195,7 +197,46 @@ def check_state(state, expected, who: str = "update") -> None:
         if _shape(s) != tuple(e.shape) or _dtype(s) != np.dtype(e.dtype):
             raise ValueError(f"{who}: {where} is {_dtype(s)}{list(_shape(s))} but this optimizer's "
                              f"init(params) makes {np.dtype(e.dtype)}{list(e.shape)}; was the state "
-                             "made by another optimizer, or for other parameters?")
+                             "made by another optimizer, or for other parameters? (A value written into "
+                             "the state, e.g. by optax.tree_utils.tree_set, must be a Python number or "
+                             f"an array of that dtype; gradxform.set_hyper checks hyperparameters.)")
+
+
+def _is_number(x) -> bool:
+    """A Python number, or a weakly typed scalar (the array jit makes of one)."""
+    if isinstance(x, (bool, int, float, np.number, np.bool_)):
+        return True
+    return isinstance(x, jax.Array) and x.ndim == 0 and jax.typeof(x).weak_type
+
+
+def as_init_dtypes(state, expected):
+    """``state`` with each Python number in it (as ``optax.tree_utils.tree_set``
+    writes one: ``tree_set(state, count=5)``, ``learning_rate=0.1``) made an
+    array of the dtype ``init`` gives that slot (``expected``: from
+    `jax.eval_shape`, same structure). Weakly typed scalars too: a Python
+    float would otherwise turn a bfloat16 step's arithmetic weak (optax#1414)."""
+    def one(s, e):
+        if _is_number(s) and tuple(e.shape) == () and not jax.dtypes.issubdtype(e.dtype, jax.dtypes.prng_key):
+            return jnp.asarray(s, e.dtype)
+        return s
+    return jax.tree.map(one, state, expected)
+
+
+def check_written_hypers(state, who: str) -> None:
+    """Each hyperparameter that is a Python number in ``state`` (written there
+    by ``optax.tree_utils.tree_set``, which checks nothing) lies in its owner's
+    declared range, as `gradxform.set_hyper` would have checked it: a
+    ValueError naming the slot otherwise. Inside jit such a value is traced
+    and cannot be judged."""
+    for path, node in state_paths(state):
+        for field in HYPER_FIELDS:
+            hyper = getattr(node, field, None) if field in node._fields else None
+            for name, value in (hyper.items() if isinstance(hyper, dict) else ()):
+                if name in READ_ONLY or not isinstance(value, (int, float, np.number)) or isinstance(value, bool):
+                    continue
+                check_value(who, str(name), value, declared_range(owner_of(name), name) or Range(),
+                            suffix=f" (state{keystr(path)}.{field}[{str(name)!r}], as optax.tree_utils.tree_set "
+                                   "wrote it; gradxform.set_hyper checks a value when it writes it)")
 
 
 def validated(tx: GradientTransformation, *, master_weights: bool = False,
@@ -249,6 +290,9 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
                 per_leaf = per_leaf_counts(expected, ref)
                 if not first_difference(state, per_leaf, "state", "init(params)"):
                     expected = per_leaf
+            if any(_is_number(x) for x in jax.tree.leaves(state)):
+                check_written_hypers(state, f"{pre}update")
+                state = as_init_dtypes(state, expected)
             check_state(state, expected, f"{pre}update")
         return run_inner(tx, updates, state, params, **extra_args)
 

@@ -60,7 +60,7 @@ writes both parts where the piece is defined):
   (``declare(inner=(tx,))``), and they are checked in turn.
 * A state NamedTuple whose fields hold one scalar per leaf (a tree of scalars
   shaped like the parameters: counts, multipliers, group slots) lists them in
-  a class attribute, ``per_leaf_fields = ("count",)``: leaves are grouped by
+  a class attribute, ``per_leaf_fields = ("leaf_counts",)``: leaves are grouped by
   those values and the fused state keeps one entry per group. Any other
   params-shaped tree in a state becomes flat buffers.
 """

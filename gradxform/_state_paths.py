@@ -19,7 +19,8 @@ registered pytree container. Everything here finds state nodes by their class
 State classes declare what their fields hold as class attributes:
 ``per_leaf_fields`` (trees of per-leaf scalars, read by `gradxform.fused`) and
 ``optional_fields`` (per-leaf fields that may be None, and what every leaf
-holds then: `written_out`, `with_optional_like`).
+holds then: `written_out`, `with_optional_like`) and ``renamed_fields``
+(``{field: its former name}``, for files written before a rename: `former_names`).
 No state class stores a field derived from another, so a writer never has
 anything to keep in step.
 
@@ -28,6 +29,7 @@ Order: depth first, a node before the states it holds, containers in
 """
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,8 +37,8 @@ import jax
 import numpy as np
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
-__all__ = ["NOT_PARAMS", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path", "is_state",
-           "map_param_shaped", "map_param_trees", "map_states",
+__all__ = ["NOT_PARAMS", "former_names", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path",
+           "is_state", "map_param_shaped", "map_param_trees", "map_states",
            "replace_fields", "state_paths", "with_fields", "with_optional_like", "written_out"]
 
 KeyPath = tuple  # of jax.tree_util key entries (GetAttrKey, DictKey, SequenceKey, ...)
@@ -228,3 +230,27 @@ def per_leaf_fields_unmarked(state):
                   if is_optax_placeholder(getattr(node, f, None))}
         return node._replace(**marked) if marked else node
     return map_states(mark, state)
+
+
+_FORMER: dict[type, type] = {}  # state class -> a NamedTuple class of its fields' former names
+
+
+def former_names(tree):
+    """``tree`` with every state node whose class declares ``renamed_fields``
+    (``{field: its former name}``) rebuilt as a NamedTuple of the former
+    names, fields and their order unchanged: the key paths that a file
+    written before the rename holds, leaf for leaf (`gradxform.checkpoint.load_state`
+    matches them); None when ``tree`` holds no such node."""
+    renamed = False
+
+    def rebuild(_, node):
+        nonlocal renamed
+        former = getattr(type(node), "renamed_fields", None)
+        if not former:
+            return node
+        renamed = True
+        if type(node) not in _FORMER:
+            _FORMER[type(node)] = collections.namedtuple(type(node).__name__, [former.get(f, f) for f in node._fields])
+        return _FORMER[type(node)](*node)
+    out = map_states(rebuild, tree)
+    return out if renamed else None

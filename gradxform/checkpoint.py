@@ -79,6 +79,7 @@ import numpy as np
 
 from ._files import path_of, read_regular
 from ._msgpack_cost import decoded_cost as _header_cost
+from ._state_paths import former_names
 
 __all__ = ["CheckpointError", "save_state", "load_state", "read_metadata", "FORMAT_VERSION"]
 
@@ -174,6 +175,13 @@ def _from_bytes(buf: memoryview, dtype_name: str, shape: tuple, like_leaf):
     if sharding is not None:
         return jax.device_put(value, sharding)
     return jnp.asarray(value)
+
+
+_FLAG = ("bool", "int32")  # (dtype in a file from before the rename, dtype now) of a state flag
+
+
+def _as_flag(x):
+    return x.astype(np.int32) if isinstance(x, np.ndarray) else jax.device_put(x.astype(jnp.int32), x.sharding)
 
 
 def _describe(tree) -> tuple[list, Any, list]:
@@ -497,6 +505,11 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
       alternatives: other trees the file may hold instead of ``like`` (e.g.
         an optimizer state with step counts per leaf or shared,
         `gradxform.per_leaf_counts`): the first whose paths are the file's is used.
+        A file written before state fields were renamed (its paths are
+        ``like``'s or an alternative's with the former names, `former_names`:
+        ``StepState.num_update`` and ``.count``, now ``.count`` and
+        ``.leaf_counts``) loads too, its bool flags as the int32 0/1 that
+        state now holds.
 
     Returns:
       The tree, bit-identical to what was saved.
@@ -522,11 +535,19 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
         described = _describe(other)
         if described[0] == file_paths:
             paths, treedef, leaves = described
+    former = False  # the file names renamed fields as before the rename: same leaves, same order
+    for form in (like, *alternatives):
+        if file_paths == paths:
+            break
+        renamed = former_names(form)
+        if renamed is not None and _describe(renamed)[0] == file_paths:
+            former, (_, treedef, leaves) = True, _describe(form)
+            paths = file_paths
     if file_paths != paths:
         missing = [p for p in paths if p not in file_paths]
         extra = [_short(p) for p in file_paths if p not in paths]
         order = "" if missing or extra else " the same paths in another order;"
-        if any(".count" in p for p in missing + extra):
+        if any(".count" in p or ".leaf_counts" in p for p in missing + extra):
             order += (" (step counts are shared in a fresh state and per leaf after a masked step: pass "
                       "alternatives=[gradxform.per_leaf_counts(state, params)]);")
         raise CheckpointError(
@@ -537,8 +558,10 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
             f"{header['treedef'][:300]}.")
     for (p, shape, dtype, _, _), leaf in zip(entries, leaves):
         want_shape, want_dtype = _leaf_shape(leaf), _leaf_dtype_name(leaf)
-        if shape != want_shape or dtype != want_dtype:
+        if shape != want_shape or (dtype != want_dtype and not (former and (dtype, want_dtype) == _FLAG)):
             raise CheckpointError("mismatch", path, f"leaf {p} is {_fmt(shape, dtype)} in the file; "
                                                     f"expected {_fmt(want_shape, want_dtype)}.")
     out = [_from_bytes(payload[o:o + n], d, s, leaf) for (_, s, d, o, n), leaf in zip(entries, leaves)]
+    if former:  # a flag stored as bool then, int32 0/1 now
+        out = [_as_flag(x) if d == _FLAG[0] else x for x, (_, _, d, _, _) in zip(out, entries)]
     return jax.tree_util.tree_unflatten(treedef, out)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from optax.tree_utils import tree_get as optax_tree_get
 
 import gradxform
 from gradxform.checkpoint import CheckpointError, load_state, read_metadata, save_state
@@ -289,7 +290,7 @@ def test_a_state_with_per_leaf_counts_loads_through_alternatives(tmp_path):
         gradxform.load_state(tmp_path / "s", like=fresh)
     assert err.value.kind == "mismatch"
     out = gradxform.load_state(tmp_path / "s", like=fresh, alternatives=[gradxform.per_leaf_counts(fresh, params)])
-    assert [int(c) for c in jax.tree.leaves(out[0].count)] == [1, 0]
+    assert [int(c) for c in jax.tree.leaves(out[0].leaf_counts)] == [1, 0]
     jax.tree.map(np.testing.assert_array_equal, out, masked)
 
 
@@ -359,7 +360,7 @@ def _forge(path, out, leaf: str, value) -> None:
 @pytest.mark.parametrize("leaf, value, match", [
     ("['learning_rate']", np.nan, "learning_rate"), ("['learning_rate']", -1.0, "learning_rate"),
     ("['beta1']", 1.5, "beta1"), ("['epsilon']", 0.0, "epsilon"),
-    (".num_update", -5, "num_update"), (".num_update", 2**31 - 1, "num_update"),
+    ("[0].count", -5, "StepState.count"), ("[0].count", 2**31 - 1, "StepState.count"),
 ])
 def test_trainer_refuses_checkpoint_values_no_run_reaches(tmp_path, leaf, value, match):
     """A checkpoint with valid checksums whose hyperparameters or step count are out of range
@@ -380,3 +381,56 @@ def test_trainer_refuses_checkpoint_values_no_run_reaches(tmp_path, leaf, value,
     for a, b in zip(before, jax.tree.leaves((u.params, u.state))):
         np.testing.assert_array_equal(a, np.asarray(b))
     u.load_states(tmp_path / "good")
+
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "gradxform")
+LEGACY_PARAMS = {"b": jnp.asarray([0.5, -1.0, 2.0], jnp.float32),
+                 "w": jnp.asarray([[1.0, -2.0], [0.25, 3.0]], jnp.float32)}
+
+
+def _legacy_grads(k):  # tools/legacy_checkpoint_fixtures.py's
+    return jax.tree.map(lambda p: jnp.sin(p * (k + 1)) + 0.1 * k, LEGACY_PARAMS)
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("paddle.momentum", dict(learning_rate=0.1, momentum=0.9, use_nesterov=True, skip_nonfinite=True)),
+    ("mindspore.adam", dict(learning_rate=0.05, weight_decay=1e-3, skip_nonfinite=True)),
+    ("mxnet.adam", dict(learning_rate=0.05, wd=1e-3, lr_mult={"b": 0.5})),
+])
+def test_files_from_before_the_count_rename_load_and_continue_bit_for_bit(name, kwargs):
+    """Files written at 8945dd9 (StepState ``count`` per leaf and ``num_update``; bool flags),
+    recorded with the parameters one more update gave then: loaded into today's state
+    (``leaf_counts`` and ``count``; int32 flags), the next update gives the same bits."""
+    tx = gradxform.create(name, **kwargs)
+    fresh = tx.init(LEGACY_PARAMS)
+    like = {"params": LEGACY_PARAMS, "state": fresh}
+    alt = {"params": LEGACY_PARAMS, "state": gradxform.per_leaf_counts(fresh, LEGACY_PARAMS)}
+    got = load_state(os.path.join(FIXTURES, f"legacy_{name}.gxckpt"), like=like, alternatives=[alt])
+    assert jax.tree.map(lambda x: x.dtype, got["state"]) in (jax.tree.map(lambda x: x.dtype, fresh),
+                                                              jax.tree.map(lambda x: x.dtype, alt["state"]))
+    assert int(optax_tree_get(got["state"], "count")) == 3
+    u, _ = tx.update(_legacy_grads(3), got["state"], got["params"])
+    want = np.load(os.path.join(FIXTURES, f"legacy_{name}.npz"))
+    for k in ("b", "w"):
+        assert bits(got["params"][k] + u[k]) == bits(jnp.asarray(want[f"next_{k}"]))
+
+
+def test_trainer_loads_a_file_from_before_the_count_rename():
+    from gradxform.trainer import Trainer  # noqa: PLC0415
+    t = Trainer(LEGACY_PARAMS, "adam", {"learning_rate": 0.05, "wd": 1e-3,
+                                        "lr_scheduler": gradxform.lr_scheduler.FactorScheduler(2, 0.5)},
+                devices=jax.devices()[:1], skip_nonfinite=True)
+    t.load_states(os.path.join(FIXTURES, "legacy_trainer_adam.gxckpt"))
+    t.update(_legacy_grads(3), 1)
+    want = np.load(os.path.join(FIXTURES, "legacy_trainer_adam.npz"))
+    for k in ("b", "w"):
+        assert bits(t.params[k]) == bits(jnp.asarray(want[f"next_{k}"]))
+
+
+def test_a_legacy_file_is_not_taken_for_another_tree(tmp_path):
+    """The former names are tried only as a whole tree: a file of another optimizer stays a mismatch."""
+    tx = gradxform.create("mxnet.sgd", learning_rate=0.1, momentum=0.9)
+    like = {"params": LEGACY_PARAMS, "state": tx.init(LEGACY_PARAMS)}
+    with pytest.raises(CheckpointError) as err:
+        load_state(os.path.join(FIXTURES, "legacy_mxnet.adam.gxckpt"), like=like)
+    assert err.value.kind == "mismatch"

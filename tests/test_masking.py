@@ -72,6 +72,6 @@ def test_wrapper_alone_zeroes_masked_leaves_and_passes_through_without_a_mask():
     u, s = tx.update(g, tx.init(PARAMS), PARAMS, update_mask=MASK)
     np.testing.assert_array_equal(np.asarray(u["dense"]["bias"]), 0.0)
     np.testing.assert_allclose(np.asarray(u["dense"]["kernel"]), -0.1 * np.asarray(g["dense"]["kernel"]), rtol=1e-6)
-    assert int(s[0].count["dense"]["bias"]) == 0 and int(s[0].count["dense"]["kernel"]) == 1
+    assert int(s[0].leaf_counts["dense"]["bias"]) == 0 and int(s[0].leaf_counts["dense"]["kernel"]) == 1
     u2, _ = tx.update(g, tx.init(PARAMS), PARAMS)
     np.testing.assert_allclose(np.asarray(u2["dense"]["bias"]), -0.1 * np.asarray(g["dense"]["bias"]), rtol=1e-6)

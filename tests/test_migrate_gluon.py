@@ -154,8 +154,8 @@ def _find(state, cls):
 def test_counts_and_nadam_schedule_restored():
     _, meta, _, _, state = resume("nadam")
     (step,) = _find(state, "StepState")
-    # every index at 5: the shared form (StepState.count None means each leaf's count is num_update)
-    assert step.count is None and int(step.num_update) == 5
+    # every index at 5: the shared form (StepState.leaf_counts None: each leaf's count is count)
+    assert step.leaf_counts is None and int(step.count) == 5
     (nadam,) = _find(state, "NadamState")
     np.testing.assert_allclose(float(nadam.m_schedule), meta["opt_at_k"]["m_schedule"], rtol=1e-7)
 
@@ -435,7 +435,7 @@ def test_counts_equal_to_num_update_stay_shared_and_differing_ones_are_written_p
     from gradxform.pieces.internal import StepState  # noqa: PLC0415
     params = {"a": jnp.ones(2), "b": jnp.ones(3)}
     tx = gx.create("adam", learning_rate=0.1)
-    count, num_update = Slot(StepState, "count"), Slot(StepState, "num_update")
+    count, num_update = Slot(StepState, "leaf_counts"), Slot(StepState, "count")
 
     def filled(counts):
         state = fill_state(tx.init(params), params, {}, {count: np.asarray(counts, np.int32),
@@ -444,9 +444,9 @@ def test_counts_equal_to_num_update_stay_shared_and_differing_ones_are_written_p
         return state, step
 
     _, step = filled([4, 4])
-    assert step.count is None and int(step.num_update) == 4
+    assert step.leaf_counts is None and int(step.count) == 4
     state, step = filled([4, 2])  # index 'b' missed two updates (stale gradients)
-    assert [int(c) for c in jax.tree.leaves(step.count)] == [4, 2]
+    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [4, 2]
     _, state = jax.jit(tx.update)(params, state, params)
     (step,) = _find(state, "StepState")
-    assert [int(c) for c in jax.tree.leaves(step.count)] == [5, 3] and int(step.num_update) == 5
+    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [5, 3] and int(step.count) == 5

@@ -94,8 +94,8 @@ def test_state_contents():
         assert any(x.shape == z[key].shape and np.array_equal(x, z[key]) for x in leaves), key
     (step,) = [n for n in jax.tree.leaves(state, is_leaf=lambda n: type(n).__name__ == "StepState")
                if type(n).__name__ == "StepState"]
-    # per-parameter m all 5: the shared form (count None: each leaf's count is num_update)
-    assert step.count is None and int(step.num_update) == 5
+    # per-parameter m all 5: the shared form (leaf_counts None: each leaf's count is count)
+    assert step.leaf_counts is None and int(step.count) == 5
     lr_next = float(z["lr_5"])  # Paddle's lr for step 5 (StepDecay: 0.1 * 0.5 ** (5 // 3))
     assert lr_next == pytest.approx(0.05)
 

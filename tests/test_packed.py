@@ -101,9 +101,9 @@ def test_eager_call_groups_by_the_states_own_numbers():
     state = gradxform.per_leaf_counts(tx.init(PARAMS), PARAMS)
 
     def bump(_, node):
-        count = dict(node.count)
+        count = dict(node.leaf_counts)
         count["emb"] = count["emb"] + 5
-        return with_fields(node, count=count)
+        return with_fields(node, leaf_counts=count)
 
     state = map_states(bump, state, StepState)
     g = _grads(0, False)

@@ -96,7 +96,7 @@ def test_jit_matches_op_by_op(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_shared_and_per_leaf_step_counts_give_the_same_numbers(name):
-    # init's one shared count (StepState.count None) against the same counts written
+    # init's one shared count (StepState.leaf_counts None) against the same counts written
     # out per leaf, the form a masked step or a migrated state uses: bit for bit
     f = fixture(name)
     shared = f.run(3)

@@ -37,9 +37,9 @@ def test_map_states_keeps_untouched_subtrees():
     state = _state()
     same = map_states(lambda _, n: n, state)
     assert same is state
-    bumped = map_states(lambda _, n: n._replace(num_update=n.num_update + 5), state, StepState)
+    bumped = map_states(lambda _, n: n._replace(count=n.count + 5), state, StepState)
     (step,) = find_states(bumped, StepState)
-    assert int(step.num_update) == 5
+    assert int(step.count) == 5
     assert jax.tree.structure(bumped) == jax.tree.structure(state)
 
 
@@ -47,17 +47,17 @@ def test_writing_counts_writes_only_counts():
     state = _state()
     ((path, step),) = state_paths(state, StepState)
     counts = {"a": jnp.asarray(3, jnp.int32), "b": jnp.asarray(7, jnp.int32)}
-    (new,) = find_states(replace_fields(state, {path: {"count": counts}}), StepState)
-    assert [int(c) for c in jax.tree.leaves(new.count)] == [3, 7]
-    assert new.num_update is step.num_update and StepState._fields == ("hyper", "lr_mult", "count", "num_update")
+    (new,) = find_states(replace_fields(state, {path: {"leaf_counts": counts}}), StepState)
+    assert [int(c) for c in jax.tree.leaves(new.leaf_counts)] == [3, 7]
+    assert new.count is step.count and StepState._fields == ("hyper", "lr_mult", "leaf_counts", "count")
 
 
 def test_fill_state_slots_name_the_class():
     state = _state()
-    out = fill_state(state, PARAMS, {}, {Slot(StepState, "count"): np.asarray([2, 9], np.int32)},
+    out = fill_state(state, PARAMS, {}, {Slot(StepState, "leaf_counts"): np.asarray([2, 9], np.int32)},
                      who="t", hint="")
     (step,) = find_states(out, StepState)
-    assert [int(c) for c in jax.tree.leaves(step.count)] == [2, 9]
+    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [2, 9]
     with pytest.raises(gx.migrate.MigrateError, match="MXNetFtrlState.z"):
         fill_state(state, PARAMS, {Slot(MXNetFtrlState, "z"): [None, None]}, {}, who="t", hint="")
 

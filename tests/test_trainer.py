@@ -111,7 +111,7 @@ def test_compiled_step_equals_step_by_step_and_one_device(one_device):
     assert_equal(t.params, train("step").params)  # same sums in the same order: bit for bit
     assert_close(t.params, one_device["step"], **TOL)
     # the state (momentum, per-leaf counts) advanced the same way
-    assert t.state[0].count is None and int(t.state[0].num_update) == 3  # every leaf's count is 3
+    assert t.state[0].leaf_counts is None and int(t.state[0].count) == 3  # every leaf's count is 3
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -171,7 +171,7 @@ def test_stale_gradients():
     kernel = np.asarray(t.params["dense"]["kernel"])
     assert not np.allclose(kernel, np.asarray(init_params()["dense"]["kernel"]))
     # flatten order: dense/bias, dense/kernel, out -> only the first two counted
-    assert np.asarray(jax.tree.leaves(t.state[0].count)).tolist() == [1, 1, 0]
+    assert np.asarray(jax.tree.leaves(t.state[0].leaf_counts)).tolist() == [1, 1, 0]
     mom_out = lambda s: np.asarray(jax.tree.leaves(s[-1])[-1])  # noqa: E731 (out's momentum)
     assert_equal(mom_out(t.state), mom_out(state0))
     # the same through allreduce_grads + update
@@ -180,7 +180,7 @@ def test_stale_gradients():
     with pytest.raises(UserWarning, match="Parameter `out`"):
         t.update(summed, 8)
     t.update(summed, 8, ignore_stale_grad=True)
-    assert np.asarray(jax.tree.leaves(t.state[0].count)).tolist() == [2, 2, 0]
+    assert np.asarray(jax.tree.leaves(t.state[0].leaf_counts)).tolist() == [2, 2, 0]
 
 
 def test_gradient_errors_name_the_parameter():

@@ -51,7 +51,7 @@ class _Rule(NamedTuple):
 
 _MOM = Slot(TraceState, "trace", "momentum")
 _MASTER = Slot(MasterWeightsState, "master")
-_COUNT, _NUM_UPDATE = Slot(StepState, "count"), Slot(StepState, "num_update")
+_COUNT, _NUM_UPDATE = Slot(StepState, "leaf_counts"), Slot(StepState, "count")
 
 
 def _rule(name: str, opt: PickledObject | None) -> _Rule:

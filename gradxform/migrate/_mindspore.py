@@ -283,8 +283,8 @@ def _fill(ckpt, params, tx, names):
     if "global_step" not in ckpt:
         raise MigrateError(f"{WHO}: the checkpoint has no 'global_step'; is it an optimizer checkpoint?")
     step = checked_count(np.asarray(ckpt["global_step"]), f"{WHO}: global_step")
-    whole = {Slot(StepState, "count"): np.full((len(gnames),), step, np.int32),
-             Slot(StepState, "num_update"): np.asarray(step, np.int32)}
+    whole = {Slot(StepState, "leaf_counts"): np.full((len(gnames),), step, np.int32),
+             Slot(StepState, "count"): np.asarray(step, np.int32)}
     for key in kind.scalars:  # Adam's float32 beta powers, kept as MindSpore keeps them (issue 15 item 7)
         if key.endswith("_power") and isinstance(ckpt.get(key), np.ndarray):
             whole[Slot(BetaPowerState, key)] = np.asarray(ckpt[key], np.float32).reshape(())

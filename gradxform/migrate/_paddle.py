@@ -235,14 +235,14 @@ def _scheduler_slots(sd, position, n_leaves) -> dict:
                     sched.get("last_lr"), f"{what} last_lr", declared_range(None, "learning_rate"))),
                 Slot(PlateauState, "best"): np.float32(0.0 if best is None else checked_value(best, f"{what} best",
                                                                                               Range())),
-                Slot(PlateauState, "has_best"): np.asarray(best is not None),
+                Slot(PlateauState, "has_best"): np.asarray(best is not None, np.int32),
                 Slot(PlateauState, "num_bad_epochs"): np.int32(checked_count(sched.get("num_bad_epochs", 0),
                                                                              f"{what} num_bad_epochs")),
                 Slot(PlateauState, "cooldown_counter"): np.int32(checked_count(sched.get("cooldown_counter", 0),
                                                                                f"{what} cooldown_counter"))})
     if position is not None:
-        whole[Slot(StepState, "num_update")] = np.asarray(position, np.int32)
-        whole.setdefault(Slot(StepState, "count"), np.full(n_leaves, position, np.int32))
+        whole[Slot(StepState, "count")] = np.asarray(position, np.int32)
+        whole.setdefault(Slot(StepState, "leaf_counts"), np.full(n_leaves, position, np.int32))
     return whole
 
 
@@ -296,7 +296,7 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
         per_leaf[Slot(MasterWeightsState, "master")] = masters
     count = np.asarray(counts, np.int32)
     position = int(count.max()) if len(count) else 0
-    whole = {Slot(StepState, "count"): count}
+    whole = {Slot(StepState, "leaf_counts"): count}
     whole.update(_scheduler_slots(sd, position, len(gnames)))
     hint = "was tx made with gradxform.create('paddle.asgd', ...) (and the run's LRScheduler)?"
     return fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)

@@ -123,8 +123,8 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
                               for o, v, n in zip(old_leaves, value, names)]
                 out[field] = treedef.unflatten(new_leaves)
             elif old is None and isinstance(getattr(type(node), "optional_fields", {}).get(field), str):
-                # a per-leaf field the state holds shared (StepState.count None: every
-                # leaf's count is num_update): kept shared when the file's values all are
+                # a per-leaf field the state holds shared (StepState.leaf_counts None: every
+                # leaf's count is count): kept shared when the file's values all are
                 out[field] = _shared_or_per_leaf(node, field, fields, value, treedef, names, convert,
                                                  _describe(slot))
             elif not hasattr(old, "shape") and jax.tree.structure(old) == treedef:

@@ -142,7 +142,7 @@ def assign_groups(owner: str, specs, order, names: list[str]) -> np.ndarray:
 class GroupState(NamedTuple):
     hyper: Hyper
     group_slot: Any          # per leaf, int32: the leaf's group position, -1 for none
-    decay_flag: Any          # per leaf, bool: decayed (the name filter)
+    decay_flag: Any          # per leaf, int32 0/1: decayed (the name filter)
     # gradxform.fused groups leaves by these, so leaves of different groups never share a
     # buffer and each group's lr (fixed, list or schedule) and weight decay is one scalar
     per_leaf_fields = ("group_slot", "decay_flag")
@@ -158,7 +158,7 @@ def _slots(owner, specs, order, params):
 def _group_state(hyper, params, slot, flags) -> GroupState:
     treedef = jax.tree.structure(params)
     return GroupState(hyper, treedef.unflatten([jnp.asarray(v, jnp.int32) for v in slot]),
-                      treedef.unflatten([jnp.asarray(bool(v)) for v in flags]))
+                      treedef.unflatten([jnp.asarray(bool(v), jnp.int32) for v in flags]))
 
 
 def _vector(tree, leaves_of) -> jax.Array:

@@ -25,7 +25,7 @@ __all__ = ["Updater", "get_updater"]
 
 
 def _num_updates(state) -> list[int]:
-    return [int(s.num_update) for s in find_states(state, StepState)]
+    return [int(s.count) for s in find_states(state, StepState)]
 
 
 class Updater:
@@ -65,11 +65,11 @@ class Updater:
                 state = jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves])
             self.states[index] = state
         shared = self.num_update
-        state = map_states(lambda _, s: s._replace(num_update=jnp.maximum(s.num_update, shared)),
+        state = map_states(lambda _, s: s._replace(count=jnp.maximum(s.count, shared)),
                            self.states[index], StepState)
         if self.host_schedule is not None:
             # MXNet: _update_count(index), then lr_scheduler(num_update)
-            counts = [int(c) for s in find_states(state, StepState) for c in jax.tree.leaves(s.count)]
+            counts = [int(c) for s in find_states(state, StepState) for c in jax.tree.leaves(s.leaf_counts)]
             num_update = max([shared] + [c + 1 for c in counts])
             state = set_hyper(state, learning_rate=self.host_schedule.lr_at(num_update))
         new_w, state = self._step(jnp.asarray(grad, w.dtype), state, w)

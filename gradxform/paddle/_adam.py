@@ -76,7 +76,7 @@ class AdamState(NamedTuple):
     with amsgrad, else ``()``) per parameter; ``beta1_pow``, ``beta2_pow`` per
     leaf (``beta^t`` for the next update, as Paddle's ``*_pow_acc``);
     ``lr_ratio``, ``decay`` and ``group`` (AdamW's, per leaf: the ratio, whether
-    the leaf is decayed, its parameter group; 1, False, 0 for Adam)."""
+    the leaf is decayed (int32 0/1), its parameter group; 1, 0, 0 for Adam)."""
     hyper: Hyper
     moment1: ParamTree
     moment2: ParamTree
@@ -124,7 +124,7 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
         decay = [coeff is not None and (decay_fn is None or bool(decay_fn(i.name))) for i in infos]
         return AdamState(with_groups(base, groups), _zeros(params), _zeros(params), _zeros(params) if amsgrad else (),
                          p1, p2, treedef.unflatten([jnp.asarray(r, jnp.float32) for r in ratios]),
-                         treedef.unflatten([jnp.asarray(d) for d in decay]),
+                         treedef.unflatten([jnp.asarray(d, jnp.int32) for d in decay]),
                          treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]))
 
     @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
@@ -305,7 +305,7 @@ def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters
 
 class LambState(NamedTuple):
     """``moment1``, ``moment2`` per parameter; ``beta1_pow``, ``beta2_pow`` and
-    ``decay`` (False where ``exclude_from_weight_decay_fn`` excludes) per leaf."""
+    ``decay`` (int32, 0 where ``exclude_from_weight_decay_fn`` excludes) per leaf."""
     hyper: Hyper
     moment1: ParamTree
     moment2: ParamTree
@@ -332,7 +332,7 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
         decay = [not (f is not None and bool(f(i))) for i, f in zip(infos, fns)]
         return LambState(with_groups({"lamb_weight_decay": wd, "beta1": beta1, "beta2": beta2, "epsilon": epsilon},
                                      groups), _zeros(params), _zeros(params), p1, p2,
-                         treedef.unflatten([jnp.asarray(d) for d in decay]),
+                         treedef.unflatten([jnp.asarray(d, jnp.int32) for d in decay]),
                          treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
 
     # fused: the trust ratio's norms per leaf as segment sums (another order)

@@ -64,7 +64,7 @@ def need_clip_flags(owner: str, need_clip, names: list[str]) -> np.ndarray:
 
 
 class ClipState(NamedTuple):
-    """``slot``: each leaf's group (-1: not optimized); ``need``: Paddle's ``need_clip``."""
+    """``slot``: each leaf's group (-1: not optimized); ``need``: Paddle's ``need_clip`` (int32 0/1)."""
     hyper: Hyper
     slot: ParamTree
     need: ParamTree
@@ -104,7 +104,7 @@ def group_clip(clips: list, slots_of, *, default=None) -> optax.GradientTransfor
             flags = need_clip_flags(c.owner, c.need_clip, names)
             need = np.where(np.asarray(slot) == k, flags, need)
         return ClipState(hyper, treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]),
-                         treedef.unflatten([jnp.asarray(bool(b)) for b in need]))
+                         treedef.unflatten([jnp.asarray(bool(b), jnp.int32) for b in need]))
 
     @declare(fusion=_fusion(active))
     def update(updates, state, params=None, **extra_args):

@@ -346,7 +346,7 @@ def get_lr(state, tx=None) -> float:
         if sched is None:
             raise ValueError("paddle.get_lr: the learning rate is a schedule; pass the optimizer "
                              "(get_lr(state, tx) or tx.get_lr(state)).")
-        steps = find_states(state, StepState)[0].num_update
+        steps = find_states(state, StepState)[0].count
         return float(sched.lr_for_update(jnp.asarray(steps) + 1, get_hyper(state, "learning_rate")))
     return get_learning_rate(state)
 

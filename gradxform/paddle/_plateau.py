@@ -36,7 +36,7 @@ def reduced(lr, factor, min_lr, epsilon, o: Ops):
 
 class PlateauState(NamedTuple):
     """``last_lr``: the learning rate now; ``best``/``has_best``: the best metric
-    seen; ``num_bad_epochs``/``cooldown_counter`` as Paddle's."""
+    seen (``has_best`` int32 0/1); ``num_bad_epochs``/``cooldown_counter`` as Paddle's."""
     hyper: Hyper
     last_lr: jax.Array
     best: jax.Array
@@ -86,7 +86,7 @@ class ReduceOnPlateau:
         self.base_lr = float(learning_rate)
 
     def init_state(self) -> PlateauState:
-        return PlateauState({}, hyper_scalar(self.base_lr), jnp.zeros((), F32), jnp.asarray(False),
+        return PlateauState({}, hyper_scalar(self.base_lr), jnp.zeros((), F32), jnp.zeros((), jnp.int32),
                             jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
     def _better(self, cur, best):
@@ -95,7 +95,7 @@ class ReduceOnPlateau:
     def update_metric(self, s: PlateauState, loss) -> PlateauState:
         loss = jnp.asarray(loss, F32).reshape(())
         cooling = s.cooldown_counter > 0
-        better = jnp.logical_or(~s.has_best, self._better(loss, s.best))
+        better = jnp.logical_or(s.has_best == 0, self._better(loss, s.best))
         best = jnp.where(better, loss, s.best)
         bad = jnp.where(better, 0, s.num_bad_epochs + 1)
         trigger = bad > self.patience
@@ -104,7 +104,8 @@ class ReduceOnPlateau:
         cool = jnp.where(trigger, self.cooldown, 0)
         return PlateauState(s.hyper,
                             jnp.where(cooling, s.last_lr, lr), jnp.where(cooling, s.best, best),
-                            jnp.where(cooling, s.has_best, True), jnp.where(cooling, s.num_bad_epochs, bad),
+                            jnp.where(cooling, s.has_best, 1).astype(jnp.int32),
+                            jnp.where(cooling, s.num_bad_epochs, bad),
                             jnp.where(cooling, s.cooldown_counter - 1, cool).astype(jnp.int32))
 
     def piece(self) -> GradientTransformation:

@@ -25,7 +25,7 @@ OPTIMIZERS = ("sgd", "momentum")  # registered as 'paddle.<name>' by the family'
 
 class MomentumState(NamedTuple):
     """``velocity`` per parameter (Paddle's accumulator); ``group`` and
-    ``nesterov`` (its group's ``use_nesterov``) per leaf."""
+    ``nesterov`` (its group's ``use_nesterov``, int32 0/1) per leaf."""
     hyper: Hyper
     velocity: ParamTree
     group: ParamTree
@@ -65,7 +65,8 @@ def _momentum_rule(o, momentum, use_nesterov):
         return MomentumState(with_groups({"momentum": momentum}, groups),
                              zeros_like_params(params),
                              treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]),
-                             treedef.unflatten([jnp.asarray(bool(nesterov.get(int(k), use_nesterov))) for k in slot]))
+                             treedef.unflatten([jnp.asarray(bool(nesterov.get(int(k), use_nesterov)), jnp.int32)
+                                               for k in slot]))
 
     @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):

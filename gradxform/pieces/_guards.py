@@ -57,7 +57,8 @@ class NonFiniteError(FloatingPointError):
 class GuardState(NamedTuple):
     """Counters of a guard: ``skipped`` (total skipped steps), ``consecutive``
     (skipped steps since the last applied one), ``max_consecutive`` (the
-    limit; -1 for none), ``tripped`` (sticky: the limit was reached)."""
+    limit; -1 for none), ``tripped`` (sticky: the limit was reached; int32
+    0/1, as every flag in gradxform states: it survives arithmetic selection)."""
     skipped: jax.Array
     consecutive: jax.Array
     max_consecutive: jax.Array
@@ -133,12 +134,12 @@ def _check_limit(owner, max_consecutive):
 
 def _guard_init(limit) -> GuardState:
     zero = jnp.zeros((), jnp.int32)
-    return GuardState(zero, zero, jnp.asarray(limit, jnp.int32), jnp.asarray(False))
+    return GuardState(zero, zero, jnp.asarray(limit, jnp.int32), zero)  # tripped: int32 0/1 (survives sam's arithmetic)
 
 
 def _guard_step(g: GuardState, ok) -> GuardState:
     consecutive = jnp.where(ok, 0, g.consecutive + 1).astype(jnp.int32)
-    tripped = g.tripped | ((g.max_consecutive > 0) & (consecutive >= g.max_consecutive))
+    tripped = jnp.where((g.max_consecutive > 0) & (consecutive >= g.max_consecutive), 1, g.tripped).astype(jnp.int32)
     return GuardState((g.skipped + jnp.where(ok, 0, 1)).astype(jnp.int32), consecutive,
                       g.max_consecutive, tripped)
 

@@ -49,14 +49,17 @@ def resolve_multiplier(spec, names: list[str], what: str) -> np.ndarray:
 
 
 class StepState(NamedTuple):
-    """``num_update``: the largest update count of any leaf (MXNet
-    ``num_update``), which the schedule reads; ``count``: each leaf's count
-    (MXNet ``_index_update_count``), a tree of int32 scalars shaped like the
-    parameters, or None while every leaf's count is ``num_update`` (leaves
-    that have always stepped together: the state `init` makes); ``lr_mult``:
-    per-leaf float32 multipliers (a tree of scalars), or None when every one
-    is 1; ``hyper``: the base ``learning_rate``, the schedule's ``current_lr``
-    and whether one is set.
+    """``count``: the largest update count of any leaf (MXNet
+    ``num_update``; optax's ``count``, so ``optax.tree_utils.tree_get(state,
+    'count')`` reads it), which the schedule reads; ``leaf_counts``: each
+    leaf's count (MXNet ``_index_update_count``), a tree of int32 scalars
+    shaped like the parameters, or None while every leaf's count is ``count``
+    (leaves that have always stepped together: the state `init` makes);
+    ``lr_mult``: per-leaf float32 multipliers (a tree of scalars), or None
+    when every one is 1; ``hyper``: the base ``learning_rate``, the
+    schedule's ``current_lr`` and whether one is set (``scheduled``, int32
+    0/1: a flag that survives arithmetic selection such as
+    ``optax.contrib.sam``'s ``c * a + (1 - c) * b``).
 
     Shared counts and absent multipliers keep the per-leaf arithmetic out of
     the step: every leaf's bias correction and learning rate is one scalar
@@ -64,29 +67,36 @@ class StepState(NamedTuple):
     against 3.1 s; ``benchmarks/README.md``). The first update with an
     ``update_mask``, and a migrated state whose counts differ, switch to
     per-leaf counts (`per_leaf_counts`). Nothing stored is derived from
-    another field."""
+    another field.
+
+    ``optax.tree_utils.tree_set(state, count=k)`` (a Python int or an int32
+    scalar) makes the next update number ``k + 1``, as MXNet's
+    ``optimizer.num_update = k``: with per-leaf counts, each leaf still
+    counts from its own (``count = max(count, leaf count)``)."""
     hyper: Hyper
     lr_mult: Optional[ParamTree]
-    count: Optional[ParamTree]
-    num_update: jax.Array
-    per_leaf_fields = ("lr_mult", "count")  # trees of per-leaf scalars (gradxform.fused: one per buffer)
-    # fields that may be None, and what each leaf holds then: count -> num_update, lr_mult -> 1
-    optional_fields = {"count": "num_update", "lr_mult": 1.0}
+    leaf_counts: Optional[ParamTree]
+    count: jax.Array
+    per_leaf_fields = ("lr_mult", "leaf_counts")  # trees of per-leaf scalars (gradxform.fused: one per buffer)
+    # fields that may be None, and what each leaf holds then: leaf_counts -> count, lr_mult -> 1
+    optional_fields = {"leaf_counts": "count", "lr_mult": 1.0}
+    # files written before the rename name these fields so (gradxform.checkpoint reads them)
+    renamed_fields = {"leaf_counts": "count", "count": "num_update"}
 
 
 def per_leaf_counts(state, params):
-    """``state`` with every shared step count (`StepState.count` None) written
-    out per leaf, each equal to that state's ``num_update``: the form an
+    """``state`` with every shared step count (`StepState.leaf_counts` None)
+    written out per leaf, each equal to that state's ``count``: the form an
     ``update_mask`` needs, made before the step (so the state keeps one
     structure inside ``jax.lax.scan``) or by the update itself."""
-    return map_states(lambda _, node: written_out(node, "count", params), state, StepState)
+    return map_states(lambda _, node: written_out(node, "leaf_counts", params), state, StepState)
 
 
 def host_done(state) -> int:
-    """Updates done, as an optimizer state records them (``num_update`` of
-    its step counter; 0 when it has none): where a host-side schedule resumes."""
+    """Updates done, as an optimizer state records them (``count`` of its
+    step counter; 0 when it has none): where a host-side schedule resumes."""
     found = find_states(state, StepState)
-    return max((int(jnp.max(jnp.asarray(s.num_update))) for s in found), default=0)
+    return max((int(jnp.max(jnp.asarray(s.count))) for s in found), default=0)
 
 
 def _derived(counts):
@@ -110,9 +120,11 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
     Updates pass through unchanged. For leaf ``i`` (leaves in flatten order, as
     MXNet's indices)::
 
-        count[i] += 1;  num_update = max(num_update, count[i])
-        lr[i] = schedule.lr_for_update(num_update, learning_rate) * lr_mult[i]
+        leaf_counts[i] += 1;  count = max(count, leaf_counts[i])
+        lr[i] = schedule.lr_for_update(count, learning_rate) * lr_mult[i]
                                                   (or learning_rate * lr_mult[i])
+
+    (MXNet's ``_index_update_count[i]`` and ``num_update``; `StepState`.)
 
     ``read_lr='after'`` reads the schedule after leaf i bumped the counter (as
     MXNet's SGD, Adam and most rules do); ``'before'`` reads it first (MXNet's
@@ -149,9 +161,9 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
         current = schedule.lr_for_update(jnp.asarray(begin_num_update, jnp.int32), base) if schedule else base
         return StepState(
             hyper={"learning_rate": base, "current_lr": hyper_scalar(current),
-                   "scheduled": jnp.asarray(schedule is not None)},
+                   "scheduled": jnp.asarray(schedule is not None, jnp.int32)},
             lr_mult=per_leaf_multipliers(lr_mult, params, "lr_mult"),
-            count=None, num_update=jnp.asarray(begin_num_update, jnp.int32))
+            leaf_counts=None, count=jnp.asarray(begin_num_update, jnp.int32))
 
     # fused: MXNet reads the schedule before leaf 0 bumps the shared count and after
     # it for every later leaf, so with read_lr='before' leaf 0 gets a group of its own
@@ -161,16 +173,17 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
         del params
         treedef = jax.tree.structure(updates)
         mask = extra_args.get("update_mask")
-        if mask is not None and state.count is None:
+        if mask is not None and state.leaf_counts is None:
             state = per_leaf_counts(state, updates)  # masked leaves keep their counts from now on
-        for field in ("count", "lr_mult"):
+        for field in ("leaf_counts", "lr_mult"):
             tree = getattr(state, field)
             if tree is not None and treedef != jax.tree.structure(tree):
                 raise ValueError(f"track_step: the state was made for {jax.tree.structure(tree).num_leaves} "
                                  f"parameters; the updates have {treedef.num_leaves}.")
         n = treedef.num_leaves
-        old = state.num_update
-        base = state.hyper["learning_rate"]
+        # int32 and float32 whatever was stored: optax.tree_utils.tree_set may put a Python number here
+        old = jnp.asarray(state.count, jnp.int32)
+        base = hyper_scalar(state.hyper["learning_rate"])
         at_old = at_new = None
         if schedule is not None:
             # A count never exceeds num_update, so leaf i reads the schedule at
@@ -179,7 +192,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             # sequential loop over indices does.
             at_old = _usable_rate(schedule.lr_for_update(old, base))
             at_new = _usable_rate(schedule.lr_for_update(old + 1, base))
-        if state.count is None:
+        if state.leaf_counts is None:
             # Every leaf goes from `old` to `old + 1`: one count, one rate, one
             # flag, the same traced scalar at every leaf (pieces compute on it once).
             num_update = old + 1
@@ -189,7 +202,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             if schedule is not None and read_lr == "before" and n:
                 rates[0] = at_old  # leaf 0 reads the schedule before its own bump
         else:
-            counts = treedef.flatten_up_to(state.count)
+            counts = treedef.flatten_up_to(state.leaf_counts)
             bumps = [True] * n if mask is None else \
                 [jnp.asarray(m).reshape(()) for m in treedef.flatten_up_to(mask)]
             new_counts = [c + 1 if b is True else c + jnp.asarray(b, jnp.int32) for c, b in zip(counts, bumps)]
@@ -234,7 +247,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
         # so XLA copies every one (measured on MXNet Adam: 5 copies per
         # parameter instead of 1, compile 27% slower at 200 parameters).
         current = jnp.where(jnp.isnan(state.hyper["current_lr"]), current, current)
-        hyper = dict(state.hyper, current_lr=current)
+        hyper = dict(state.hyper, learning_rate=base, current_lr=current)
         return updates, StepState(hyper, state.lr_mult, count_tree, num_update)
 
     return transformation(init, update)

@@ -113,7 +113,7 @@ def keep_multipliers(state, current):
 # State values a file may set besides hyperparameters, and the values a run can reach.
 _COUNT = Range(low=0.0, high=float(MAX_COUNT))
 _STATE_RANGES = {
-    (StepState, "count"): _COUNT, (StepState, "num_update"): _COUNT,
+    (StepState, "leaf_counts"): _COUNT, (StepState, "count"): _COUNT,
     (NadamState, "m_schedule"): Range(low=0.0, high=1.0, low_open=True),  # a product of momenta in (0, 1)
     (PlateauState, "last_lr"): declared_range(None, "learning_rate"),
     (PlateauState, "best"): Range(),
