@@ -356,6 +356,10 @@ FORGERIES = {  # name: (edit, kind, message)
     "float dim": (_edit(0, 1, [3.0, 4]), "corrupt", r"leaf \['a'\] .*shape \[3.0, 4\]"),
     "rank 33": (_edit(0, 1, [1] * 31 + [3, 4]), "corrupt", r"leaf \['a'\] .*expected a list of at most 32"),
     "huge empty": (_edit(4, 1, [0, 2**62]), "corrupt", r"leaf \['e'\] .*would exceed 2\*\*48 bytes"),
+    # each bound itself passes the header checks (and the leaf is then not ``like``'s), one past it does not
+    "rank 32": (_edit(0, 1, [1] * 30 + [3, 4]), "mismatch", r"leaf \['a'\] is float32\[1,1,.*,3,4\] in the file"),
+    "empty of 2**48 bytes": (_edit(4, 1, [0, 2**46]), "mismatch", r"leaf \['e'\] is float32\[0,70368744177664\]"),
+    "empty of 2**48 + 4 bytes": (_edit(4, 1, [0, 2**46 + 1]), "corrupt", r"leaf \['e'\] .*would exceed 2\*\*48 bytes"),
     "entry too short": (_edit(2, slice(3, 5), []), "corrupt", r"leaves\[2\] is \[\"\['c'\]\", \[5\], 'int32'\]; "
                                                               r"expected \[path, shape, dtype, offset, nbytes\]"),
     "path not a str": (_edit(2, 0, 5), "corrupt", r"leaves\[2\] has path 5; expected a string"),

@@ -119,6 +119,74 @@ def test_the_classes_keep_their_closed_form():
     assert float(s.lr_for_update(7, 0.2)) == pytest.approx(0.05)
 
 
+# the constructors' bounds, as mxnet/lr_scheduler.py (1.9.1) checks them: the bound itself is accepted
+_LRS = gx.lr_scheduler
+ACCEPTED = [
+    lambda: _LRS.LRScheduler(base_lr=0.1, warmup_steps=0, warmup_begin_lr=0.1),  # `begin > final` raises
+    lambda: _LRS.FactorScheduler(step=1, factor=1.0),                              # `step < 1`, `factor > 1.0`
+    lambda: _LRS.MultiFactorScheduler(step=[1, 2], factor=1.0),                    # `_step < 1`, `<= step[i-1]`
+    lambda: _LRS.MultiFactorScheduler(step=[3]),                                   # `len(step) >= 1`
+    lambda: _LRS.PolyScheduler(max_update=1),                                      # `max_update < 1`
+    lambda: _LRS.CosineScheduler(max_update=1),
+]
+REFUSED = [
+    lambda: _LRS.LRScheduler(base_lr=0.1, warmup_begin_lr=0.1000001),
+    lambda: _LRS.LRScheduler(warmup_steps=-1),
+    lambda: _LRS.FactorScheduler(step=0),
+    lambda: _LRS.FactorScheduler(step=1, factor=1.0000001),
+    lambda: _LRS.MultiFactorScheduler(step=[]),      # MXNet: an assert (AssertionError)
+    lambda: _LRS.MultiFactorScheduler(step=5),       # the same
+    lambda: _LRS.MultiFactorScheduler(step=[0, 2]),
+    lambda: _LRS.MultiFactorScheduler(step=[2, 2]),
+    lambda: _LRS.MultiFactorScheduler(step=[1], factor=1.0000001),
+    lambda: _LRS.PolyScheduler(max_update=0),
+    lambda: _LRS.PolyScheduler(max_update=2.0),      # MXNet: assert isinstance(max_update, int)
+    lambda: _LRS.CosineScheduler(max_update=2.0),
+    lambda: _LRS.CosineScheduler(max_update=0),
+]
+
+
+@pytest.mark.parametrize("make", ACCEPTED)
+def test_constructor_bounds_accepted_as_mxnet(make):
+    make()
+
+
+@pytest.mark.parametrize("make", REFUSED)
+def test_constructor_bounds_refused_as_mxnet(make):
+    with pytest.raises(ValueError):
+        make()
+
+
+@pytest.mark.parametrize("name", sorted(REF))
+def test_one_warmup_step_and_num_update_zero(name):
+    """``warmup_steps=1``: MXNet's ``__call__(0)`` is the warmup's start (the recorded goldens
+    begin at num_update 1); then the schedule, against the float64 transcription."""
+    kw = dict(base_lr=0.1, warmup_steps=1, warmup_begin_lr=0.02)
+    kw.update({"FactorScheduler": dict(step=2, factor=0.5), "MultiFactorScheduler": dict(step=[2, 3], factor=0.5)}
+              .get(name, dict(max_update=4)))
+    ref = REF[name](**kw)
+    want = [ref(n) for n in range(5)]
+    got = jax.jit(getattr(gx.lr_scheduler, name)(**kw))(jnp.arange(5))
+    assert want[0] == 0.02
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6)
+    if name == "CosineScheduler":  # a decay of one update: max_update - warmup_steps = 1
+        kw["max_update"] = 2
+        ref = REF[name](**kw)  # one object called in order, as an optimizer calls it (it keeps state)
+        want, got = [ref(n) for n in range(4)], jax.jit(gx.lr_scheduler.CosineScheduler(**kw))(jnp.arange(4))
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-9)
+
+
+def test_factor_scheduler_below_its_stop_lr():
+    """A base_lr under stop_factor_lr: MXNet returns it until the first decay, then stop_factor_lr
+    (its ``while`` clamps only what it has decayed)."""
+    kw = dict(step=2, factor=0.5, stop_factor_lr=1e-8, base_lr=1e-9)
+    ref = REF["FactorScheduler"](**kw)
+    want = [ref(n) for n in range(1, 6)]
+    assert want == [1e-9, 1e-9, 1e-8, 1e-8, 1e-8]
+    np.testing.assert_allclose(np.asarray(jax.jit(gx.lr_scheduler.FactorScheduler(**kw))(jnp.arange(1, 6))),
+                               want, rtol=1e-6)
+
+
 # ---------------------------------------------------------------- a user's subclass
 def test_user_subclass_has_no_closed_form_and_keeps_mxnet_attributes():
     s = StepWarmup(3, 0.5)
