@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -434,3 +435,21 @@ def test_a_legacy_file_is_not_taken_for_another_tree(tmp_path):
     with pytest.raises(CheckpointError) as err:
         load_state(os.path.join(FIXTURES, "legacy_mxnet.adam.gxckpt"), like=like)
     assert err.value.kind == "mismatch"
+
+
+class _AB(NamedTuple):
+    a: jax.Array
+    b: jax.Array
+
+
+class _BA(NamedTuple):
+    b: jax.Array
+    a: jax.Array
+
+
+def test_the_same_paths_in_another_order_are_a_mismatch_that_says_so(tmp_path):
+    # a state class whose fields were reordered: every path is there, in another order
+    gradxform.save_state(tmp_path / "s", _AB(jnp.zeros(2), jnp.ones(3)))
+    with pytest.raises(gradxform.CheckpointError, match="the same paths in another order") as err:
+        gradxform.load_state(tmp_path / "s", like=_BA(jnp.ones(3), jnp.zeros(2)))
+    assert err.value.kind == "mismatch" and "missing []" in str(err.value)
