@@ -453,3 +453,29 @@ def test_the_same_paths_in_another_order_are_a_mismatch_that_says_so(tmp_path):
     with pytest.raises(gradxform.CheckpointError, match="the same paths in another order") as err:
         gradxform.load_state(tmp_path / "s", like=_BA(jnp.ones(3), jnp.zeros(2)))
     assert err.value.kind == "mismatch" and "missing []" in str(err.value)
+
+
+def test_other_paths_are_not_called_another_order(tmp_path):
+    gradxform.save_state(tmp_path / "s", {"a": jnp.zeros(2), "b": jnp.ones(3)})
+    with pytest.raises(gradxform.CheckpointError, match=r"missing \['\['c'\]'\]|missing \[.*c") as err:
+        gradxform.load_state(tmp_path / "s", like={"a": jnp.zeros(2), "b": jnp.ones(3), "c": jnp.ones(3)})
+    assert "another order" not in str(err.value) and "per_leaf_counts" not in str(err.value)
+
+
+class _ACount(NamedTuple):
+    a: jax.Array
+    count: jax.Array
+
+
+def test_a_step_count_among_the_differing_paths_gets_the_per_leaf_counts_hint(tmp_path):
+    gradxform.save_state(tmp_path / "s", _AB(jnp.zeros(2), jnp.ones(3)))
+    with pytest.raises(gradxform.CheckpointError, match="per_leaf_counts"):
+        gradxform.load_state(tmp_path / "s", like=_ACount(jnp.zeros(2), jnp.asarray(0, jnp.int32)))
+
+
+def test_a_current_file_with_a_bool_leaf_where_int32_is_expected_is_a_mismatch(tmp_path):
+    # only files from before the flag change (bool then, int32 0/1 now) are converted
+    gradxform.save_state(tmp_path / "s", {"flag": jnp.asarray(True)})
+    with pytest.raises(gradxform.CheckpointError, match="bool") as err:
+        gradxform.load_state(tmp_path / "s", like={"flag": jnp.asarray(1, jnp.int32)})
+    assert err.value.kind == "mismatch"
