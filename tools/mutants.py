@@ -13,8 +13,11 @@ comment, nor an annotation) into a wrong one a user could see in a number:
   constants   an int n -> n + 1, a float x -> x + 1 (off by one)
 The module is copied, with gradxform/, tests/ and pyproject.toml, into a scratch
 directory per job (the worktree is never edited), and the selection runs there in a
-fresh process per mutant (`pytest -x -q -n 0`): JAX is not fork-safe and a fresh
-process leaves no compiled cache behind. A mutant is *killed* when the selection
+fresh process per mutant (`pytest -x -q -n 0`): JAX is not fork-safe. The processes
+share one JAX persistent compilation cache (a scratch directory, removed at the end):
+a program is looked up by its HLO and compile options, so the unmutated code's
+programs are compiled once per run and a mutant's changed programs miss. Measured on
+`tests/test_schedules.py`: 5.7 s a run without the cache, 2.5 s with it warm. A mutant is *killed* when the selection
 fails, *survives* when it passes, *timeout* past --timeout (counted as killed, and
 listed). The unmutated module must pass the selection first.
 
@@ -150,8 +153,12 @@ def _scratch(tag: str) -> str:
     return d
 
 
-def _run(workdir: str, tests: list[str], timeout: float) -> tuple[str, float, str]:
+def _run(workdir: str, tests: list[str], timeout: float, cache: str) -> tuple[str, float, str]:
     env = dict(os.environ, PYTHONPATH=workdir, PYTHONDONTWRITEBYTECODE="1")
+    if cache:
+        # every program, however small: the tests compile many tiny ones
+        env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                   JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider", *tests]
     t0 = time.time()
     try:
@@ -176,6 +183,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma-separated mutant numbers to run")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--report", help="write a Markdown table of the results here")
+    ap.add_argument("--no-cache", action="store_true", help="no shared JAX compilation cache")
     args = ap.parse_args(argv)
     rel = os.path.relpath(os.path.abspath(args.module), ROOT)
     if not rel.startswith("gradxform" + os.sep) or not rel.endswith(".py"):
@@ -194,8 +202,9 @@ def main(argv=None) -> int:
     tests = shlex.split(args.tests)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the scratch copies are removed
     dirs = [_scratch(str(j)) for j in range(max(1, args.jobs))]
+    cache = "" if args.no_cache else tempfile.mkdtemp(prefix="gx_mutants_jaxcache_")
     try:
-        status, secs, _ = _run(dirs[0], tests, args.timeout)
+        status, secs, _ = _run(dirs[0], tests, args.timeout, cache)
         print(f"baseline: {status} in {secs:.0f} s, {len(todo)} mutants", flush=True)
         if status != "survived":
             print("the unmutated module must pass the selection", file=sys.stderr)
@@ -207,7 +216,7 @@ def main(argv=None) -> int:
             try:
                 with open(os.path.join(d, rel), "w") as f:
                     f.write(m.source)
-                result = _run(d, tests, args.timeout)
+                result = _run(d, tests, args.timeout, cache)
             finally:
                 with open(os.path.join(d, rel), "w") as f:
                     f.write(source)
@@ -220,6 +229,8 @@ def main(argv=None) -> int:
     finally:
         for d in dirs:
             shutil.rmtree(os.path.dirname(d), ignore_errors=True)  # the link, not what it points to
+        if cache:
+            shutil.rmtree(cache, ignore_errors=True)
     killed = sum(r[0] in ("killed", "timeout") for _, r in results)
     survivors = [(m, r) for m, r in results if r[0] == "survived"]
     score = killed / len(results) if results else 1.0
