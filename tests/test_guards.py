@@ -15,7 +15,7 @@ import pytest
 import gradxform as gx
 from gradxform.pieces._step import StepState
 from gradxform.pieces import all_finite, dynamic_loss_scale, skip_nonfinite
-from gradxform.pieces._guards import LossScaleState, SkipNonfiniteState
+from gradxform.pieces._guards import LossScaleState, SkipNonfiniteState, step_is_finite
 
 PARAMS = {"w": jnp.asarray([[0.5, -1.0], [2.0, 0.25]], jnp.float32), "b": jnp.asarray([0.1, -0.2], jnp.float32)}
 
@@ -420,3 +420,36 @@ def test_get_loss_scale_and_scale_loss():
     assert kinds == ["dynamic_loss_scale", "skip_nonfinite"]
     state = tx.init(PARAMS)
     assert isinstance(state, LossScaleState) and isinstance(state.inner, SkipNonfiniteState)
+
+
+def _state_like_adam(params):
+    """An optimizer-shaped state: two params-shaped moments, a scalar count, an
+    integer leaf and a leaf of another shape than any parameter."""
+    z = jax.tree.map(jnp.zeros_like, params)
+    return {"count": jnp.zeros((), jnp.int32), "mu": z, "nu": z, "lr": jnp.ones(()), "row": jnp.ones(5)}
+
+
+@pytest.mark.parametrize("params", [{"a": jnp.ones((3, 2)), "b": jnp.ones(4), "n": jnp.arange(3)},
+                                    jnp.ones((3, 2))],
+                         ids=["tree", "one_array"])
+def test_step_is_finite_by_position_finds_every_bad_element(params):
+    """The per-position reduction (one loop per parameter) answers what one
+    reduction per leaf answers: a NaN or an Inf in any floating element of the
+    gradients, the updates or the state (the moments, a scalar, a leaf shaped
+    like no parameter) makes the step non-finite; integer leaves are ignored."""
+    check = jax.jit(step_is_finite, static_argnames=("check_updates", "check_state"))
+    grads, updates, state = params, params, _state_like_adam(params)
+    trees = (grads, updates, state)
+    assert bool(check(*trees))
+    for t in range(3):
+        paths = jax.tree_util.tree_leaves_with_path(trees[t])
+        for path, leaf in paths:
+            if not jnp.issubdtype(leaf.dtype, jnp.inexact):
+                continue
+            for bad in (jnp.nan, jnp.inf):
+                hurt = leaf.reshape(-1).at[-1].set(bad).reshape(leaf.shape)
+                tree = jax.tree_util.tree_map_with_path(lambda p, x: hurt if p == path else x, trees[t])
+                args = list(trees)
+                args[t] = tree
+                assert not bool(check(*args)), (t, path, bad)
+                assert bool(check(*args, check_updates=t != 1, check_state=t != 2)) == (t != 0)
