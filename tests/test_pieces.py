@@ -189,3 +189,44 @@ def test_gated_keeps_state_where_the_flag_is_off():
     np.testing.assert_array_equal(u["x"], 0)
     np.testing.assert_array_equal(state[1].trace["x"], 0)
     np.testing.assert_array_equal(state[1].trace["y"], 1)
+
+
+# -- the pieces' own defaults and bounds (issue 28's mutants: the families pass every
+# argument, so only these tests reach them) ------------------------------------------
+
+def test_decay_pieces_default_to_no_decay():
+    """``wd=0`` by default, as optax's ``add_decayed_weights(weight_decay=0.0)``."""
+    for tx in (P.add_decayed_weights(), gx.chain(P.track_step(0.1), P.add_decoupled_weight_decay())):
+        u, _ = apply(tx)
+        jax.tree.map(np.testing.assert_array_equal, u, GRADS)
+    assert float(P.provide_weight_decay().init(PARAMS).hyper["wd"]) == 0.0
+
+
+def test_clip_pieces_refuse_a_zero_bound():
+    """A positive bound: a zero norm bound would zero every update. (``clip_by_value(0)``
+    is MXNet's "no clip", an identity chosen before its range check.)"""
+    with pytest.raises(ValueError, match="max_norm"):
+        P.clip_by_global_norm(0.0)
+    with pytest.raises(ValueError, match="clip_gradient"):
+        P.clip_by_value(-1.0)
+
+
+@pytest.mark.parametrize("max_norm", [1e-4, 5e-5, 10.0])
+def test_clip_by_global_norm_as_mxnet_clip_global_norm(max_norm):
+    """``mxnet/gluon/utils.py`` (1.9.1) ``clip_global_norm``: ``scale = max_norm /
+    (total_norm + 1e-8)``, then ``min(scale, 1)``, in float64 here. A norm of 1e-4 makes
+    the 1e-8 visible (2e-4 relative); a norm under the bound leaves the updates as they are."""
+    grads = jax.tree.map(lambda g: g * 1e-4 / 4.9, GRADS)
+    leaves = [np.asarray(g, np.float64) for g in jax.tree.leaves(grads)]
+    norm = np.sqrt(sum(np.sum(x * x) for x in leaves))
+    scale = min(max_norm / (norm + 1e-8), 1.0)
+    u, _ = apply(P.clip_by_global_norm(max_norm), grads=grads)
+    for got, x in zip(jax.tree.leaves(u), leaves):
+        np.testing.assert_allclose(got, x * scale, rtol=2e-6)  # float32 norm and product
+
+
+def test_clip_by_global_norm_is_not_bit_exact_when_fused():
+    """Its norm is summed over buffers in another order: the Trainer must not pick
+    the fused path for it on its own (`gradxform.fused.bit_exact`)."""
+    assert gx.fused.bit_exact(P.clip_by_value(1.0))
+    assert not gx.fused.bit_exact(P.clip_by_global_norm(1.0))
