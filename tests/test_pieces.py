@@ -230,3 +230,23 @@ def test_clip_by_global_norm_is_not_bit_exact_when_fused():
     the fused path for it on its own (`gradxform.fused.bit_exact`)."""
     assert gx.fused.bit_exact(P.clip_by_value(1.0))
     assert not gx.fused.bit_exact(P.clip_by_global_norm(1.0))
+
+
+def test_scaling_pieces_defaults_bounds_and_factor():
+    """``rescale`` and ``unscale`` default to 1 (MXNet's ``rescale_grad=1.0``, MindSpore's
+    ``loss_scale=1.0``); a loss scale of 0 is refused (it divides); ``scale(f)`` multiplies."""
+    for tx in (P.rescale(), P.unscale()):
+        u, _ = apply(tx)
+        jax.tree.map(np.testing.assert_array_equal, u, GRADS)
+    with pytest.raises(ValueError, match="loss_scale"):
+        P.unscale(0.0)
+    u, _ = apply(P.scale(0.5))
+    jax.tree.map(lambda a, g: np.testing.assert_array_equal(a, g * 0.5), u, GRADS)
+
+
+def test_master_weights_hold_nothing_for_a_float32_leaf():
+    """As MXNet's ``create_state_multi_precision``: a master copy only for float16
+    weights; a float32 leaf's slot is empty (no second copy of the model)."""
+    tx = P.with_master_weights(P.scale(-1.0))
+    state = tx.init({"h": jnp.ones(3, jnp.float16), "f": jnp.ones(3, jnp.float32)})
+    assert state.master["h"].shape == (3,) and state.master["f"].size == 0
