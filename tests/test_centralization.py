@@ -87,3 +87,19 @@ def test_pytree_of_flags_selects():
     np.testing.assert_allclose(np.asarray(out["a"]), 0.0, atol=1e-7)
     with pytest.raises(ValueError, match="flags"):
         centralize_gradients([True]).init(params)
+
+
+@pytest.mark.parametrize("axis", [-3, 2])
+def test_output_axis_bounds_are_python_s(axis):
+    """Any axis Python indexing takes (``-ndim <= axis < ndim``) keeps that axis."""
+    g = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    tx = centralize_gradients(output_axis=axis)
+    out, _ = tx.update(jnp.asarray(g), tx.init(g))
+    others = tuple(a for a in range(3) if a != axis % 3)
+    np.testing.assert_allclose(np.asarray(out), g - g.mean(axis=others, keepdims=True), atol=1e-6)
+
+
+@pytest.mark.parametrize("axis", [-4, 3])
+def test_output_axis_out_of_range_is_refused(axis):
+    with pytest.raises(ValueError, match=f"output_axis={axis}"):
+        centralize_gradients(output_axis=axis).init(np.zeros((2, 3, 4), np.float32))
