@@ -177,27 +177,28 @@ def map_param_shaped(state, treedef, *, per_leaf: Callable[[str, Any], Any],
                         if like(x) else x, hidden, is_leaf=lambda x: isinstance(x, _Declared) or like(x))
 
 
-def written_out(node, field: str, params):
+def written_out(node, field: str, params, fill=None):
     """``node`` with its optional per-leaf ``field`` (declared in its class's
     ``optional_fields``) held per leaf: when None, every leaf gets the value
-    the declaration names (another field's, or a number)."""
+    the declaration names (another field's, or a number), or ``fill``."""
     if getattr(node, field) is not None:
         return node
-    fill = type(node).optional_fields[field]
+    if fill is None:
+        fill = type(node).optional_fields[field]
     value = getattr(node, fill) if isinstance(fill, str) else np.float32(fill)
     treedef = jax.tree.structure(params)
     return node._replace(**{field: treedef.unflatten([value] * treedef.num_leaves)})
 
 
-def with_optional_like(template, other, params):
+def with_optional_like(template, other, params, fill=None):
     """``template`` with each optional per-leaf field that it holds as None and
     ``other`` (a state of the same chain) holds per leaf written out
-    (`written_out`), so the two have one structure."""
+    (`written_out`, every leaf ``fill`` when given), so the two have one structure."""
     edits: dict = {}
     for path, node in state_paths(template):
         for field in getattr(type(node), "optional_fields", {}):
             if getattr(node, field) is None and getattr(get_path(other, path), field, None) is not None:
-                edits.setdefault(path, {})[field] = getattr(written_out(node, field, params), field)
+                edits.setdefault(path, {})[field] = getattr(written_out(node, field, params, fill), field)
     return replace_fields(template, edits) if edits else template
 
 

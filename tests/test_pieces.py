@@ -1,4 +1,6 @@
 """The chainable pieces, one by one, and their interplay with optax."""
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,6 +9,7 @@ import pytest
 
 import gradxform as gx
 from gradxform import pieces as P
+from gradxform.pieces.internal import host_done
 
 PARAMS = {"a": {"kernel": jnp.arange(6.0).reshape(3, 2) / 6, "bias": jnp.ones(2)}, "b": [jnp.full((2,), 2.0)]}
 GRADS = jax.tree.map(lambda p: jnp.linspace(-3.0, 3.0, p.size).reshape(p.shape), PARAMS)
@@ -250,3 +253,21 @@ def test_master_weights_hold_nothing_for_a_float32_leaf():
     tx = P.with_master_weights(P.scale(-1.0))
     state = tx.init({"h": jnp.ones(3, jnp.float16), "f": jnp.ones(3, jnp.float32)})
     assert state.master["h"].shape == (3,) and state.master["f"].size == 0
+
+
+def test_lr_mult_as_any_mapping_not_only_a_dict():
+    """A read-only mapping (flax's FrozenDict, ``MappingProxyType``) is a mapping of
+    selections, not a resolver to call."""
+    tx = P.track_step(0.1, lr_mult=types.MappingProxyType({"b/*": 2.0}))
+    assert [float(x) for x in jax.tree.leaves(tx.init(PARAMS).lr_mult)] == [1.0, 1.0, 2.0]
+
+
+def test_host_done_is_the_most_updates_any_counter_records():
+    """``host_done``: the updates done, where a host-side schedule resumes: the largest
+    count over every step counter in the state (two counters: groups stepped apart)."""
+    tx = gx.chain(P.track_step(0.1), P.track_step(0.1))
+    a, b = tx.init(PARAMS)
+    state = (a._replace(count=jnp.asarray(5, jnp.int32)), b._replace(count=jnp.asarray(3, jnp.int32)))
+    assert host_done(state) == 5 and host_done(state[::-1]) == 5
+    assert host_done(a._replace(count=jnp.asarray([2, 7, 4], jnp.int32))) == 7  # counts stacked (vmap)
+    assert host_done(()) == 0

@@ -85,7 +85,8 @@ class ShardedState:
         if jax.tree.structure(lengths) == jax.tree.structure(state.inner):
             return lengths
         groups = tuple(range(len(state.layout.groups)))  # the fused chain's params: one buffer per group
-        return with_optional_like(lengths, state.inner, groups)
+        # -1 for every written-out field, whatever its declared fill (lr_mult's is 1.0)
+        return with_optional_like(lengths, state.inner, groups, fill=-1)
 
     # -- host side ------------------------------------------------------------------
     def put(self, state: FusedState, place: ar.Placement) -> FusedState:
