@@ -327,3 +327,58 @@ def test_a_schedule_subclass_without_a_base_takes_its_first_rate():
     base, sched = as_schedule("Opt", NoBase(), S.DynamicLR)
     assert base == np.float32(0.2) and sched.base_lr == base
     np.testing.assert_allclose(jax.jit(sched.lr_for_update)(3, 0.4), 0.1, rtol=1e-6)  # 0.05 * (0.4 / 0.2)
+
+
+# Paddle's schedule classes (gradxform/schedules/_paddle.py): each bound itself and one step past
+# it, as paddle/optimizer/lr.py (3.3.1) checks them: StepDecay 1322-1329, MultiStepDecay 1200-1211,
+# ExponentialDecay's and PolynomialDecay's asserts, CosineAnnealingDecay's T_max, LinearWarmup
+# 956-970, NoamDecay 386, OneCycleLR 2022-2046, CyclicLR's step sizes, LinearLR 2446-2459. All 39
+# outcomes were run in Paddle 3.3.1 by hand; three differ there, by gradxform's own rules: a bool
+# is not a learning rate (Paddle takes True as 1), NoamDecay's warmup_steps=0 is refused here
+# (Paddle: ZeroDivisionError at the first get_lr), LinearLR's total_steps must be an int (Paddle's
+# annotation; it does not check).
+@pytest.mark.parametrize("make, error", [
+    (lambda: S.StepDecay(0.1, 1), None), (lambda: S.StepDecay(0.1, 0), "step_size"),
+    (lambda: S.StepDecay(0.1, 2.5), "step_size"),
+    (lambda: S.StepDecay(0.1, 2, gamma=1.0), "gamma"),
+    (lambda: S.MultiStepDecay(0.1, [3, 2, 5]), "milestones"), (lambda: S.MultiStepDecay(0.1, [3, 3]), "milestones"),
+    (lambda: S.MultiStepDecay(0.1, [3, 2]), "milestones"), (lambda: S.MultiStepDecay(0.1, [2], gamma=1.0), "gamma"),
+    (lambda: S.ExponentialDecay(0.1, 0.0), "gamma"), (lambda: S.ExponentialDecay(0.1, 1.0), "gamma"),
+    (lambda: S.PolynomialDecay(0.1, 1, power=0.5), None), (lambda: S.PolynomialDecay(0.1, 0), "decay_steps"),
+    (lambda: S.PolynomialDecay(0.1, 2.5), "decay_steps"), (lambda: S.PolynomialDecay(0.1, 4, power=0.0), "power"),
+    (lambda: S.CosineAnnealingDecay(0.1, 1), None), (lambda: S.CosineAnnealingDecay(0.1, 0), "T_max"),
+    (lambda: S.CosineAnnealingDecay(0.1, 2.5), "T_max"),
+    (lambda: S.LinearWarmup(0.1, 1, 0.0, 0.1), None), (lambda: S.LinearWarmup(0.1, 0, 0.0, 0.1), "warmup_steps"),
+    (lambda: S.LinearWarmup(0.1, 2.5, 0.0, 0.1), "warmup_steps"),
+    (lambda: S.LinearWarmup(0.1, 5, 0.1, 0.1), "end_lr"), (lambda: S.LinearWarmup("0.1", 5, 0.0, 0.1), "learning_rate"),
+    (lambda: S.LinearWarmup(True, 5, 0.0, 0.1), "learning_rate"),
+    (lambda: S.NoamDecay(1, 1), None), (lambda: S.NoamDecay(0, 10), "d_model"), (lambda: S.NoamDecay(64, 0), "warmup_steps"),
+    (lambda: S.OneCycleLR(0.1, 1, phase_pct=0.5), None), (lambda: S.OneCycleLR(0.1, 0), "total_steps"),
+    (lambda: S.OneCycleLR(0.1, 2.5), "total_steps"), (lambda: S.OneCycleLR(0.1, 10, phase_pct=1.01), "phase_pct"),
+    (lambda: S.OneCycleLR(0.1, 10, phase_pct=0.5, three_phase=True), "phase_pct"),
+    (lambda: S.CyclicLR(0.1, 0.5, 1, 1), None), (lambda: S.CyclicLR(0.1, 0.5, 5, 0), "step_size_down"),
+    (lambda: S.LinearLR(0.1, 1, start_factor=1.0, end_factor=0.0), None), (lambda: S.LinearLR(0.1, 0), "total_steps"),
+    (lambda: S.LinearLR(0.1, 2.5), "total_steps"), (lambda: S.LinearLR(0.1, 5, start_factor=0.0), "start_factor"),
+    (lambda: S.LinearLR(0.1, 5, start_factor=1.5), "start_factor"), (lambda: S.LinearLR(0.1, 5, end_factor=1.5), "end_factor"),
+])
+def test_paddle_schedule_bounds(make, error):
+    if error is None:
+        make()
+    else:
+        with pytest.raises((TypeError, ValueError), match=error):
+            make()
+
+
+def test_paddle_schedule_defaults_and_base_are_paddles():
+    """Every default of a Paddle schedule class is that of `gradxform.paddle.lr`'s class of the
+    same name, whose signatures `test_paddle_lr.test_surface_is_paddles` pins to Paddle 3.3.1;
+    PiecewiseDecay's base (the value `set_hyper(learning_rate=...)` rescales from) is values[0]."""
+    import inspect
+
+    from gradxform.paddle import lr as LR
+    for name in ("StepDecay", "MultiStepDecay", "PolynomialDecay", "CosineAnnealingDecay", "NoamDecay",
+                 "OneCycleLR", "CyclicLR", "LinearLR"):
+        theirs = inspect.signature(getattr(LR, name)).parameters
+        for k, p in inspect.signature(getattr(S, name)).parameters.items():
+            assert p.default == theirs[k].default, (name, k)
+    assert S.PiecewiseDecay([2, 4], [0.3, 0.2, 0.1]).base_lr == 0.3
