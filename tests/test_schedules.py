@@ -259,7 +259,7 @@ def test_take_host_schedule_builds_with_the_first_updates_rate():
     from gradxform.schedules._user import take_host_schedule
 
     sched = _Halving()
-    params, host = take_host_schedule({"lr_scheduler": sched, "learning_rate": 0.4})
+    params, _ = take_host_schedule({"lr_scheduler": sched, "learning_rate": 0.4})
     assert sched.base_lr == 0.4                          # MXNet's Optimizer.__init__ writes it
     assert params == {"learning_rate": 0.4 * 0.5 ** 1}   # num_update 1 on the first update
     params, _ = take_host_schedule({"lr_scheduler": _Halving(), "begin_num_update": 5})
