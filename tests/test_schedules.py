@@ -4,6 +4,7 @@
 Tolerance: MindSpore computes in float32 like us: rtol 1e-6. Paddle computes
 in float64 and hands float32 to the optimizer; our float32 closed forms agree
 to rtol 5e-6 (largest seen 3.5e-6, OneCycleLR's cosine)."""
+import inspect
 import json
 import os
 
@@ -14,8 +15,11 @@ import pytest
 
 import gradxform
 from gradxform import schedules as S
+from gradxform.paddle import lr as LR
 from gradxform.pieces import track_step
-from gradxform.schedules.internal import check_number
+from gradxform.schedules import UserSchedule, mxnet_style, optax_style
+from gradxform.schedules._user import wrap
+from gradxform.schedules.internal import HostSchedule, as_schedule, check_number, holds_its_rate, take_host_schedule
 
 HERE = os.path.join(os.path.dirname(__file__), "goldens")
 MS = np.load(os.path.join(HERE, "mindspore", "schedules.npz"))
@@ -202,8 +206,6 @@ class _Halving:
 
 
 def test_user_callables_vectorise_scale_and_say_their_convention():
-    from gradxform.schedules._user import UserSchedule, mxnet_style, optax_style, wrap
-
     # lax.cond takes a scalar predicate: a vector of steps (group learning rates) must be vmapped
     cond = UserSchedule(lambda t: jax.lax.cond(t < 2, lambda: 0.1, lambda: 0.01), indexed_by=S.COMPLETED)
     halves = UserSchedule(lambda t: 0.4 * 0.5 ** t, indexed_by=S.COMPLETED, base_lr=0.4)
@@ -238,13 +240,10 @@ def _paddle_like(drop=None, **extra):
     (lambda: _paddle_like(lr_for_update=lambda self, c: 0.1), False),  # a closed form is no held rate
 ])
 def test_holds_its_rate_needs_every_part_of_paddles_protocol(make, held):
-    from gradxform.schedules._user import holds_its_rate
     assert holds_its_rate(make()) is held
 
 
 def test_host_schedule_counts_its_updates_and_reads_a_skipped_one_from_the_state():
-    from gradxform.schedules._user import HostSchedule, UserSchedule
-
     host = HostSchedule(UserSchedule(_Halving(), indexed_by=S.NUM_UPDATE), "lr_scheduler")
     assert host.next_lr(lambda: 3) == 0.1 * 0.5 ** 4     # 3 done: the 4th update's rate
     host.commit()                                        # counted: done() is not asked again
@@ -256,8 +255,6 @@ def test_host_schedule_counts_its_updates_and_reads_a_skipped_one_from_the_state
 
 
 def test_take_host_schedule_builds_with_the_first_updates_rate():
-    from gradxform.schedules._user import take_host_schedule
-
     sched = _Halving()
     params, _ = take_host_schedule({"lr_scheduler": sched, "learning_rate": 0.4})
     assert sched.base_lr == 0.4                          # MXNet's Optimizer.__init__ writes it
@@ -288,7 +285,6 @@ def test_take_host_schedule_builds_with_the_first_updates_rate():
 def test_a_learning_rate_list_becomes_a_dynamic_lr_and_is_checked(given, error):
     """`_user.as_schedule`, MindSpore's ``learning_rate=`` rules (mindspore/nn/optim/optimizer.py
     `_preprocess_single_lr`: a number, a list or 1-D Tensor of rates, or a schedule)."""
-    from gradxform.schedules._user import as_schedule
     if error:
         with pytest.raises(ValueError, match=r"Opt\(learning_rate=...\): .*" + error):
             as_schedule("Opt", given, S.DynamicLR)
@@ -303,7 +299,6 @@ def test_a_learning_rate_list_becomes_a_dynamic_lr_and_is_checked(given, error):
 
 
 def test_a_callable_without_a_base_takes_its_first_updates_rate_as_base():
-    from gradxform.schedules._user import as_schedule
     base, sched = as_schedule("Opt", lambda t: 0.5 ** t, S.DynamicLR)  # optax's count: 0 on the first update
     assert base == 1.0 and sched.base_lr == 1.0                        # so set_hyper(learning_rate=x) scales by x
     base, sched = as_schedule("Opt", lambda t: 0.0 * t, S.DynamicLR)   # a first rate of 0: no rescaling
@@ -316,7 +311,6 @@ def test_a_callable_without_a_base_takes_its_first_updates_rate_as_base():
 def test_a_schedule_subclass_without_a_base_takes_its_first_rate():
     """It failed at the optimizer's init ("None is not a valid value for jnp.array") before
     `_user` mutant #75 showed it: the first update's rate stands for its base."""
-    from gradxform.schedules._user import as_schedule
 
     class NoBase(S.Schedule):   # a Schedule subclass that sets base_lr = None: failed at init before
         base_lr = None
@@ -373,9 +367,6 @@ def test_paddle_schedule_defaults_and_base_are_paddles():
     """Every default of a Paddle schedule class is that of `gradxform.paddle.lr`'s class of the
     same name, whose signatures `test_paddle_lr.test_surface_is_paddles` pins to Paddle 3.3.1;
     PiecewiseDecay's base (the value `set_hyper(learning_rate=...)` rescales from) is values[0]."""
-    import inspect
-
-    from gradxform.paddle import lr as LR
     for name in ("StepDecay", "MultiStepDecay", "PolynomialDecay", "CosineAnnealingDecay", "NoamDecay",
                  "OneCycleLR", "CyclicLR", "LinearLR"):
         theirs = inspect.signature(getattr(LR, name)).parameters
