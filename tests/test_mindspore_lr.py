@@ -212,7 +212,7 @@ def test_bad_arguments_raise(make, error, message):
 # `_check_inputs` lines 51-57, CosineDecayLR 338-344, PolynomialDecayLR 425-436, WarmUpLR 516-517;
 # `_checkparam.check_positive_int` is `> 0` and int only, `check_positive_float` `> 0`,
 # `check_non_negative_float` `>= 0`): the bound itself and one step past it, each outcome as
-# MindSpore 2.10 gives it (re-run there by hand: all 19 agree). The one exception, marked,
+# MindSpore 2.10 gives it (all 18 re-run there by hand; 17 agree). The one exception, marked,
 # is gradxform's float32 rule (gradxform/_ranges.py: a float is judged as the float32 it is
 # stored as; 1e-46 is 0 there).
 @pytest.mark.parametrize("kind, args, error, name", [
