@@ -208,6 +208,63 @@ def test_bad_arguments_raise(make, error, message):
         make()
 
 
+# Each class's bounds as MindSpore 2.10 checks them (mindspore/nn/learning_rate_schedule.py:
+# `_check_inputs` lines 51-57, CosineDecayLR 338-344, PolynomialDecayLR 425-436, WarmUpLR 516-517;
+# `_checkparam.check_positive_int` is `> 0` and int only, `check_positive_float` `> 0`,
+# `check_non_negative_float` `>= 0`): the bound itself and one step past it, each outcome as
+# MindSpore 2.10 gives it (all 18 re-run there by hand; 17 agree). The one exception, marked,
+# is gradxform's float32 rule (gradxform/_ranges.py: a float is judged as the float32 it is
+# stored as; 1e-46 is 0 there).
+@pytest.mark.parametrize("kind, args, error, name", [
+    ("ExponentialDecayLR", (0.1, 0.9, 1), None, None),            # decay_steps > 0: 1 is in
+    ("NaturalExpDecayLR", (0.1, 0.9, 1), None, None),
+    ("ExponentialDecayLR", (0.1, 0.9, 2.5), TypeError, "decay_steps"),   # an int only
+    ("ExponentialDecayLR", (0.0, 0.9, 4), ValueError, "learning_rate"),  # learning_rate > 0
+    ("ExponentialDecayLR", (0.1, 0.0, 4), ValueError, "decay_rate"),     # decay_rate > 0
+    ("InverseDecayLR", (0.1, 0.0, 4), ValueError, "decay_rate"),
+    ("CosineDecayLR", (0.0, 0.1, 1), None, None),                 # min_lr >= 0; decay_steps 1 is in
+    ("CosineDecayLR", (0.0, 0.1, 0), ValueError, "decay_steps"),
+    ("CosineDecayLR", (0.0, 0.1, 2.5), TypeError, "decay_steps"),
+    ("CosineDecayLR", (0.1, 0.1, 10), ValueError, "max_lr"),       # `if min_lr >= max_lr`: equal is refused
+    ("CosineDecayLR", (0.0, 1e-46, 10), ValueError, "max_lr"),     # gradxform: stored as float32 0 (MindSpore takes it)
+    ("PolynomialDecayLR", (0.1, 0.0, 1, 0.5), None, None),       # end_learning_rate >= 0; decay_steps 1
+    ("PolynomialDecayLR", (0.0, 0.0, 4, 0.5), ValueError, "learning_rate"),
+    ("PolynomialDecayLR", (0.1, 0.0, 0, 0.5), ValueError, "decay_steps"),
+    ("PolynomialDecayLR", (0.1, 0.0, 2.5, 0.5), TypeError, "decay_steps"),
+    ("WarmUpLR", (0.0, 1), None, None),                          # learning_rate >= 0; warmup_steps 1
+    ("WarmUpLR", (0.1, 2.5), TypeError, "warmup_steps"),
+    ("WarmUpLR", (0.1, 0), ValueError, "warmup_steps"),
+])
+def test_constructor_bounds_as_mindspore_checks_them(kind, args, error, name):
+    if error is None:
+        getattr(nn, kind)(*args)
+    else:
+        with pytest.raises(error, match=name):
+            getattr(nn, kind)(*args)
+
+
+def test_the_closed_forms_are_read_per_update_and_a_subclass_rescales_by_its_own_base():
+    """The six classes are closed forms: an optimizer asks ``lr_for_update(count)``, count 1 on
+    the first update reading global_step 0 (the golden WarmUpLR(0.1, 8): 0.1 * min(s, 8) / 8).
+    A user's subclass has none, and ``sched(step, base_lr)`` scales what its construct returns by
+    ``base_lr / self.base_lr`` when it sets a base_lr, as the closed forms do; without one, or
+    without a base_lr argument, the value is construct's own."""
+    assert META["schedules"]["warmup"] == {"type": "WarmUpLR", "args": [0.1, 8]}
+    np.testing.assert_allclose(G["sched_warmup"][:4], [0.0, 0.0125, 0.025, 0.0375], rtol=1e-6, atol=1e-9)
+
+    class Halving(nn.LearningRateSchedule):
+        def construct(self, global_step):
+            return 0.4 * 0.5 ** global_step
+
+    own, based = Halving(), Halving()
+    assert own.base_lr is None
+    based.base_lr = 0.4
+    got = jax.jit(lambda: (nn.WarmUpLR(0.1, 8).lr_for_update(jnp.arange(1, 5)),  # one compile, not eight
+                           own(2, 0.1), based(2), based(2, 0.1)))()
+    np.testing.assert_allclose(got[0], G["sched_warmup"][:4], rtol=1e-6)
+    np.testing.assert_allclose(got[1:], [0.1, 0.1, 0.025], rtol=1e-6)  # 0.1 * (0.1 / 0.4) last
+
+
 # ---------------------------------------------------------------- a user's subclass
 def test_bert_subclass_called_as_mindspore_calls_it():
     sched = BertLearningRate(**META["bert"])

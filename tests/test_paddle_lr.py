@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import gradxform
+from gradxform import schedules as S
 from gradxform.mxnet import get_updater
 from gradxform.paddle import lr as LR
 from gradxform.paddle import regularizer
@@ -246,6 +247,43 @@ def test_transcription_equals_paddle_golden(key):
     """The independent float64 transcription agrees with what Paddle recorded (so the two
     together pin gradxform from both sides)."""
     np.testing.assert_allclose(REF[key], Z["v_" + key], **TOL)
+
+
+# Edges off the recorded cases (issue 28 mutants of gradxform/schedules/_paddle.py): each
+# expression's float64 transcription of paddle/optimizer/lr.py (Paddle 3.3.1, `get_lr`, line
+# numbers there); the same expressions were run in Paddle 3.3.1 by hand and agree to 1e-12.
+EDGES = {
+    # 1217-1221: no milestone: base * gamma ** len([]), the base throughout
+    "MultiStepDecay(0.5, [], 0.3)": lambda t: 0.5,
+    # 393-399: one warmup step: min(t ** -0.5, t) peaks at exactly 1 at t = 1
+    "NoamDecay(16, 1, 2.0)": lambda t: 2.0 * 16 ** -0.5 * min(1 if t == 0 else t ** -0.5, 1 ** -1.5 * t),
+    # 992-1001: `last_epoch < warmup_steps` warms; from warmup_steps on, learning_rate (here not end_lr)
+    "LinearWarmup(0.1, 4, 0.0, 0.5)": lambda t: 0.5 * t / 4 if t < 4 else 0.1,
+}
+
+
+@pytest.mark.parametrize("expr", sorted(EDGES))
+def test_edges_equal_the_transcription_host_and_jit(expr):
+    ref = np.array([EDGES[expr](t) for t in range(12)])
+    host = eval(expr, {n: getattr(LR, n) for n in LR.__all__})  # noqa: S307 (the table above)
+    vals = [host()]
+    for _ in range(11):
+        host.step()
+        vals.append(host())
+    np.testing.assert_allclose(vals, ref, **TOL)
+    sched = eval(expr, {n: getattr(S, n) for n in S.__all__})  # noqa: S307
+    np.testing.assert_allclose(jax.jit(sched)(jnp.arange(12)), ref, rtol=5e-6, atol=1e-9)  # float32
+
+
+def test_one_cycle_boundary_step_stays_in_the_ending_phase_exactly_as_paddle():
+    """lr.py 2118 (`if current_step <= end_step`): at t = 23, the end of the second phase of the
+    recorded three-phase case, Paddle anneals phase 2 to its end, (0.05 - 0.5) * 1.0 + 0.5 =
+    0.04999999999999999, not phase 3 at its start (0.05): the recorded double, bit for bit."""
+    key = "OneCycleLR_linear_3phase"
+    s = eval(CASES[key]["expr"], namespace())  # noqa: S307
+    for _ in range(23):
+        s.step()
+    assert s() == Z["v_" + key][23] == (0.05 - 0.5) * 1.0 + 0.5 != 0.05
 
 
 def test_warm_restarts_state_dict_keeps_only_last_epoch_and_last_lr_as_paddle():

@@ -4,6 +4,7 @@
 Tolerance: MindSpore computes in float32 like us: rtol 1e-6. Paddle computes
 in float64 and hands float32 to the optimizer; our float32 closed forms agree
 to rtol 5e-6 (largest seen 3.5e-6, OneCycleLR's cosine)."""
+import inspect
 import json
 import os
 
@@ -14,8 +15,11 @@ import pytest
 
 import gradxform
 from gradxform import schedules as S
+from gradxform.paddle import lr as LR
 from gradxform.pieces import track_step
-from gradxform.schedules.internal import check_number
+from gradxform.schedules import UserSchedule, mxnet_style, optax_style
+from gradxform.schedules._user import wrap
+from gradxform.schedules.internal import HostSchedule, as_schedule, check_number, holds_its_rate, take_host_schedule
 
 HERE = os.path.join(os.path.dirname(__file__), "goldens")
 MS = np.load(os.path.join(HERE, "mindspore", "schedules.npz"))
@@ -188,3 +192,184 @@ def test_a_traceable_schedule_out_of_range_moves_nothing_under_jit(bad):
     np.testing.assert_array_equal(np.asarray(p2["w"]), np.asarray(p1["w"]))  # update 2: rate used as 0
     p3, _ = step(p2, state)
     np.testing.assert_allclose(np.asarray(p3["w"]), [0.8, -1.2], rtol=1e-6)
+
+
+# -- gradxform.schedules._user by hand: each rule of its module docstring (issue 28 mutants) ----------
+class _Halving:
+    """An MXNet-protocol class JAX cannot trace (a Python `if` on num_update), with a base_lr."""
+
+    def __init__(self):
+        self.base_lr = 0.1
+
+    def __call__(self, num_update):
+        return self.base_lr * 0.5 ** num_update if num_update > 0 else self.base_lr
+
+
+def test_user_callables_vectorise_scale_and_say_their_convention():
+    # lax.cond takes a scalar predicate: a vector of steps (group learning rates) must be vmapped
+    cond = UserSchedule(lambda t: jax.lax.cond(t < 2, lambda: 0.1, lambda: 0.01), indexed_by=S.COMPLETED)
+    halves = UserSchedule(lambda t: 0.4 * 0.5 ** t, indexed_by=S.COMPLETED, base_lr=0.4)
+    got = jax.jit(lambda: (cond.lr_for_update(jnp.arange(1, 5)), cond.lr_for_update(3),
+                           halves(2, 0.2), halves(2)))()
+    np.testing.assert_allclose(got[0], [0.1, 0.1, 0.01, 0.01], rtol=1e-6)
+    assert got[1].shape == () and np.isclose(got[1], 0.01)
+    np.testing.assert_allclose(got[2:], [0.05, 0.1], rtol=1e-6)  # 0.1 * (0.2 / 0.4); its own without a base
+    assert repr(mxnet_style(abs)) == "mxnet_style(<built-in function abs>)"
+    assert repr(optax_style(abs)) == "optax_style(<built-in function abs>)"
+    # a signature inspect cannot read (`max`) is taken as one argument, not fn(step, base_lr)
+    assert type(wrap(max, S.NUM_UPDATE)) is UserSchedule
+    # fn(step, base_lr): under lr_scheduler= the base replaces (MXNet), under learning_rate= it scales
+    assert wrap(lambda n, base: base, S.NUM_UPDATE).rebase == S.REPLACE
+    assert wrap(lambda n, base: base, S.COMPLETED).rebase == S.SCALE
+
+
+_PADDLE_PARTS = {"last_lr": 0.1, "last_epoch": 0, "step": lambda self: None, "__call__": lambda self: self.last_lr}
+
+
+def _paddle_like(drop=None, **extra):
+    """Paddle's LRScheduler protocol in miniature (`holds_its_rate`), less the part ``drop``."""
+    return type("PaddleLike", (), {**{k: v for k, v in _PADDLE_PARTS.items() if k != drop}, **extra})()
+
+
+@pytest.mark.parametrize("make, held", [
+    (_paddle_like, True),
+    (lambda: _paddle_like("step"), False),
+    (lambda: _paddle_like("last_lr"), False),
+    (lambda: _paddle_like("last_epoch"), False),
+    (lambda: _paddle_like("__call__"), False),
+    (lambda: _paddle_like(lr_for_update=lambda self, c: 0.1), False),  # a closed form is no held rate
+])
+def test_holds_its_rate_needs_every_part_of_paddles_protocol(make, held):
+    assert holds_its_rate(make()) is held
+
+
+def test_host_schedule_counts_its_updates_and_reads_a_skipped_one_from_the_state():
+    host = HostSchedule(UserSchedule(_Halving(), indexed_by=S.NUM_UPDATE), "lr_scheduler")
+    assert host.next_lr(lambda: 3) == 0.1 * 0.5 ** 4     # 3 done: the 4th update's rate
+    host.commit()                                        # counted: done() is not asked again
+    assert host.next_lr(lambda: 99) == 0.1 * 0.5 ** 5
+    host.commit(counted=False)                           # a guard may have skipped it: ask the state
+    assert host.next_lr(lambda: 4) == 0.1 * 0.5 ** 5
+    held = HostSchedule(UserSchedule(lambda n: np.array([0.25]), indexed_by=S.COMPLETED), "learning_rate")
+    assert held.lr_at(1) == 0.25                         # a (1,) value, as MindSpore's get_lr reshapes it
+
+
+def test_take_host_schedule_builds_with_the_first_updates_rate():
+    sched = _Halving()
+    params, _ = take_host_schedule({"lr_scheduler": sched, "learning_rate": 0.4})
+    assert sched.base_lr == 0.4                          # MXNet's Optimizer.__init__ writes it
+    assert params == {"learning_rate": 0.4 * 0.5 ** 1}   # num_update 1 on the first update
+    params, _ = take_host_schedule({"lr_scheduler": _Halving(), "begin_num_update": 5})
+    assert params == {"learning_rate": 0.1 * 0.5 ** 6, "begin_num_update": 5}
+
+    class CallableRate(float):                           # a number, even if callable: a value
+        def __call__(self, n):
+            return float(self) if n > 0 else 0.0
+
+    class ShapedRate:                                    # anything with a shape: an array
+        shape = ()
+
+        def __call__(self, n):
+            return 0.1 if n > 0 else 0.0
+
+    for given in (CallableRate(0.1), ShapedRate(), "0.1"):  # the optimizer's own check refuses a string
+        assert take_host_schedule({"learning_rate": given}) == ({"learning_rate": given}, None)
+
+
+@pytest.mark.parametrize("given, error", [
+    ([0.3, 0.0], None), ((0.3,), None), (np.float32([0.3, 0.2]), None),   # a list, a tuple, a 1-D array; 0 is in
+    (np.float32(0.3), None),                                               # a 0-D array is a number
+    (np.zeros((1, 2)), "0-D or 1-D"), ([], "must not be empty"),
+    (["a"], "finite number"), ([0.3, float("nan")], "finite number"), ([0.3, -0.1], "finite number"),
+])
+def test_a_learning_rate_list_becomes_a_dynamic_lr_and_is_checked(given, error):
+    """`_user.as_schedule`, MindSpore's ``learning_rate=`` rules (mindspore/nn/optim/optimizer.py
+    `_preprocess_single_lr`: a number, a list or 1-D Tensor of rates, or a schedule)."""
+    if error:
+        with pytest.raises(ValueError, match=r"Opt\(learning_rate=...\): .*" + error):
+            as_schedule("Opt", given, S.DynamicLR)
+        return
+    base, sched = as_schedule("Opt", given, S.DynamicLR)
+    assert base == np.float32(0.3)
+    flat = np.ravel(given)
+    if np.ndim(given) == 0:
+        assert sched is None
+    else:
+        assert isinstance(sched, S.DynamicLR) and np.array_equal(sched.values, np.float32(flat))
+
+
+def test_a_callable_without_a_base_takes_its_first_updates_rate_as_base():
+    base, sched = as_schedule("Opt", lambda t: 0.5 ** t, S.DynamicLR)  # optax's count: 0 on the first update
+    assert base == 1.0 and sched.base_lr == 1.0                        # so set_hyper(learning_rate=x) scales by x
+    base, sched = as_schedule("Opt", lambda t: 0.0 * t, S.DynamicLR)   # a first rate of 0: no rescaling
+    assert base == 0.0 and not sched.base_lr
+    assert as_schedule("Opt", 0.0, S.DynamicLR) == (0.0, None)        # a number: learning_rate >= 0
+    with pytest.raises(ValueError, match="learning_rate"):
+        as_schedule("Opt", -0.1, S.DynamicLR)
+
+
+def test_a_schedule_subclass_without_a_base_takes_its_first_rate():
+    """It failed at the optimizer's init ("None is not a valid value for jnp.array") before
+    `_user` mutant #75 showed it: the first update's rate stands for its base."""
+
+    class NoBase(S.Schedule):   # a Schedule subclass that sets base_lr = None: failed at init before
+        base_lr = None
+
+        def value(self, step):
+            return 0.2 * 0.5 ** step
+
+    base, sched = as_schedule("Opt", NoBase(), S.DynamicLR)
+    assert base == np.float32(0.2) and sched.base_lr == base
+    np.testing.assert_allclose(jax.jit(sched.lr_for_update)(3, 0.4), 0.1, rtol=1e-6)  # 0.05 * (0.4 / 0.2)
+
+
+# Paddle's schedule classes (gradxform/schedules/_paddle.py): each bound itself and one step past
+# it, as paddle/optimizer/lr.py (3.3.1) checks them: StepDecay 1322-1329, MultiStepDecay 1200-1211,
+# ExponentialDecay's and PolynomialDecay's asserts, CosineAnnealingDecay's T_max, LinearWarmup
+# 956-970, NoamDecay 386, OneCycleLR 2022-2046, CyclicLR's step sizes, LinearLR 2446-2459. All 39
+# outcomes were run in Paddle 3.3.1 by hand; three differ there, by gradxform's own rules: a bool
+# is not a learning rate (Paddle takes True as 1), NoamDecay's warmup_steps=0 is refused here
+# (Paddle: ZeroDivisionError at the first get_lr), LinearLR's total_steps must be an int (Paddle's
+# annotation; it does not check).
+@pytest.mark.parametrize("make, error", [
+    (lambda: S.StepDecay(0.1, 1), None), (lambda: S.StepDecay(0.1, 0), "step_size"),
+    (lambda: S.StepDecay(0.1, 2.5), "step_size"),
+    (lambda: S.StepDecay(0.1, 2, gamma=1.0), "gamma"),
+    (lambda: S.MultiStepDecay(0.1, [3, 2, 5]), "milestones"), (lambda: S.MultiStepDecay(0.1, [3, 3]), "milestones"),
+    (lambda: S.MultiStepDecay(0.1, [3, 2]), "milestones"), (lambda: S.MultiStepDecay(0.1, [2], gamma=1.0), "gamma"),
+    (lambda: S.ExponentialDecay(0.1, 0.0), "gamma"), (lambda: S.ExponentialDecay(0.1, 1.0), "gamma"),
+    (lambda: S.PolynomialDecay(0.1, 1, power=0.5), None), (lambda: S.PolynomialDecay(0.1, 0), "decay_steps"),
+    (lambda: S.PolynomialDecay(0.1, 2.5), "decay_steps"), (lambda: S.PolynomialDecay(0.1, 4, power=0.0), "power"),
+    (lambda: S.CosineAnnealingDecay(0.1, 1), None), (lambda: S.CosineAnnealingDecay(0.1, 0), "T_max"),
+    (lambda: S.CosineAnnealingDecay(0.1, 2.5), "T_max"),
+    (lambda: S.LinearWarmup(0.1, 1, 0.0, 0.1), None), (lambda: S.LinearWarmup(0.1, 0, 0.0, 0.1), "warmup_steps"),
+    (lambda: S.LinearWarmup(0.1, 2.5, 0.0, 0.1), "warmup_steps"),
+    (lambda: S.LinearWarmup(0.1, 5, 0.1, 0.1), "end_lr"), (lambda: S.LinearWarmup("0.1", 5, 0.0, 0.1), "learning_rate"),
+    (lambda: S.LinearWarmup(True, 5, 0.0, 0.1), "learning_rate"),
+    (lambda: S.NoamDecay(1, 1), None), (lambda: S.NoamDecay(0, 10), "d_model"), (lambda: S.NoamDecay(64, 0), "warmup_steps"),
+    (lambda: S.OneCycleLR(0.1, 1, phase_pct=0.5), None), (lambda: S.OneCycleLR(0.1, 0), "total_steps"),
+    (lambda: S.OneCycleLR(0.1, 2.5), "total_steps"), (lambda: S.OneCycleLR(0.1, 10, phase_pct=1.01), "phase_pct"),
+    (lambda: S.OneCycleLR(0.1, 10, phase_pct=0.5, three_phase=True), "phase_pct"),
+    (lambda: S.CyclicLR(0.1, 0.5, 1, 1), None), (lambda: S.CyclicLR(0.1, 0.5, 5, 0), "step_size_down"),
+    (lambda: S.LinearLR(0.1, 1, start_factor=1.0, end_factor=0.0), None), (lambda: S.LinearLR(0.1, 0), "total_steps"),
+    (lambda: S.LinearLR(0.1, 2.5), "total_steps"), (lambda: S.LinearLR(0.1, 5, start_factor=0.0), "start_factor"),
+    (lambda: S.LinearLR(0.1, 5, start_factor=1.5), "start_factor"), (lambda: S.LinearLR(0.1, 5, end_factor=1.5), "end_factor"),
+])
+def test_paddle_schedule_bounds(make, error):
+    if error is None:
+        make()
+    else:
+        with pytest.raises((TypeError, ValueError), match=error):
+            make()
+
+
+def test_paddle_schedule_defaults_and_base_are_paddles():
+    """Every default of a Paddle schedule class is that of `gradxform.paddle.lr`'s class of the
+    same name, whose signatures `test_paddle_lr.test_surface_is_paddles` pins to Paddle 3.3.1;
+    PiecewiseDecay's base (the value `set_hyper(learning_rate=...)` rescales from) is values[0]."""
+    for name in ("StepDecay", "MultiStepDecay", "PolynomialDecay", "CosineAnnealingDecay", "NoamDecay",
+                 "OneCycleLR", "CyclicLR", "LinearLR"):
+        theirs = inspect.signature(getattr(LR, name)).parameters
+        for k, p in inspect.signature(getattr(S, name)).parameters.items():
+            assert p.default == theirs[k].default, (name, k)
+    assert S.PiecewiseDecay([2, 4], [0.3, 0.2, 0.1]).base_lr == 0.3

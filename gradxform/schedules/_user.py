@@ -314,8 +314,8 @@ def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Callable | 
         if base is None:
             # no base of its own: the value at the first update stands for it
             base = float(sched.lr_for_update(jnp.asarray(1, jnp.int32)))
-            if hasattr(sched, "fn") and not isinstance(sched, FunctionSchedule):
-                sched.base_lr = base or None
+            if not isinstance(sched, FunctionSchedule):  # fn(step, base_lr) is handed the base itself
+                sched.base_lr = base  # 0.0: no rescaling, in Schedule.__call__ and UserSchedule.__call__
         return float(base), sched
     raise TypeError(f"{owner}(learning_rate=...): must be a number, a list or 1-D array, or a "
                     f"schedule; got {type(learning_rate).__name__}.")
