@@ -450,3 +450,138 @@ def test_counts_equal_to_num_update_stay_shared_and_differing_ones_are_written_p
     _, state = jax.jit(tx.update)(params, state, params)
     (step,) = _find(state, "StepState")
     assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [5, 3] and int(step.count) == 5
+
+
+# --- the reader's edges (issue 28: mutants of gradxform/migrate/_gluon.py) -------------------
+
+def _states_pickle(obj) -> "io.BytesIO":
+    import io  # noqa: PLC0415
+    return io.BytesIO(pickle.dumps(obj, protocol=4))
+
+
+@pytest.mark.parametrize("key, want", [("0", 0), ("123456789", 123456789), (7, 7),
+                                       ("1234567890", "not an integer index"), (True, "not an integer index"),
+                                       (1.5, "not an integer index"), ("x1", "not an integer index")])
+def test_state_keys(key, want):
+    """Gluon's states are keyed by the int index; a digit string of up to 9 digits (always an
+    int32 index) is read as that int; a bool, a float, a longer or non-digit string is refused
+    (a kvstore driven with string keys)."""
+    if isinstance(want, str):
+        with pytest.raises(MigrateError, match=want):
+            read_gluon_states(_states_pickle(({key: None}, None)))
+    else:
+        assert read_gluon_states(_states_pickle(({key: None}, None))) == ({want: None}, None)
+
+
+def test_a_module_file_of_two_states_is_not_a_states_optimizer_pair():
+    """The Module API pickles the states dict alone: one of exactly two parameters is a dict of
+    length 2, not Gluon's (states, optimizer) tuple."""
+    assert read_gluon_states(_states_pickle({0: None, 1: None})) == ({0: None, 1: None}, None)
+
+
+def test_a_state_holds_at_most_16_items():
+    """_MAX_STATE_ITEMS: a state may hold 16 items in all, the tuples counted (MXNet's largest,
+    (w32, (n, g, delta)), holds 6); a tuple of 15 Nones is 16, of 16 is 17."""
+    assert read_gluon_states(_states_pickle(({0: (None,) * 15}, None)))[0] == {0: (None,) * 15}
+    with pytest.raises(MigrateError, match="state 0 holds more than 16 items"):
+        read_gluon_states(_states_pickle(({0: (None,) * 16}, None)))
+
+
+def test_sgld_keeps_no_state_and_other_names_are_not_supported():
+    """MXNet's SGLD keeps no state (``create_state`` returns None: mxnet/optimizer/optimizer.py,
+    class SGLD); a name MXNet 1.9.1 does not have is refused by name."""
+    z, meta = load("module_sgd_mom")
+    params = params_at(z, meta, meta["k"] - 1)
+    kw = dict(order=meta["names"], num_update=meta["k"])
+    with pytest.raises(MigrateError, match="has a state .*; MXNet sgld keeps none"):
+        from_gluon_states(states_file("module_sgd_mom", meta), params, make_tx(meta), optimizer="sgld", **kw)
+    with pytest.raises(MigrateError, match="MXNet optimizer 'adamw' is not supported"):
+        from_gluon_states(states_file("module_sgd_mom", meta), params, make_tx(meta), optimizer="adamw", **kw)
+
+
+def _read_edited(monkeypatch, case, edit):
+    """from_gluon_states made to read the fixture's (states, optimizer) as ``edit`` changes them: a
+    forged file without writing MXNet's pickle."""
+    from gradxform.migrate import _gluon  # noqa: PLC0415
+    z, meta = load(case)
+    states, opt = read_gluon_states(states_file(case, meta))
+    edit(states, opt)
+    monkeypatch.setattr(_gluon, "read_gluon_states", lambda fname: (states, opt))
+    return z, meta
+
+
+@pytest.mark.parametrize("key, want", [("3", None), ("1234567890", "keyed by '1234567890'"),
+                                       (True, "keyed by True"), (3.0, "keyed by 3.0")])
+def test_update_count_keys(monkeypatch, key, want):
+    """The optimizer's per-index update counts are keyed as the states are (an int, or a digit
+    string of at most 9 digits); anything else is refused naming the key."""
+    def edit(states, opt):
+        counts = opt.attrs["_index_update_count"]
+        opt.attrs["_index_update_count"] = {**{k: c for k, c in counts.items() if k not in (3, key)}, key: 2}
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    params, tx = params_at(z, meta, meta["k"] - 1), make_tx(meta)
+    if want is not None:
+        with pytest.raises(MigrateError, match=f"an update count is {want}, not by an MXNet index"):
+            from_gluon_states("x", params, tx)
+        return
+    (step,) = _find(from_gluon_states("x", params, tx), "StepState")
+    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [5, 5, 5, 2]
+
+
+def test_messages_name_the_mxnet_parameter_from_idx2name(monkeypatch):
+    """Where the optimizer holds ``idx2name`` (MXNet index -> parameter name), a message names
+    both the gradxform parameter and MXNet's."""
+    def edit(states, opt):
+        opt.attrs["idx2name"] = {3: "dense1_weight"}
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    params = dict(params_at(z, meta, 4), net_dense1_weight=jnp.zeros((3, 3), jnp.float32))
+    with pytest.raises(MigrateError, match=r"'net_dense1_weight' \(MXNet index 3, 'dense1_weight'\)"):
+        from_gluon_states("x", params, make_tx(meta))
+
+
+def test_rmsprop_without_centered_is_mxnets_default_not_centered(monkeypatch):
+    """An RMSProp record without ``centered`` is read with MXNet's default, False
+    (``RMSProp.__init__(..., centered=False)``, mxnet/optimizer/optimizer.py): its (n,) states load."""
+    z, meta = _read_edited(monkeypatch, "rmsprop", lambda states, opt: opt.attrs.pop("centered"))
+    params = params_at(z, meta, meta["k"] - 1)
+    steps, _ = run(z, meta, make_tx(meta), params, from_gluon_states("x", params, make_tx(meta)))
+    assert_params(z, meta, *steps[0])
+
+
+def test_the_optimizer_argument_must_name_the_files_optimizer():
+    z, meta = load("adam")
+    params = params_at(z, meta, meta["k"] - 1)
+    from_gluon_states(states_file("adam", meta), params, make_tx(meta), optimizer="Adam")
+    with pytest.raises(MigrateError, match=r"optimizer='sgd'\): the file holds an MXNet Adam"):
+        from_gluon_states(states_file("adam", meta), params, make_tx(meta), optimizer="sgd")
+
+
+def test_a_record_without_multi_precision_is_mxnets_default_false(monkeypatch):
+    """An optimizer record without ``multi_precision`` is read with MXNet's default, False
+    (``Optimizer.__init__(..., multi_precision=False)``, mxnet/optimizer/optimizer.py): a float16
+    parameter's state is then the plain (mean, var), as MXNet keeps it without multi_precision."""
+    def edit(states, opt):
+        del opt.attrs["multi_precision"]
+        for i, st in states.items():
+            states[i] = st[1]  # (w32, (mean, var)) -> (mean, var)
+    z, meta = _read_edited(monkeypatch, "adam_mp_fp16", edit)
+    params = params_at(z, meta, meta["k"] - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # float16 parameters without multi_precision
+        state = from_gluon_states("x", params, make_tx(meta, multi_precision=False))
+    (moments,) = _find(state, "MomentsState")
+    for n in meta["names"]:
+        # (held in the float16 state of a tx without multi_precision)
+        np.testing.assert_array_equal(np.asarray(moments.mu[n]), z[f"s_{n}_1_0"].astype(np.float16))
+
+
+def test_a_multi_precision_state_must_be_a_pair(monkeypatch):
+    """Under multi_precision a float16 parameter's state is MXNet's (w32, state) pair (Adam:
+    ``create_state_multi_precision``); a third item is refused, not ignored."""
+    def edit(states, opt):
+        states[0] = states[0] + (None,)
+    z, meta = _read_edited(monkeypatch, "adam_mp_fp16", edit)
+    with pytest.raises(MigrateError, match=r"'net_dense0_bias' \(MXNet index 0\) is float16 under multi_precision, "
+                                           r"so its state should be a \(state, float32 weight\) pair; got "
+                                           r"\(an array \(3,\), \(an array \(3,\), an array \(3,\)\), None\)"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
