@@ -585,3 +585,177 @@ def test_a_multi_precision_state_must_be_a_pair(monkeypatch):
                                            r"so its state should be a \(state, float32 weight\) pair; got "
                                            r"\(an array \(3,\), \(an array \(3,\), an array \(3,\)\), None\)"):
         from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_a_state_tuple_of_another_length_is_refused(monkeypatch):
+    def edit(states, opt):
+        states[2] = states[2] + (states[2][0],)
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    with pytest.raises(MigrateError, match=r"index 2\): MXNet adam keeps \(mean, var\); the file has \(an array"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_a_momentum_missing_for_one_parameter_only_is_refused_naming_it(monkeypatch):
+    """MXNet keeps None for every parameter (momentum 0) or for none: one None among arrays is a
+    corrupt file, named by its parameter."""
+    def edit(states, opt):
+        states[2] = None
+    z, meta = _read_edited(monkeypatch, "sgd_mom", edit)
+    with pytest.raises(MigrateError, match=f"state 'mom' is None for parameter '{meta['names'][2]}' but not"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+@pytest.mark.parametrize("begin, want", [(None, 0), (3, 3)])
+def test_an_index_never_updated_counts_from_begin_num_update(monkeypatch, begin, want):
+    """MXNet's ``_update_count`` starts an index it has not seen at ``begin_num_update``
+    (default 0: mxnet/optimizer/optimizer.py, ``Optimizer.__init__`` and ``_update_count``);
+    a record without the attribute has MXNet's default."""
+    def edit(states, opt):
+        del opt.attrs["_index_update_count"][1]
+        opt.attrs.pop("begin_num_update")
+        if begin is not None:
+            opt.attrs["begin_num_update"] = begin
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    (step,) = _find(from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta)), "StepState")
+    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [5, want, 5, 5]
+
+
+def test_masters_are_restored_where_only_some_parameters_are_float16(monkeypatch):
+    """multi_precision keeps (w32, state) for float16 parameters only; a float32 parameter beside
+    them has its plain state, and the float16 ones still get the file's masters."""
+    def edit(states, opt):
+        states[0] = states[0][1]  # net_dense0_bias: float32 now, its plain (mean, var)
+    z, meta = _read_edited(monkeypatch, "adam_mp_fp16", edit)
+    params = params_at(z, meta, meta["k"] - 1)
+    first = meta["names"][0]
+    params[first] = params[first].astype(jnp.float32)
+    state = from_gluon_states("x", params, make_tx(meta))
+    (mw,) = _find(state, "MasterWeightsState")
+    for n in meta["names"][1:]:
+        np.testing.assert_array_equal(np.asarray(mw.master[n]), z[f"s_{n}_0"])
+
+
+def test_counts_come_from_device_0s_table_without_index_update_count(monkeypatch):
+    """``Optimizer._index_update_count`` is ``_all_index_update_counts[0]`` until a device is
+    chosen (mxnet/optimizer/optimizer.py, ``Optimizer.__init__``); a record without the former
+    is read from the latter's device 0."""
+    def edit(states, opt):
+        del opt.attrs["_index_update_count"]
+        opt.attrs["_all_index_update_counts"] = {0: {0: 5, 1: 2, 2: 5, 3: 5}, 1: {0: 1, 1: 1, 2: 1, 3: 1}}
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    (step,) = _find(from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta)), "StepState")
+    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [5, 2, 5, 5]
+
+
+def test_a_count_for_an_index_past_the_last_is_refused(monkeypatch):
+    z, meta = _read_edited(monkeypatch, "adam", lambda states, opt: opt.attrs["_index_update_count"].update({4: 5}))
+    with pytest.raises(MigrateError, match="counts updates of MXNet index 4, but there are 4 parameters"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_a_nadam_record_without_m_schedule_starts_at_1(monkeypatch):
+    """MXNet's Nadam starts ``m_schedule`` at 1 (``Nadam.__init__``: ``self.m_schedule = 1.``)."""
+    z, meta = _read_edited(monkeypatch, "nadam", lambda states, opt: opt.attrs.pop("m_schedule"))
+    (nadam,) = _find(from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta)), "NadamState")
+    assert float(nadam.m_schedule) == 1.0
+
+
+@pytest.mark.parametrize("entry", ["not a dict", "index 4"])
+def test_a_malformed_lbsgd_accumulator_is_refused(monkeypatch, entry):
+    """LBSGD's ``cumgrads`` map an index of a parameter to ``{'cum_grad', 'num_cums'}``
+    (``_put_cum_gradient``, mxnet/optimizer/optimizer.py); anything else is refused."""
+    def edit(states, opt):
+        cum = opt.attrs["cumgrads"]
+        if entry == "not a dict":
+            cum[0] = 5
+        else:
+            cum[4] = dict(cum[0])
+    z, meta = _read_edited(monkeypatch, "lbsgd_lars_bs2", edit)
+    bad = 0 if entry == "not a dict" else 4
+    with pytest.raises(MigrateError, match=f"LBSGD accumulator {bad} is malformed"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+@pytest.mark.parametrize("init_updates", [None, 3])
+def test_an_lbsgd_index_without_an_accumulator_starts_from_init_updates(monkeypatch, init_updates):
+    """An index MXNet's LBSGD has not accumulated yet has no ``cumgrads`` entry; its next gradient
+    starts the count at ``init_updates + 1`` (``cumulate_gradients``; ``init_updates =
+    begin_epoch * updates_per_epoch``, 0 by default): so nothing accumulated and ``init_updates``
+    done, while the other indices keep the file's accumulators."""
+    def edit(states, opt):
+        del opt.attrs["cumgrads"][2]
+        opt.attrs.pop("init_updates")
+        if init_updates is not None:
+            opt.attrs["init_updates"] = init_updates
+    z, meta = _read_edited(monkeypatch, "lbsgd_lars_bs2", edit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # init_updates 3: not the tx's
+        state = from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+    (acc,) = _find(state, "LBSGDState")
+    names = meta["names"]
+    assert [int(c) for c in jax.tree.leaves(acc.num_cums)] == [5, 5, init_updates or 0, 5]
+    assert not np.any(np.asarray(acc.cum_grad[names[2]]))
+    assert np.any(np.asarray(acc.cum_grad[names[0]]))  # mid-accumulation: the file's
+
+
+def test_state_shapes_in_messages_are_bounded():
+    """`_shape_of` describes a state in a message: tuples 3 deep and 4 wide at most, the rest
+    "(...)" and "..." (an MXNet state is at most (w32, (n, g, delta)))."""
+    from gradxform.migrate._gluon import _shape_of  # noqa: PLC0415
+    a = np.zeros((2, 3), np.float32)
+    assert _shape_of((a, (a, a))) == "(an array (2, 3), (an array (2, 3), an array (2, 3)))"
+    assert _shape_of((None,) * 4) == "(None, None, None, None)"
+    assert _shape_of((None,) * 5) == "(None, None, None, None, ...)"
+    assert _shape_of((((None,),),)) == "(((None)))"
+    assert _shape_of(((((None,),),),)) == "((((...))))"
+    assert _shape_of("x") == "str"
+
+
+@pytest.mark.parametrize("attr, value, match", [
+    ("wd", "0.01", "the optimizer's wd is '0.01'; MXNet keeps a number there"),
+    ("wd", True, "the optimizer's wd is True; MXNet keeps a number there"),
+    ("idx2name", [1, 2], r"the optimizer's idx2name is \[1, 2\], not a dict"),
+])
+def test_optimizer_attributes_of_another_type_are_refused(monkeypatch, attr, value, match):
+    def edit(states, opt):
+        opt.attrs[attr] = value
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    with pytest.raises(MigrateError, match=match):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_a_state_with_one_nan_is_refused(monkeypatch):
+    """One NaN among finite values: MXNet's run had diverged when it was saved."""
+    def edit(states, opt):
+        mean = states[1][0].copy()
+        mean.flat[2] = np.nan
+        states[1] = (mean, states[1][1])
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    with pytest.raises(MigrateError, match=r"index 1\): state 'mean' holds NaN or Inf"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_the_scheduler_warnings_point_at_the_caller():
+    """Both directions warn (the run had an lr_scheduler and tx has none, and the reverse), at the
+    line that called from_gluon_states."""
+    z, meta = load("adam_sched")
+    params = params_at(z, meta, 4)
+    no_sched = dict(meta["optimizer_params"])
+    no_sched.pop("lr_scheduler")
+    with pytest.warns(UserWarning, match="used an lr_scheduler .* but tx does not") as rec:
+        from_gluon_states(states_file("adam_sched", meta), params,
+                          gx.create("adam", rescale_grad=1 / meta["batch_size"], **no_sched))
+    assert {w.filename for w in rec if "the learning rates will differ" in str(w.message)} == {__file__}
+    z, meta = load("adam")
+    with pytest.warns(UserWarning, match="did not use an lr_scheduler .* but tx does"):
+        from_gluon_states(states_file("adam", meta), params_at(z, meta, 4),
+                          make_tx(meta, lr_scheduler=lr_scheduler.FactorScheduler(step=3, factor=0.5, base_lr=0.01)))
+
+
+def test_a_scheduled_runs_lr_attribute_is_not_compared(monkeypatch):
+    """Under an lr_scheduler MXNet's ``_get_lr`` takes the scheduler's rate, never ``self.lr``
+    (mxnet/optimizer/optimizer.py), so the record's ``lr`` is not compared with tx's."""
+    z, meta = _read_edited(monkeypatch, "adam_sched", lambda states, opt: opt.attrs.update(lr=0.5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
