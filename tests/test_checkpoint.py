@@ -58,8 +58,9 @@ def test_round_trip_is_bit_exact(saved, tmp_path):
     # (each typed key implementation: threefry2x32 keys are 2 uint32 words, rbg and unsafe_rbg keys 4)
     odd = {"key": jax.random.split(jax.random.key(7), 3), "bf": jnp.array([1.5, -0.0], jnp.bfloat16),
            "nan": jnp.array([np.nan, np.inf, -np.inf], jnp.float32), "i": jnp.arange(5, dtype=jnp.int32),
-           "empty": jnp.zeros((0, 3)), "rbg": jax.random.split(jax.random.key(7, impl="rbg"), 2),
-           "urbg": jax.random.split(jax.random.key(7, impl="unsafe_rbg"), 2)}
+           "empty": jnp.zeros((0, 3)),
+           **{name: jax.random.wrap_key_data(np.arange(8, dtype=np.uint32).reshape(2, 4) * 977, impl=impl)
+              for name, impl in (("rbg", "rbg"), ("urbg", "unsafe_rbg"))}}
     # meta maps may have non-string keys (msgpack's strict_map_key=False on both sides)
     meta = {"lr_at_step": {100: 0.01, 200: 1e-3}, 7: [None, b"\x00"]}
     save_state(tmp_path / "odd.ckpt", odd, meta=meta)

@@ -759,3 +759,30 @@ def test_a_scheduled_runs_lr_attribute_is_not_compared(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_a_dcasgd_momentum_buffer_is_read_as_it_is(monkeypatch):
+    """MXNet 1.9.1's DCASGD cannot run with momentum > 0 (tools/MXNET_NOTES.md), so no MXNet file
+    holds a non-zero buffer; one in MXNet's layout, (mom, previous_weight), written from a
+    gradxform DCASGD run, reads back bit for bit as that run's state (mom as it is, as SGD's is:
+    ``weight += mom`` in both)."""
+    z, meta = load("dcasgd")
+    params = params_at(z, meta, meta["k"] - 1)
+    kw = dict(meta["optimizer_params"], momentum=0.9, rescale_grad=1.0 / meta["batch_size"])
+    tx = gx.create("dcasgd", **kw)
+    state = tx.init(params)
+    for t in range(meta["k"], meta["k"] + 2):
+        u, state = tx.update({n: jnp.asarray(z[f"g_{t}_{n}"]) for n in meta["names"]}, state, params)
+        params = gx.apply_updates(params, u)
+    (mom,) = [s for s in _find(state, "TraceState") if "momentum" in s.hyper]
+    (prev,) = _find(state, "DCASGDState")
+
+    def edit(states, opt):
+        for i, n in enumerate(meta["names"]):
+            states[i] = (np.asarray(mom.trace[n]), np.asarray(prev.previous_weight[n]))
+        opt.attrs.update(momentum=0.9, num_update=2, _index_update_count={i: 2 for i in range(len(meta["names"]))})
+    _read_edited(monkeypatch, "dcasgd", edit)
+    loaded = from_gluon_states("x", params, gx.create("dcasgd", **kw))
+    assert np.any(np.asarray(mom.trace[meta["names"][0]]))
+    for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
