@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import types
 from typing import NamedTuple
 
 import jax
@@ -54,13 +55,20 @@ def test_round_trip_is_bit_exact(saved, tmp_path):
     loaded = load_state(path, like=state)
     assert_bit_equal(loaded, state)
     # abstract `like` (eval_shape) works too, and so do keys, bfloat16, NaN payloads and ints
+    # (each typed key implementation: threefry2x32 keys are 2 uint32 words, rbg and unsafe_rbg keys 4)
     odd = {"key": jax.random.split(jax.random.key(7), 3), "bf": jnp.array([1.5, -0.0], jnp.bfloat16),
            "nan": jnp.array([np.nan, np.inf, -np.inf], jnp.float32), "i": jnp.arange(5, dtype=jnp.int32),
-           "empty": jnp.zeros((0, 3))}
-    save_state(tmp_path / "odd.ckpt", odd)
-    assert_bit_equal(load_state(tmp_path / "odd.ckpt", like=jax.eval_shape(lambda: odd)), odd)
+           "empty": jnp.zeros((0, 3)),
+           **{name: jax.random.wrap_key_data(np.arange(8, dtype=np.uint32).reshape(2, 4) * 977, impl=impl)
+              for name, impl in (("rbg", "rbg"), ("urbg", "unsafe_rbg"))}}
+    # meta maps may have non-string keys (msgpack's strict_map_key=False on both sides)
+    meta = {"lr_at_step": {100: 0.01, 200: 1e-3}, 7: [None, b"\x00"]}
+    save_state(tmp_path / "odd.ckpt", odd, meta=meta)
+    assert_bit_equal(load_state(tmp_path / "odd.ckpt", like=jax.eval_shape(lambda: odd), meta=meta), odd)
     assert read_metadata(path) == {"optimizer": "mxnet.adam"}
-    assert sorted(load_state(tmp_path / "odd.ckpt")) == ["['bf']", "['empty']", "['i']", "['key']", "['nan']"]
+    assert read_metadata(tmp_path / "odd.ckpt") == meta
+    assert sorted(load_state(tmp_path / "odd.ckpt")) == ["['bf']", "['empty']", "['i']", "['key']", "['nan']",
+                                                          "['rbg']", "['urbg']"]
 
 
 def test_truncated_file_at_several_offsets(saved, tmp_path):
@@ -72,6 +80,17 @@ def test_truncated_file_at_several_offsets(saved, tmp_path):
         with pytest.raises(CheckpointError) as err:
             load_state(bad, like=state)
         assert err.value.kind == "truncated", (cut, str(err.value))
+        # under 32 bytes (the fixed prefix) it says so; from 32 on, the prefix is read and checked,
+        # and the message gives the length the file was written with
+        want = f"only {cut} bytes" if cut < 32 else f"{cut} bytes of the {len(data)} it was written with"
+        assert want in str(err.value), (cut, str(err.value))
+    # the prefix alone (32 bytes), its length field changed: the prefix checksum catches it
+    flipped = bytearray(data[:32])
+    flipped[16] ^= 0x01
+    (tmp_path / "prefix.ckpt").write_bytes(bytes(flipped))
+    with pytest.raises(CheckpointError, match="the length fields fail their checksum") as err:
+        load_state(tmp_path / "prefix.ckpt", like=state)
+    assert err.value.kind == "corrupt"
 
 
 def test_flipped_byte_is_corrupt(saved, tmp_path):
@@ -124,6 +143,21 @@ def test_save_refuses_what_it_could_not_load(tmp_path):
     with pytest.raises(TypeError, match="meta must hold only .* nested more than 32 deep"):
         save_state(path, {"w": jnp.zeros(2)}, meta={"deep": deep})
     assert not os.listdir(tmp_path)  # nothing written
+    # rank 32, the bound, is stored; 33 is not (the header check's bound, _MAX_RANK)
+    with pytest.raises(TypeError, match=r"leaf \['r'\] has rank 33; checkpoints store at most 32"):
+        save_state(path, {"r": np.zeros((1,) * 33)})
+    save_state(path, {"r": np.zeros((1,) * 31 + (2,))})
+    assert load_state(path)["['r']"].shape == (1,) * 31 + (2,)
+    # the bound itself: a value inside 32 containers (meta's own map counts), lists or maps, is kept;
+    # inside 33 it is not
+    for wrap in (lambda x: [x], lambda x: {"k": x}):
+        deep = 1
+        for _ in range(31):
+            deep = wrap(deep)
+        save_state(path, {"w": jnp.zeros(2)}, meta={"deep": deep})
+        assert read_metadata(path) == {"deep": deep}
+        with pytest.raises(TypeError, match="nested more than 32 deep"):
+            save_state(tmp_path / "y.ckpt", {"w": jnp.zeros(2)}, meta={"deep": wrap(deep)})
 
 
 _WRITER = textwrap.dedent("""
@@ -229,6 +263,69 @@ def test_next_save_removes_only_stray_temps_of_that_path(tmp_path):
     assert_bit_equal(load_state(path, like=params()), params())
 
 
+@pytest.mark.parametrize("locks, bound", [(True, 60.0), (False, 3600.0)])
+def test_a_temp_is_stray_from_its_age_bound_on(tmp_path, monkeypatch, locks, bound):
+    """`_remove_stray_temps`: a temp unmodified for 60 s (_STRAY_AGE_S) is stray where advisory
+    locks exist, for 3600 s (_NO_LOCK_AGE_S) where they do not (Windows: age is the only evidence);
+    the bound itself counts. The clock is fixed so the ages are exact."""
+    from gradxform import checkpoint  # noqa: PLC0415
+    if not locks:
+        monkeypatch.setattr(checkpoint, "fcntl", None)
+    now = 1_700_000_000
+    monkeypatch.setattr(checkpoint, "time", types.SimpleNamespace(time=lambda: float(now)))
+    for name, age in ((".s.ckpt.atbound0.tmp", bound), (".s.ckpt.under000.tmp", bound - 0.5)):
+        (tmp_path / name).write_bytes(b"partial")
+        os.utime(tmp_path / name, (now - age, now - age))
+    save_state(tmp_path / "s.ckpt", {"w": np.zeros(2)})
+    assert sorted(os.listdir(tmp_path)) == [".s.ckpt.under000.tmp", "s.ckpt"]
+
+
+@pytest.mark.parametrize("nofollow", [True, False])
+def test_a_temp_is_opened_read_write_and_a_link_never_followed(tmp_path, monkeypatch, nofollow):
+    """`_remove_stray_temps` opens a candidate read-write (NFS grants a flock only on a writable
+    descriptor) and with O_NOFOLLOW where the platform has it; where it has not, a symbolic link
+    named like a temp is still left alone (it is not a regular file: scandir's
+    is_file(follow_symlinks=False)), as is the old file it points to."""
+    from gradxform import checkpoint  # noqa: PLC0415
+    (tmp_path / ".s.ckpt.abcd_123.tmp").write_bytes(b"partial")
+    (tmp_path / "target").write_bytes(b"x")
+    os.symlink(tmp_path / "target", tmp_path / ".s.ckpt.alink000.tmp")
+    for name in (".s.ckpt.abcd_123.tmp", "target"):
+        backdate(tmp_path / name)
+    if not nofollow:
+        monkeypatch.delattr(os, "O_NOFOLLOW")
+    opened, real_open = [], os.open
+    monkeypatch.setattr(checkpoint.os, "open", lambda name, flags, *a: opened.append((os.path.basename(name), flags))
+                        or real_open(name, flags, *a))
+    save_state(tmp_path / "s.ckpt", {"w": np.zeros(2)})
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path)) == [".s.ckpt.alink000.tmp", "s.ckpt", "target"]
+    want = os.O_RDWR | (os.O_NOFOLLOW if nofollow else 0)
+    assert [(n, f) for n, f in opened if n in (".s.ckpt.abcd_123.tmp", ".s.ckpt.alink000.tmp")] == \
+        [(".s.ckpt.abcd_123.tmp", want)]  # (mkstemp opens its own temp with os.open too)
+
+
+def test_a_temp_a_cleaner_takes_before_it_is_locked_is_replaced(tmp_path, monkeypatch):
+    """`_create_temp`: a cleaner may remove a new temp between mkstemp and flock (it is unlocked
+    then); the writer sees its name gone and makes another, and the save succeeds."""
+    import tempfile  # noqa: PLC0415
+
+    from gradxform import checkpoint  # noqa: PLC0415
+    made = []
+
+    def mkstemp(**kw):
+        fd, name = tempfile.mkstemp(**kw)
+        made.append(name)
+        if len(made) == 1:
+            os.unlink(name)  # the cleaner's
+        return fd, name
+
+    monkeypatch.setattr(checkpoint, "tempfile", types.SimpleNamespace(mkstemp=mkstemp))
+    save_state(tmp_path / "s.ckpt", {"w": np.arange(3.0)})
+    assert len(made) == 2 and os.listdir(tmp_path) == ["s.ckpt"]
+    np.testing.assert_array_equal(load_state(tmp_path / "s.ckpt")["['w']"], np.arange(3.0))
+
+
 _CONCURRENT = textwrap.dedent("""
     import os, sys, time
     os.environ["JAX_PLATFORMS"] = "cpu"
@@ -330,8 +427,18 @@ def test_paths_of_every_type_and_open_files(tmp_path):
         np.testing.assert_array_equal(load_state(path, like=tree)["a"], tree["a"])
     with open(tmp_path / "x", "rb") as f:
         np.testing.assert_array_equal(load_state(f, like=tree)["a"], tree["a"])
+    # a NumPy leaf of ``like`` is read as NumPy (load_state's docstring), and so is every leaf without one
+    assert type(load_state(tmp_path / "x", like=tree)["a"]) is np.ndarray
+    assert type(load_state(tmp_path / "x")["['a']"]) is np.ndarray
     with pytest.raises(TypeError, match="needs a path"), open(tmp_path / "y", "wb") as f:
         save_state(f, tree)
+
+    class Sink:  # anything with a write (or a read) is a file, not a path
+        def write(self, data):
+            return len(data)
+
+    with pytest.raises(TypeError, match="needs a path .* not an open file \\(Sink\\)"):
+        save_state(Sink(), tree)
     with pytest.raises(TypeError, match="expected a path"):
         load_state(3.5, like=tree)
     (tmp_path / "garbage").write_bytes(b"not a checkpoint")

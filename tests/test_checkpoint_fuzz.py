@@ -375,6 +375,12 @@ FORGERIES = {  # name: (edit, kind, message)
                        r"the leaves take 155 bytes; header\['payload_size'\] says 159"),
     "format 2": (lambda h, p: forge(dict(h, format=2), p), "mismatch", "format version 2; this gradxform reads version 1"),
     "meta too deep": (_deep_meta, "corrupt", r"header\['meta'\] nested more than 32 deep"),
+    # a forged value is shown bounded (reprlib, Lib/reprlib.py `repr_str`: maxstring 60 gives
+    # repr[:28] + "..." + repr[-29:]; maxlevel 3 shows the fourth level of a list as "...")
+    "dtype a long str": (_edit(3, 2, "x" * 200), "corrupt",
+                         r"leaf \['d'\] .*dtype '" + "x" * 27 + r"\.\.\." + "x" * 28 + "' is not one"),
+    "shape nested 4 deep": (_edit(0, 1, [[[[1]]]]), "corrupt",
+                            r"leaf \['a'\] .*shape \[\[\[\[\.\.\.\]\]\]\]; expected"),
     "meta ext type": (lambda h, p: forge(dict(h, meta={"x": msgpack.ExtType(1, b"")}), p), "corrupt",
                       r"header\['meta'\] holds a ExtType"),
 }
@@ -416,3 +422,50 @@ class _AlwaysPayload(random.Random):
 
     def sample(self, population, k):
         return [0, 2]
+
+
+def _header_past_the_end(header, payload):
+    """The header length field made larger than the file (header + its checksum would end one byte
+    past it), the prefix checksum recomputed."""
+    raw = msgpack.packb(header, use_bin_type=True)
+    head = struct.pack("<8sQQ", b"GXCKPT\x00\x01", len(raw) + len(payload) + 1, 64 + len(raw) + len(payload))
+    return head + hashlib.sha256(head).digest()[:8] + raw + hashlib.sha256(raw).digest() + payload
+
+
+def test_a_header_length_past_the_end_says_so(tmp_path):
+    state = fuzz_state()
+    save_state(tmp_path / "orig.ckpt", state)
+    (tmp_path / "bad.ckpt").write_bytes(_header_past_the_end(*split((tmp_path / "orig.ckpt").read_bytes())))
+    for read in (load_state, read_metadata):
+        with pytest.raises(CheckpointError, match="the header length is larger than the file") as err:
+            read(tmp_path / "bad.ckpt")
+        assert err.value.kind == "corrupt"
+
+
+@pytest.mark.parametrize("zeros, loads", [(70_000, True), (91_000, False)])
+def test_the_header_bound_is_4x_the_file_plus_1_mib(tmp_path, zeros, loads):
+    """The bound on what a header may take decoded (the module docstring: 4x the file's length +
+    1 MiB), at each of its two terms. A meta list of n zeros is n bytes in the file and at least 16 n
+    decoded: its 8-byte slot per item (sys.getsizeof([0] * n) is 56 + 8 n) and the 8 bytes the count
+    gives every object for its slot (small ints are CPython's cached objects: nothing more). The
+    rest of the header (8 leaves and their paths) counts about 5 KB. 70,000 zeros: over 1 MiB but
+    under 4x the file + 1 MiB, so written and read; 91,000: over 4x the file + 1 MiB (under 5x),
+    so neither written nor read."""
+    state, meta = fuzz_state(), {"z": [0] * zeros}
+    save_state(tmp_path / "orig.ckpt", state)
+    header, payload = split((tmp_path / "orig.ckpt").read_bytes())
+    (tmp_path / "forged.ckpt").write_bytes(forge(dict(header, meta=meta), payload))
+    size = (tmp_path / "forged.ckpt").stat().st_size
+    low, high = 16 * zeros, 16 * zeros + 20_000
+    if loads:
+        assert 2**20 + 4 < low and high < 4 * size + 2**20
+        save_state(tmp_path / "z.ckpt", state, meta=meta)
+        assert read_metadata(tmp_path / "z.ckpt") == meta
+        assert same(load_state(tmp_path / "forged.ckpt", like=state, meta=meta), state)
+        return
+    assert 4 * size + 2**20 < low and high < 5 * size + 2**20
+    with pytest.raises(ValueError, match="store fewer, larger leaves"):
+        save_state(tmp_path / "z.ckpt", state, meta=meta)
+    with pytest.raises(CheckpointError, match=r"would take more than .* decoded \(4x the file's length") as err:
+        load_state(tmp_path / "forged.ckpt", like=state)
+    assert err.value.kind == "corrupt" and not (tmp_path / "z.ckpt").exists()

@@ -450,3 +450,339 @@ def test_counts_equal_to_num_update_stay_shared_and_differing_ones_are_written_p
     _, state = jax.jit(tx.update)(params, state, params)
     (step,) = _find(state, "StepState")
     assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [5, 3] and int(step.count) == 5
+
+
+# --- the reader's edges (issue 28: mutants of gradxform/migrate/_gluon.py) -------------------
+
+def _states_pickle(obj) -> "io.BytesIO":
+    import io  # noqa: PLC0415
+    return io.BytesIO(pickle.dumps(obj, protocol=4))
+
+
+@pytest.mark.parametrize("key, want", [("0", 0), ("123456789", 123456789), (7, 7),
+                                       ("1234567890", "not an integer index"), (True, "not an integer index"),
+                                       (1.5, "not an integer index"), ("x1", "not an integer index")])
+def test_state_keys(key, want):
+    """Gluon's states are keyed by the int index; a digit string of up to 9 digits (always an
+    int32 index) is read as that int; a bool, a float, a longer or non-digit string is refused
+    (a kvstore driven with string keys)."""
+    if isinstance(want, str):
+        with pytest.raises(MigrateError, match=want):
+            read_gluon_states(_states_pickle(({key: None}, None)))
+    else:
+        assert read_gluon_states(_states_pickle(({key: None}, None))) == ({want: None}, None)
+
+
+def test_a_module_file_of_two_states_is_not_a_states_optimizer_pair():
+    """The Module API pickles the states dict alone: one of exactly two parameters is a dict of
+    length 2, not Gluon's (states, optimizer) tuple."""
+    assert read_gluon_states(_states_pickle({0: None, 1: None})) == ({0: None, 1: None}, None)
+
+
+def test_a_state_holds_at_most_16_items():
+    """_MAX_STATE_ITEMS: a state may hold 16 items in all, the tuples counted (MXNet's largest,
+    (w32, (n, g, delta)), holds 6); a tuple of 15 Nones is 16, of 16 is 17."""
+    assert read_gluon_states(_states_pickle(({0: (None,) * 15}, None)))[0] == {0: (None,) * 15}
+    with pytest.raises(MigrateError, match="state 0 holds more than 16 items"):
+        read_gluon_states(_states_pickle(({0: (None,) * 16}, None)))
+
+
+def test_sgld_keeps_no_state_and_other_names_are_not_supported():
+    """MXNet's SGLD keeps no state (``create_state`` returns None: mxnet/optimizer/optimizer.py,
+    class SGLD); a name MXNet 1.9.1 does not have is refused by name."""
+    z, meta = load("module_sgd_mom")
+    params = params_at(z, meta, meta["k"] - 1)
+    kw = dict(order=meta["names"], num_update=meta["k"])
+    with pytest.raises(MigrateError, match="has a state .*; MXNet sgld keeps none"):
+        from_gluon_states(states_file("module_sgd_mom", meta), params, make_tx(meta), optimizer="sgld", **kw)
+    with pytest.raises(MigrateError, match="MXNet optimizer 'adamw' is not supported"):
+        from_gluon_states(states_file("module_sgd_mom", meta), params, make_tx(meta), optimizer="adamw", **kw)
+
+
+def _read_edited(monkeypatch, case, edit):
+    """from_gluon_states made to read the fixture's (states, optimizer) as ``edit`` changes them: a
+    forged file without writing MXNet's pickle."""
+    from gradxform.migrate import _gluon  # noqa: PLC0415
+    z, meta = load(case)
+    states, opt = read_gluon_states(states_file(case, meta))
+    edit(states, opt)
+    monkeypatch.setattr(_gluon, "read_gluon_states", lambda fname: (states, opt))
+    return z, meta
+
+
+@pytest.mark.parametrize("key, want", [("3", None), ("1234567890", "keyed by '1234567890'"),
+                                       (True, "keyed by True"), (3.0, "keyed by 3.0")])
+def test_update_count_keys(monkeypatch, key, want):
+    """The optimizer's per-index update counts are keyed as the states are (an int, or a digit
+    string of at most 9 digits); anything else is refused naming the key."""
+    def edit(states, opt):
+        counts = opt.attrs["_index_update_count"]
+        opt.attrs["_index_update_count"] = {**{k: c for k, c in counts.items() if k not in (3, key)}, key: 2}
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    params, tx = params_at(z, meta, meta["k"] - 1), make_tx(meta)
+    if want is not None:
+        with pytest.raises(MigrateError, match=f"an update count is {want}, not by an MXNet index"):
+            from_gluon_states("x", params, tx)
+        return
+    (step,) = _find(from_gluon_states("x", params, tx), "StepState")
+    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [5, 5, 5, 2]
+
+
+def test_messages_name_the_mxnet_parameter_from_idx2name(monkeypatch):
+    """Where the optimizer holds ``idx2name`` (MXNet index -> parameter name), a message names
+    both the gradxform parameter and MXNet's."""
+    def edit(states, opt):
+        opt.attrs["idx2name"] = {3: "dense1_weight"}
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    params = dict(params_at(z, meta, 4), net_dense1_weight=jnp.zeros((3, 3), jnp.float32))
+    with pytest.raises(MigrateError, match=r"'net_dense1_weight' \(MXNet index 3, 'dense1_weight'\)"):
+        from_gluon_states("x", params, make_tx(meta))
+
+
+def test_rmsprop_without_centered_is_mxnets_default_not_centered(monkeypatch):
+    """An RMSProp record without ``centered`` is read with MXNet's default, False
+    (``RMSProp.__init__(..., centered=False)``, mxnet/optimizer/optimizer.py): its (n,) states load."""
+    z, meta = _read_edited(monkeypatch, "rmsprop", lambda states, opt: opt.attrs.pop("centered"))
+    params = params_at(z, meta, meta["k"] - 1)
+    steps, _ = run(z, meta, make_tx(meta), params, from_gluon_states("x", params, make_tx(meta)))
+    assert_params(z, meta, *steps[0])
+
+
+def test_the_optimizer_argument_must_name_the_files_optimizer():
+    z, meta = load("adam")
+    params = params_at(z, meta, meta["k"] - 1)
+    from_gluon_states(states_file("adam", meta), params, make_tx(meta), optimizer="Adam")
+    with pytest.raises(MigrateError, match=r"optimizer='sgd'\): the file holds an MXNet Adam"):
+        from_gluon_states(states_file("adam", meta), params, make_tx(meta), optimizer="sgd")
+
+
+def test_a_record_without_multi_precision_is_mxnets_default_false(monkeypatch):
+    """An optimizer record without ``multi_precision`` is read with MXNet's default, False
+    (``Optimizer.__init__(..., multi_precision=False)``, mxnet/optimizer/optimizer.py): a float16
+    parameter's state is then the plain (mean, var), as MXNet keeps it without multi_precision."""
+    def edit(states, opt):
+        del opt.attrs["multi_precision"]
+        for i, st in states.items():
+            states[i] = st[1]  # (w32, (mean, var)) -> (mean, var)
+    z, meta = _read_edited(monkeypatch, "adam_mp_fp16", edit)
+    params = params_at(z, meta, meta["k"] - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # float16 parameters without multi_precision
+        state = from_gluon_states("x", params, make_tx(meta, multi_precision=False))
+    (moments,) = _find(state, "MomentsState")
+    for n in meta["names"]:
+        # (held in the float16 state of a tx without multi_precision)
+        np.testing.assert_array_equal(np.asarray(moments.mu[n]), z[f"s_{n}_1_0"].astype(np.float16))
+
+
+def test_a_multi_precision_state_must_be_a_pair(monkeypatch):
+    """Under multi_precision a float16 parameter's state is MXNet's (w32, state) pair (Adam:
+    ``create_state_multi_precision``); a third item is refused, not ignored."""
+    def edit(states, opt):
+        states[0] = states[0] + (None,)
+    z, meta = _read_edited(monkeypatch, "adam_mp_fp16", edit)
+    with pytest.raises(MigrateError, match=r"'net_dense0_bias' \(MXNet index 0\) is float16 under multi_precision, "
+                                           r"so its state should be a \(state, float32 weight\) pair; got "
+                                           r"\(an array \(3,\), \(an array \(3,\), an array \(3,\)\), None\)"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_a_state_tuple_of_another_length_is_refused(monkeypatch):
+    def edit(states, opt):
+        states[2] = states[2] + (states[2][0],)
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    with pytest.raises(MigrateError, match=r"index 2\): MXNet adam keeps \(mean, var\); the file has \(an array"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_a_momentum_missing_for_one_parameter_only_is_refused_naming_it(monkeypatch):
+    """MXNet keeps None for every parameter (momentum 0) or for none: one None among arrays is a
+    corrupt file, named by its parameter."""
+    def edit(states, opt):
+        states[2] = None
+    z, meta = _read_edited(monkeypatch, "sgd_mom", edit)
+    with pytest.raises(MigrateError, match=f"state 'mom' is None for parameter '{meta['names'][2]}' but not"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+@pytest.mark.parametrize("begin, want", [(None, 0), (3, 3)])
+def test_an_index_never_updated_counts_from_begin_num_update(monkeypatch, begin, want):
+    """MXNet's ``_update_count`` starts an index it has not seen at ``begin_num_update``
+    (default 0: mxnet/optimizer/optimizer.py, ``Optimizer.__init__`` and ``_update_count``);
+    a record without the attribute has MXNet's default."""
+    def edit(states, opt):
+        del opt.attrs["_index_update_count"][1]
+        opt.attrs.pop("begin_num_update")
+        if begin is not None:
+            opt.attrs["begin_num_update"] = begin
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    (step,) = _find(from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta)), "StepState")
+    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [5, want, 5, 5]
+
+
+def test_masters_are_restored_where_only_some_parameters_are_float16(monkeypatch):
+    """multi_precision keeps (w32, state) for float16 parameters only; a float32 parameter beside
+    them has its plain state, and the float16 ones still get the file's masters."""
+    def edit(states, opt):
+        states[0] = states[0][1]  # net_dense0_bias: float32 now, its plain (mean, var)
+    z, meta = _read_edited(monkeypatch, "adam_mp_fp16", edit)
+    params = params_at(z, meta, meta["k"] - 1)
+    first = meta["names"][0]
+    params[first] = params[first].astype(jnp.float32)
+    state = from_gluon_states("x", params, make_tx(meta))
+    (mw,) = _find(state, "MasterWeightsState")
+    for n in meta["names"][1:]:
+        np.testing.assert_array_equal(np.asarray(mw.master[n]), z[f"s_{n}_0"])
+
+
+def test_counts_come_from_device_0s_table_without_index_update_count(monkeypatch):
+    """``Optimizer._index_update_count`` is ``_all_index_update_counts[0]`` until a device is
+    chosen (mxnet/optimizer/optimizer.py, ``Optimizer.__init__``); a record without the former
+    is read from the latter's device 0."""
+    def edit(states, opt):
+        del opt.attrs["_index_update_count"]
+        opt.attrs["_all_index_update_counts"] = {0: {0: 5, 1: 2, 2: 5, 3: 5}, 1: {0: 1, 1: 1, 2: 1, 3: 1}}
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    (step,) = _find(from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta)), "StepState")
+    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [5, 2, 5, 5]
+
+
+def test_a_count_for_an_index_past_the_last_is_refused(monkeypatch):
+    z, meta = _read_edited(monkeypatch, "adam", lambda states, opt: opt.attrs["_index_update_count"].update({4: 5}))
+    with pytest.raises(MigrateError, match="counts updates of MXNet index 4, but there are 4 parameters"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_a_nadam_record_without_m_schedule_starts_at_1(monkeypatch):
+    """MXNet's Nadam starts ``m_schedule`` at 1 (``Nadam.__init__``: ``self.m_schedule = 1.``)."""
+    z, meta = _read_edited(monkeypatch, "nadam", lambda states, opt: opt.attrs.pop("m_schedule"))
+    (nadam,) = _find(from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta)), "NadamState")
+    assert float(nadam.m_schedule) == 1.0
+
+
+@pytest.mark.parametrize("entry", ["not a dict", "index 4"])
+def test_a_malformed_lbsgd_accumulator_is_refused(monkeypatch, entry):
+    """LBSGD's ``cumgrads`` map an index of a parameter to ``{'cum_grad', 'num_cums'}``
+    (``_put_cum_gradient``, mxnet/optimizer/optimizer.py); anything else is refused."""
+    def edit(states, opt):
+        cum = opt.attrs["cumgrads"]
+        if entry == "not a dict":
+            cum[0] = 5
+        else:
+            cum[4] = dict(cum[0])
+    z, meta = _read_edited(monkeypatch, "lbsgd_lars_bs2", edit)
+    bad = 0 if entry == "not a dict" else 4
+    with pytest.raises(MigrateError, match=f"LBSGD accumulator {bad} is malformed"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+@pytest.mark.parametrize("init_updates", [None, 3])
+def test_an_lbsgd_index_without_an_accumulator_starts_from_init_updates(monkeypatch, init_updates):
+    """An index MXNet's LBSGD has not accumulated yet has no ``cumgrads`` entry; its next gradient
+    starts the count at ``init_updates + 1`` (``cumulate_gradients``; ``init_updates =
+    begin_epoch * updates_per_epoch``, 0 by default): so nothing accumulated and ``init_updates``
+    done, while the other indices keep the file's accumulators."""
+    def edit(states, opt):
+        del opt.attrs["cumgrads"][2]
+        opt.attrs.pop("init_updates")
+        if init_updates is not None:
+            opt.attrs["init_updates"] = init_updates
+    z, meta = _read_edited(monkeypatch, "lbsgd_lars_bs2", edit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # init_updates 3: not the tx's
+        state = from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+    (acc,) = _find(state, "LBSGDState")
+    names = meta["names"]
+    assert [int(c) for c in jax.tree.leaves(acc.num_cums)] == [5, 5, init_updates or 0, 5]
+    assert not np.any(np.asarray(acc.cum_grad[names[2]]))
+    assert np.any(np.asarray(acc.cum_grad[names[0]]))  # mid-accumulation: the file's
+
+
+def test_state_shapes_in_messages_are_bounded():
+    """`_shape_of` describes a state in a message: tuples 3 deep and 4 wide at most, the rest
+    "(...)" and "..." (an MXNet state is at most (w32, (n, g, delta)))."""
+    from gradxform.migrate._gluon import _shape_of  # noqa: PLC0415
+    a = np.zeros((2, 3), np.float32)
+    assert _shape_of((a, (a, a))) == "(an array (2, 3), (an array (2, 3), an array (2, 3)))"
+    assert _shape_of((None,) * 4) == "(None, None, None, None)"
+    assert _shape_of((None,) * 5) == "(None, None, None, None, ...)"
+    assert _shape_of((((None,),),)) == "(((None)))"
+    assert _shape_of(((((None,),),),)) == "((((...))))"
+    assert _shape_of("x") == "str"
+
+
+@pytest.mark.parametrize("attr, value, match", [
+    ("wd", "0.01", "the optimizer's wd is '0.01'; MXNet keeps a number there"),
+    ("wd", True, "the optimizer's wd is True; MXNet keeps a number there"),
+    ("idx2name", [1, 2], r"the optimizer's idx2name is \[1, 2\], not a dict"),
+])
+def test_optimizer_attributes_of_another_type_are_refused(monkeypatch, attr, value, match):
+    def edit(states, opt):
+        opt.attrs[attr] = value
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    with pytest.raises(MigrateError, match=match):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_a_state_with_one_nan_is_refused(monkeypatch):
+    """One NaN among finite values: MXNet's run had diverged when it was saved."""
+    def edit(states, opt):
+        mean = states[1][0].copy()
+        mean.flat[2] = np.nan
+        states[1] = (mean, states[1][1])
+    z, meta = _read_edited(monkeypatch, "adam", edit)
+    with pytest.raises(MigrateError, match=r"index 1\): state 'mean' holds NaN or Inf"):
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_the_scheduler_warnings_point_at_the_caller():
+    """Both directions warn (the run had an lr_scheduler and tx has none, and the reverse), at the
+    line that called from_gluon_states."""
+    z, meta = load("adam_sched")
+    params = params_at(z, meta, 4)
+    no_sched = dict(meta["optimizer_params"])
+    no_sched.pop("lr_scheduler")
+    with pytest.warns(UserWarning, match="used an lr_scheduler .* but tx does not") as rec:
+        from_gluon_states(states_file("adam_sched", meta), params,
+                          gx.create("adam", rescale_grad=1 / meta["batch_size"], **no_sched))
+    assert {w.filename for w in rec if "the learning rates will differ" in str(w.message)} == {__file__}
+    z, meta = load("adam")
+    with pytest.warns(UserWarning, match="did not use an lr_scheduler .* but tx does"):
+        from_gluon_states(states_file("adam", meta), params_at(z, meta, 4),
+                          make_tx(meta, lr_scheduler=lr_scheduler.FactorScheduler(step=3, factor=0.5, base_lr=0.01)))
+
+
+def test_a_scheduled_runs_lr_attribute_is_not_compared(monkeypatch):
+    """Under an lr_scheduler MXNet's ``_get_lr`` takes the scheduler's rate, never ``self.lr``
+    (mxnet/optimizer/optimizer.py), so the record's ``lr`` is not compared with tx's."""
+    z, meta = _read_edited(monkeypatch, "adam_sched", lambda states, opt: opt.attrs.update(lr=0.5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
+
+
+def test_a_dcasgd_momentum_buffer_is_read_as_it_is(monkeypatch):
+    """MXNet 1.9.1's DCASGD cannot run with momentum > 0 (tools/MXNET_NOTES.md), so no MXNet file
+    holds a non-zero buffer; one in MXNet's layout, (mom, previous_weight), written from a
+    gradxform DCASGD run, reads back bit for bit as that run's state (mom as it is, as SGD's is:
+    ``weight += mom`` in both)."""
+    z, meta = load("dcasgd")
+    params = params_at(z, meta, meta["k"] - 1)
+    kw = dict(meta["optimizer_params"], momentum=0.9, rescale_grad=1.0 / meta["batch_size"])
+    tx = gx.create("dcasgd", **kw)
+    state = tx.init(params)
+    for t in range(meta["k"], meta["k"] + 2):
+        u, state = tx.update({n: jnp.asarray(z[f"g_{t}_{n}"]) for n in meta["names"]}, state, params)
+        params = gx.apply_updates(params, u)
+    (mom,) = [s for s in _find(state, "TraceState") if "momentum" in s.hyper]
+    (prev,) = _find(state, "DCASGDState")
+
+    def edit(states, opt):
+        for i, n in enumerate(meta["names"]):
+            states[i] = (np.asarray(mom.trace[n]), np.asarray(prev.previous_weight[n]))
+        opt.attrs.update(momentum=0.9, num_update=2, _index_update_count={i: 2 for i in range(len(meta["names"]))})
+    _read_edited(monkeypatch, "dcasgd", edit)
+    loaded = from_gluon_states("x", params, gx.create("dcasgd", **kw))
+    assert np.any(np.asarray(mom.trace[meta["names"][0]]))
+    for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

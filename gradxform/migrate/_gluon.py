@@ -383,7 +383,8 @@ def _check_hypers(opt: PickledObject, state) -> None:
     if scheduled and (sched is not None) != any(scheduled):
         warnings.warn(f"{WHO}: the run {'used' if sched is not None else 'did not use'} an lr_scheduler "
                       f"({getattr(sched, 'class_name', None)}) but tx {'does not' if sched is not None else 'does'};"
-                      " the learning rates will differ.", UserWarning, stacklevel=3)
+                      " the learning rates will differ.", UserWarning,
+                      stacklevel=4)  # the caller's line: past from_gluon_states and its at_boundary wrapper
 
 
 def _step_hypers(state):

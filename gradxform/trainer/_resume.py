@@ -87,7 +87,8 @@ def state_forms(state, params) -> list:
     """The forms a saved state may take for a Trainer whose state is ``state``
     now, ``state`` first: each optional per-leaf field (step counts shared or
     per leaf, as after a step with stale gradients; multipliers absent or
-    stored) either way, in every combination."""
+    stored) either way, in every combination of the first 8 such fields (256
+    forms at most, each of which a load tries; later ones stay as now)."""
     slots = [(path, f) for path, node in state_paths(state) for f in getattr(type(node), "optional_fields", {})]
     forms = []
     for choice in itertools.product((False, True), repeat=min(len(slots), 8)):
