@@ -8,6 +8,8 @@ step vs allreduce_grads + update, resume vs uninterrupted) are compared bit
 for bit. Measured: 4 vs 1 device max |diff| 1.2e-7 (step, compiled) and
 6.4e-10 (clipped); compiled vs step 0.
 """
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -166,7 +168,9 @@ def test_stale_gradients():
         t.step(grads, 8)
     assert_equal(t.params, init_params())  # the refused step changed nothing
     state0 = t.state
-    t.step(grads, 8, ignore_stale_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Gluon's _update skips a stale parameter silently
+        t.step(grads, 8, ignore_stale_grad=True)
     assert_equal(t.params["out"], init_params()["out"])
     kernel = np.asarray(t.params["dense"]["kernel"])
     assert not np.allclose(kernel, np.asarray(init_params()["dense"]["kernel"]))
@@ -177,6 +181,8 @@ def test_stale_gradients():
     # the same through allreduce_grads + update
     summed = t.allreduce_grads(grads)
     assert summed["out"] is None
+    for k in range(4):  # the other parameters are summed all the same
+        assert_close(summed["dense"]["kernel"][k], np.asarray(grads["dense"]["kernel"]).sum(0), **TOL)
     with pytest.raises(UserWarning, match="Parameter `out`"):
         t.update(summed, 8)
     t.update(summed, 8, ignore_stale_grad=True)
@@ -195,9 +201,15 @@ def test_gradient_errors_name_the_parameter():
     one_copy = jax.tree.map(lambda p: np.zeros(p.shape, np.float32), init_params())
     with pytest.raises(ValueError, match="one copy per device"):
         t.allreduce_grads(one_copy)  # the all-reduce needs every device's gradient
+    with pytest.raises(ValueError, match="one copy per device"):
+        t.step(one_copy, 8)  # step all-reduces too
     with pytest.raises(ValueError, match="batch_size"):
         t.update(one_copy, 0)
     assert_equal(t.params, init_params())
+    # Gluon's step doc: "Set this to 1 if you normalized loss manually" (any batch_size > 0)
+    t.update(one_copy, 1)
+    np.testing.assert_allclose(np.asarray(t.params["out"]), np.asarray(init_params()["out"]) * (1 - 0.1 * 0.01),
+                               rtol=1e-6)  # zero gradient: only wd acts, w -= lr * wd * w
 
 
 def test_set_learning_rate_does_not_recompile():
@@ -595,6 +607,30 @@ def test_gradients_packed_on_the_host_give_the_same_step(kw):
     assert_equal(packed.state, ref.state)
     with pytest.raises(TypeError, match="pack_grads_on_host"):
         Trainer(init_params(), *opt, pack_grads_on_host="yes")
+
+
+def test_gradients_packed_on_the_host_for_leaves_of_any_shape():
+    """The packed path reads the device count from the gradients' leading axis, not from a
+    parameter's first dimension (3 and 2 here, against 4 devices)."""
+    t = Trainer({"a": jnp.zeros(3), "b": jnp.ones((2, 5))}, "sgd", {"learning_rate": 0.1}, fused=True,
+                pack_grads_on_host=True)
+    g = {"a": np.arange(12, dtype=np.float32).reshape(4, 3), "b": np.ones((4, 2, 5), np.float32)}
+    t.step(g, 2)
+    # MXNet sgd_update: w -= lr * rescale_grad * g, rescale_grad = 1 / batch_size, g the sum over devices
+    assert_close(t.params, {"a": -0.1 * g["a"].sum(0) / 2, "b": np.full((2, 5), 1 - 0.1 * 4 / 2)}, **TOL)
+
+
+def test_one_device_of_a_dist_kvstore_compresses_and_its_residual_resumes(tmp_path):
+    """MXNet's _create_kvstore makes a kvstore for a 'dist' type even on one device, so Gluon
+    compresses there; the single-device Trainer saves and loads its one residual per leaf."""
+    kw = {"devices": DEV1, "kvstore": "dist_sync", "compression_params": {"type": "2bit", "threshold": 0.05}}
+    t = Trainer(init_params(), *SGD, **kw)
+    t.step(jax.tree.map(lambda p: np.full((1,) + p.shape, 0.03, np.float32), init_params()), 8)
+    t.save_states(tmp_path / "ckpt")
+    assert any(np.any(np.asarray(r) != 0) for r in t._residual)
+    u = Trainer(init_params(), *SGD, **kw)
+    u.load_states(tmp_path / "ckpt")
+    assert_equal((u.params, u.state, u._residual), (t.params, t.state, t._residual))
 
 
 class _FlakySchedule:

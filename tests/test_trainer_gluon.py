@@ -80,6 +80,11 @@ def test_grads_has_aux_follows_jax_grad(loss_scale):
     (loss, aux2), grads2 = t.grads(loss_with_aux, BATCHES[0], has_aux=True, with_loss=True)
     assert_equal((grads, aux), (grads2, aux2))
     np.testing.assert_allclose(np.asarray(loss), np.asarray(t.grads(loss_fn, BATCHES[0], with_loss=True)[0]))
+    # each device's loss of its shard, the loss scale divided out (a power of 2: exact)
+    n = jax.local_device_count()
+    shards = split_batch(BATCHES[0], n)
+    want = [float(loss_fn(init_params(), jax.tree.map(lambda x: x[k], shards))) for k in range(n)]
+    np.testing.assert_allclose(np.asarray(loss), want, rtol=1e-6)
     t.step(grads, 8)
 
 
@@ -126,6 +131,13 @@ def test_load_states_keeps_the_current_multipliers(tmp_path):
     assert mults["wd_mult"][0].wd_mult is None  # every multiplier 1: none stored (the file held some)
     assert get_hyper(b.state, "learning_rate") == np.float32(0.05)
     assert_equal(b.params, a.params)  # parameters and moments are the file's
+    # the other way round: a file without multipliers (every one 1) into a Trainer that has some
+    plain = Trainer(init_params(), name, {"learning_rate": 0.05, "wd": 1e-3})
+    plain.save_states(tmp_path / "plain")
+    b.load_states(tmp_path / "plain")
+    lr = [node for _, node in state_paths(b.state) if hasattr(node, "lr_mult")][0].lr_mult
+    assert sorted(float(x) for x in jax.tree.leaves(lr)) == [0.5, 0.5, 1.0]
+    assert_equal(b.params, plain.params)
 
 
 def test_a_users_own_pmap_gradients_are_taken_as_they_are():
@@ -185,3 +197,47 @@ def test_adam_offload_trains_in_a_trainer_on_one_device():
         updates, state = tx.update(g, state, params)
         params = gradxform.apply_updates(params, updates)
     assert_close(t.params, params, rtol=2.5e-7, atol=0)
+
+
+class _InitOnly:
+    """Has ``init`` but no ``update``: not a transformation."""
+
+    def init(self, params):
+        return ()
+
+
+def test_constructor_defaults_and_choices_as_the_docstring_states(monkeypatch):
+    """Issue 28 mutants of ``trainer/_trainer.py``: each line is a sentence of the Trainer's docstring.
+    Construction only (no step is compiled but the last one)."""
+    from gradxform import _flat  # noqa: PLC0415
+    from gradxform.trainer import _allreduce as ar  # noqa: PLC0415
+
+    # "optimizer: a name for gradxform.create or a ready transformation" (init *and* update)
+    with pytest.raises(TypeError, match="expected an optimizer name or a transformation; got _InitOnly"):
+        Trainer(init_params(), _InitOnly())
+    # "skip_nonfinite: True, or a dict of keywords for the guard": True is the guard's defaults (100)
+    guarded = Trainer(init_params(), *SGD, skip_nonfinite=True)
+    assert int(guarded.state.guard.max_consecutive) == 100 and int(guarded.state.guard.skipped) == 0
+    # "loss_scale: the current dynamic loss scale (1.0 without loss_scale=)"
+    assert Trainer(init_params(), *SGD).loss_scale == 1.0
+    # "Leaves of more than fused_max_leaf_size elements (default 2**16) keep a buffer of their own"
+    small = {"a": jnp.zeros(2), "b": jnp.zeros(3)}
+    at_bound = Trainer(dict(small, big=jnp.zeros(2 ** 16)), *SGD)
+    past_bound = Trainer(dict(small, big=jnp.zeros(2 ** 16 + 1)), *SGD)
+    assert at_bound.fused and len(at_bound._params.buffers) == 1
+    assert past_bound.fused and len(past_bound._params.buffers) == 2
+    # "pack_grads_on_host: None: from 10,000 leaves on CPU devices of one process" (the threshold
+    # lowered to this tree's 3 leaves, so that the choice is made with devices=None and with devices)
+    assert ar.HOST_PACK_LEAVES == 10_000
+    monkeypatch.setattr(ar, "HOST_PACK_LEAVES", 3)
+    assert Trainer(init_params(), *SGD)._pack_on_host
+    assert Trainer(init_params(), *SGD, devices=jax.devices())._pack_on_host
+    assert not Trainer(init_params(), *SGD, fused=False)._pack_on_host  # the fused layout only
+    monkeypatch.setattr(ar, "HOST_PACK_LEAVES", 4)
+    t = Trainer(init_params(), *SGD)
+    assert t.fused and not t._pack_on_host
+    packed = []
+    real = _flat.Layout.pack_host
+    monkeypatch.setattr(_flat.Layout, "pack_host", lambda self, *a: packed.append(1) or real(self, *a))
+    t.step(t.grads(loss_fn, BATCHES[0]), 8)
+    assert packed == []  # below the threshold the step packs inside the program

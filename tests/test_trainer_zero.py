@@ -241,8 +241,10 @@ def test_stale_gradient_ends_the_sharding_with_gluons_numbers():
         g = t.grads(loss_fn, BATCHES[1])
         g["out"]["bias"] = None
         if kw.get("update_on_kvstore"):
-            with pytest.warns(UserWarning, match=r"'out/bias' is None \(stale\).*whole state"):
+            with pytest.warns(UserWarning, match=r"'out/bias' is None \(stale\).*whole state") as rec:
                 t.step(g, 8, ignore_stale_grad=True)
+            # the warning names the line that called step (stacklevel), not the Trainer's code
+            assert [w.filename for w in rec if "stale" in str(w.message)] == [__file__]
             assert t._zero is None and not t.fused
         else:
             t.step(g, 8, ignore_stale_grad=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import os
 import struct
+import sys
 import warnings
 from typing import Any, NamedTuple, Sequence
 
@@ -28,7 +29,22 @@ from .._ranges import Range, check_value
 from ._errors import short
 from ._pickle import MigrateError
 
-__all__ = ["Slot", "checked_value", "file_label", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_hyper_mismatch"]
+__all__ = ["Slot", "checked_value", "file_label", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_at_caller",
+           "warn_hyper_mismatch"]
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # .../gradxform/
+
+
+def warn_at_caller(message: str) -> None:
+    """A UserWarning attributed to the first frame outside gradxform: the user's
+    call of the reader, however deep inside it the warning is raised (a fixed
+    ``stacklevel`` pointed into the readers, and shifts with Python's
+    comprehension frames; 3.11 has no ``skip_file_prefixes``)."""
+    frame, level = sys._getframe(1), 2  # stacklevel 2 is this function's caller
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, UserWarning, stacklevel=level)
 
 
 class Slot(NamedTuple):
@@ -103,9 +119,9 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
                 raise MigrateError(f"{who}: {what} has dtype {new.dtype} in the file; tx expects {old_a.dtype}.")
             if np.issubdtype(new.dtype, np.floating) and np.issubdtype(old_a.dtype, np.floating) \
                     and np.finfo(new.dtype).bits > np.finfo(old_a.dtype).bits:
-                warnings.warn(f"{who}: {what} is {new.dtype} in the file and {old_a.dtype} in tx; it is "
-                              "rounded (MXNet keeps some accumulators in float32 for float16 weights; "
-                              "use multi_precision=True to keep them exact).", UserWarning, stacklevel=4)
+                warn_at_caller(f"{who}: {what} is {new.dtype} in the file and {old_a.dtype} in tx; it is "
+                               "rounded (MXNet keeps some accumulators in float32 for float16 weights; "
+                               "use multi_precision=True to keep them exact).")
         return jnp.asarray(new, dtype=old_a.dtype)
 
     # Convert everything first (all errors surface before anything is built).
@@ -270,6 +286,6 @@ def warn_hyper_mismatch(state, expected: dict[str, float], who: str) -> None:
            if k in have and v is not None and not np.isclose(have[k], np.float32(v), rtol=1e-6, atol=0)]
     if bad:
         listing = ", ".join(f"{k}: tx {a:g} vs file {b:g}" for k, a, b in bad)
-        warnings.warn(f"{who}: tx's hyperparameters differ from the saved run's ({listing}); the next "
-                      "steps follow tx's. Build tx with the run's values (or gradxform.set_hyper) to "
-                      "continue the same run.", UserWarning, stacklevel=3)
+        warn_at_caller(f"{who}: tx's hyperparameters differ from the saved run's ({listing}); the next "
+                       "steps follow tx's. Build tx with the run's values (or gradxform.set_hyper) to "
+                       "continue the same run.")
