@@ -271,3 +271,104 @@ def test_host_done_is_the_most_updates_any_counter_records():
     assert host_done(state) == 5 and host_done(state[::-1]) == 5
     assert host_done(a._replace(count=jnp.asarray([2, 7, 4], jnp.int32))) == 7  # counts stacked (vmap)
     assert host_done(()) == 0
+
+
+# -- pieces/_trust.py: LAMB's and LARS's pieces against their docstrings' formulas and optax --
+
+def test_corrected_moments_defaults_and_bounds():
+    """MXNet LAMB's defaults (beta1 0.9, beta2 0.999, epsilon 1e-6); betas in [0, 1),
+    epsilon > 0."""
+    h = P.scale_by_corrected_moments().init(PARAMS).hyper
+    np.testing.assert_allclose([float(h["beta1"]), float(h["beta2"]), float(h["epsilon"])],
+                               [0.9, 0.999, 1e-6], rtol=1e-7)
+    for kw in ({"beta1": 1.0}, {"beta1": 1.5}, {"beta2": 1.0}, {"beta2": 1.5}, {"epsilon": 0.0}):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            P.scale_by_corrected_moments(**kw)
+
+
+def test_corrected_moments_epsilon_outside_the_corrected_root():
+    """``(m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)`` (MXNet ``lamb_update_phase1``), in
+    float64, with gradients of 1e-6 so that eps (1e-6) weighs as much as the root."""
+    g = jax.tree.map(lambda x: x * 1e-6, GRADS)
+    u, _ = apply(gx.chain(P.track_step(0.1), P.scale_by_corrected_moments()), grads=g, steps=2)
+    for got, x in zip(jax.tree.leaves(u), jax.tree.leaves(g)):
+        x = np.asarray(x, np.float64)
+        m = 0.1 * x * 0.9 + 0.1 * x
+        v = 0.001 * x * x * 0.999 + 0.001 * x * x
+        want = (m / (1 - 0.9 ** 2)) / (np.sqrt(v / (1 - 0.999 ** 2)) + 1e-6)
+        np.testing.assert_allclose(got, want, rtol=2e-5)  # float32 moments and root
+
+
+@pytest.mark.parametrize("case", ["zero_param", "zero_update", "unit_param"])
+def test_trust_ratio_as_optax_with_zero_norms(case):
+    """``u * |w| / |u|``, 1 where either norm is 0: optax's ``scale_by_trust_ratio``."""
+    params = {"a": jnp.zeros(3), "b": jnp.array([0.6, 0.8]), "c": jnp.array([3.0, 4.0])}
+    grads = {"a": jnp.array([1.0, 2.0, 2.0]), "b": jnp.array([2.0, 0.0]), "c": jnp.array([0.5, 0.5])}
+    if case == "zero_update":
+        grads = {**grads, "c": jnp.zeros(2)}
+    if case == "unit_param":
+        params = {**params, "a": jnp.array([1.0, 0.0, 0.0])}
+    u, _ = apply(P.scale_by_trust_ratio(), grads=grads, params=params)
+    want, _ = optax.scale_by_trust_ratio().update(grads, optax.scale_by_trust_ratio().init(params), params)
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), u, want)
+
+
+def _lars_ratio_of(params, grads, wd, **kw):
+    """The ratio `provide_lars_ratio` publishes, read by ``scale_by_lr(factor_key=...)``
+    with lr 1: ``u = -ratio * g``."""
+    key = gx.LocalKey("test_ratio", "the test")
+    tx = gx.chain(P.track_step(1.0), P.provide_weight_decay(wd), P.provide_lars_ratio(key=key, **kw),
+                  P.scale_by_lr(factor_key=key))
+    u, _ = apply(tx, grads=grads, params=params)
+    return jax.tree.map(lambda a, g: float(-a[0] / g[0]), u, grads)
+
+
+def test_lars_ratio_as_mxnets_multi_lars():
+    """MXNet ``multi_lars`` (src/operator/contrib/multi_lars-inl.h): ``eta * |w| / (|g| +
+    wd |w| + eps)`` where both norms are positive, else 1; defaults eta 0.001, eps 0."""
+    params = {"a": jnp.zeros(2), "b": jnp.array([3.0, 4.0])}
+    grads = {"a": jnp.array([1.0, 1.0]), "b": jnp.array([0.6, 0.8])}
+    got = _lars_ratio_of(params, grads, 0.1)
+    assert got["a"] == 1.0  # |w| = 0
+    np.testing.assert_allclose(got["b"], 0.001 * 5.0 / (1.0 + 0.1 * 5.0), rtol=1e-6)
+    got = _lars_ratio_of(params, grads, 0.1, eta=0.5, eps=0.25)
+    np.testing.assert_allclose(got["b"], 0.5 * 5.0 / (1.0 + 0.1 * 5.0 + 0.25), rtol=1e-6)
+
+
+def test_lr_ratio_trace_after_a_zero_rate_and_its_bound():
+    """``m = momentum * lr / last_lr * m + u``, ``momentum * m`` where last_lr is 0 (a
+    schedule that starts at 0); momentum in [0, 1]."""
+    rates = iter([0.0, 0.5, 0.25])
+    tx = gx.chain(P.track_step(1.0, schedule=lambda n, base: jnp.where(n == 1, 0.0, jnp.where(n == 2, 0.5, 0.25))),
+                  P.trace_with_lr_ratio(0.9))
+    state = tx.init(PARAMS)
+    m = jax.tree.map(lambda g: np.zeros(g.shape), GRADS)
+    last = 0.0
+    for _ in range(3):
+        lr = next(rates)
+        u, state = tx.update(GRADS, state, PARAMS)
+        factor = 0.9 * lr / last if last != 0 else 0.9
+        m = jax.tree.map(lambda mm, g: factor * mm + np.asarray(g, np.float64), m, GRADS)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), u, m)
+        last = lr
+    P.trace_with_lr_ratio(1.0)
+    with pytest.raises(ValueError, match="momentum"):
+        P.trace_with_lr_ratio(1.5)
+
+
+def test_trust_pieces_are_not_bit_exact_when_fused():
+    """Per-leaf norms as segment sums in another order: never fused on the Trainer's own."""
+    assert not gx.fused.bit_exact(P.scale_by_trust_ratio())
+    assert not gx.fused.bit_exact(gx.chain(P.provide_weight_decay(0.0),
+                                           P.provide_lars_ratio(key=gx.LocalKey("k", "test"))))
+
+
+def test_lars_ratio_is_one_for_a_zero_gradient_under_decay():
+    """A zero gradient takes ratio 1 (``g_norm > 0`` fails in ``multi_lars``), so the decay
+    alone moves the weight by ``lr * wd * w``, as MXNet LARS does."""
+    key = gx.LocalKey("test_ratio", "the test")
+    tx = gx.chain(P.track_step(1.0), P.provide_weight_decay(0.1), P.provide_lars_ratio(key=key),
+                  P.add_decayed_weights(None), P.scale_by_lr(factor_key=key))
+    params = {"b": jnp.array([3.0, 4.0])}
+    u, _ = apply(tx, grads={"b": jnp.zeros(2)}, params=params)
+    np.testing.assert_allclose(u["b"], -0.1 * np.array([3.0, 4.0]), rtol=1e-6)
