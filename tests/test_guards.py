@@ -453,3 +453,25 @@ def test_step_is_finite_by_position_finds_every_bad_element(params):
                 args[t] = tree
                 assert not bool(check(*args)), (t, path, bad)
                 assert bool(check(*args, check_updates=t != 1, check_state=t != 2)) == (t != 0)
+
+
+def test_guard_defaults_and_bounds_as_documented():
+    """PyTorch GradScaler's defaults (init_scale 2**16, growth_interval 2000); a growth
+    interval of 1 and ``max_consecutive=1`` are allowed (the bounds are >= 1) and the
+    latter trips on the first skipped step."""
+    s = dynamic_loss_scale(gx.create("sgd", learning_rate=0.1)).init({"w": jnp.ones(2)})
+    assert float(s.scale) == 2.0 ** 16 and float(s.hyper["growth_interval"]) == 2000.0
+    dynamic_loss_scale(gx.create("sgd", learning_rate=0.1), growth_interval=1)
+    assert float(gx.set_hyper(s, growth_interval=1).hyper["growth_interval"]) == 1.0
+    with pytest.raises(ValueError, match="growth_interval"):
+        gx.set_hyper(s, growth_interval=0.5)
+    tx = skip_nonfinite(gx.create("sgd", learning_rate=0.1), max_consecutive=1)
+    _, s = tx.update({"w": jnp.array([jnp.nan, 1.0])}, tx.init({"w": jnp.ones(2)}), {"w": jnp.ones(2)})
+    assert gx.guard_status(s)[0]["max_consecutive"] == 1 and gx.guard_status(s)[0]["tripped"]
+
+
+def test_finiteness_of_trees_without_a_floating_leaf_is_true():
+    """Integer and bool leaves are not checked: nothing to find non-finite."""
+    ints = {"n": jnp.arange(3), "b": jnp.ones(2, bool)}
+    assert bool(all_finite(ints)) and bool(all_finite())
+    assert bool(step_is_finite(ints, ints, {"count": jnp.zeros((), jnp.int32)}))
