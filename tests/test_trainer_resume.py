@@ -10,9 +10,11 @@ import pytest
 from test_checkpoint import _forge
 
 import gradxform
+from gradxform._state_paths import state_paths
 from gradxform.checkpoint import CheckpointError
+from gradxform.pieces.internal import LrRatioTraceState
 from gradxform.trainer import Trainer
-from gradxform.trainer._resume import state_forms
+from gradxform.trainer._resume import state_forms, value_error
 
 PARAMS = {"a": jnp.ones(3), "b": jnp.zeros(2)}
 
@@ -72,3 +74,16 @@ def test_state_forms_are_every_combination_of_the_first_8_optional_fields():
         assert len({str(jax.tree.structure(f)) for f in forms}) == count
     assert all(jax.tree.structure(f[3]) == jax.tree.structure(one) for f in forms)
     assert {jax.tree.structure(f[2][0]) for f in forms} != {jax.tree.structure(one[0])}  # the 7th and 8th vary
+
+
+@pytest.mark.parametrize("bad", [-0.1, float("nan")])
+def test_lars_last_rate_out_of_range_is_refused(bad):
+    """LARS's momentum correction divides by each parameter's previous rate: a rate is >= 0
+    and finite in any run, so a loaded state with another value is refused."""
+    tx = gradxform.create("lars", learning_rate=0.1, momentum=0.9, momentum_correction=True)
+    state = tx.init(PARAMS)
+    assert value_error(state) is None
+    node = next(n for _, n in state_paths(state) if isinstance(n, LrRatioTraceState))
+    forged = jax.tree.map(lambda x: node._replace(last_lr=jax.tree.map(lambda _: jnp.float32(bad), node.last_lr))
+                          if x is node else x, state, is_leaf=lambda x: x is node)
+    assert "LrRatioTraceState.last_lr" in value_error(forged)

@@ -18,7 +18,7 @@ from ..checkpoint import MAGIC, CheckpointError
 from ..migrate._state import MAX_COUNT
 from ..mxnet._adaptive import NadamState
 from ..paddle._plateau import PlateauState
-from ..pieces.internal import StepState
+from ..pieces.internal import LrRatioTraceState, StepState
 
 __all__ = ["is_file", "is_gluon_states", "read_source", "migrated_state", "keep_multipliers", "state_forms",
            "check_values", "value_error"]
@@ -117,6 +117,7 @@ _STATE_RANGES = {
     (StepState, "leaf_counts"): _COUNT, (StepState, "count"): _COUNT,
     (NadamState, "m_schedule"): Range(low=0.0, high=1.0, low_open=True),  # a product of momenta in (0, 1)
     (PlateauState, "last_lr"): declared_range(None, "learning_rate"),
+    (LrRatioTraceState, "last_lr"): declared_range(None, "learning_rate"),  # LARS's momentum correction
     (PlateauState, "best"): Range(),
     (PlateauState, "num_bad_epochs"): _COUNT, (PlateauState, "cooldown_counter"): _COUNT,
 }
