@@ -475,3 +475,29 @@ def test_finiteness_of_trees_without_a_floating_leaf_is_true():
     ints = {"n": jnp.arange(3), "b": jnp.ones(2, bool)}
     assert bool(all_finite(ints)) and bool(all_finite())
     assert bool(step_is_finite(ints, ints, {"count": jnp.zeros((), jnp.int32)}))
+
+
+def test_guard_limits_and_scale_bounds_as_documented():
+    """``skip_nonfinite`` trips after 100 bad steps by default, ``dynamic_loss_scale`` after
+    64; a backoff in (0, 1], a growth >= 1, bounds ``0 <= min_scale <= max_scale``, max_scale > 0."""
+    sgd = gx.create("sgd", learning_rate=0.1)
+    p = {"w": jnp.ones(2)}
+    assert gx.guard_status(skip_nonfinite(sgd).init(p))[0]["max_consecutive"] == 100
+    assert gx.guard_status(dynamic_loss_scale(sgd).init(p))[0]["max_consecutive"] == 64
+    for kw in ({"growth": 1.0}, {"growth": 1.5}, {"backoff": 1.0}, {"min_scale": 0.0}, {"min_scale": 0.5},
+               {"max_scale": 0.5}, {"min_scale": 2.0, "max_scale": 2.0}):
+        dynamic_loss_scale(sgd, **kw)
+    for kw in ({"backoff": 0.0}, {"max_scale": 0.0}, {"min_scale": 2.0, "max_scale": 1.0}):
+        with pytest.raises(ValueError):
+            dynamic_loss_scale(sgd, **kw)
+
+
+def test_guard_status_of_stacked_copies_reports_the_worst():
+    """A batched (vmap) state: any copy's trip, the smallest scale."""
+    sgd = gx.create("sgd", learning_rate=0.1)
+    s = dynamic_loss_scale(sgd, max_consecutive=1).init({"w": jnp.ones(2)})
+    stacked = jax.tree.map(lambda x: jnp.stack([x, x]), s)
+    stacked = stacked._replace(scale=jnp.array([4.0, 2.0]),
+                               guard=stacked.guard._replace(tripped=jnp.array([0, 1], jnp.int32)))
+    status = gx.guard_status(stacked)[0]
+    assert status["tripped"] and status["loss_scale"] == 2.0
