@@ -372,3 +372,63 @@ def test_lars_ratio_is_one_for_a_zero_gradient_under_decay():
     params = {"b": jnp.array([3.0, 4.0])}
     u, _ = apply(tx, grads={"b": jnp.zeros(2)}, params=params)
     np.testing.assert_allclose(u["b"], -0.1 * np.array([3.0, 4.0]), rtol=1e-6)
+
+
+def _mxnet_lrs(masks, read_lr, n=3, schedule=lambda k: 0.5 ** k):
+    """MXNet 1.9.1's ``Optimizer._update_count`` and ``_get_lr`` (optimizer.py) over
+    Updater's index loop: each updated index bumps its own count, ``num_update`` is the
+    largest count seen, and its rate is ``schedule(num_update)`` read after the bump (most
+    optimizers) or before it (``read_lr='before'``). Masked-out indices are not visited."""
+    counts, num_update, out = [0] * n, 0, []
+    for mask in masks:
+        lrs = [None] * n
+        for i in range(n):
+            if not mask[i]:
+                continue
+            if read_lr == "before":
+                lrs[i] = schedule(num_update)
+            counts[i] += 1
+            num_update = max(num_update, counts[i])
+            if read_lr == "after":
+                lrs[i] = schedule(num_update)
+        out.append(lrs)
+    return out
+
+
+@pytest.mark.parametrize("read_lr", ["after", "before"])
+def test_per_leaf_rates_under_masks_as_mxnet_counts_them(read_lr):
+    """Stale leaves (an update mask) make the counts differ; every leaf's rate is read at
+    the count MXNet's sequential loop gives it, in both orders."""
+    masks = [[True, False, True], [True, False, True], [False, True, True], [True, True, False],
+             [False, True, False], [True, True, True], [False, True, False], [True, True, True]]
+    tx = P.track_step(1.0, schedule=lambda n, base: 0.5 ** n.astype(jnp.float32), read_lr=read_lr)
+    state = tx.init(PARAMS)
+    want = _mxnet_lrs(masks, read_lr)
+    for step, mask in enumerate(masks):
+        ctx = {}
+        tree = None if all(mask) else jax.tree.structure(PARAMS).unflatten(mask)  # None: every leaf
+        _, state = tx.update(GRADS, state, PARAMS, update_mask=tree, gx_context=ctx)
+        got = jax.tree.leaves(ctx["lr"])
+        for i in range(3):
+            if mask[i]:
+                assert float(got[i]) == want[step][i], (step, i, [float(x) for x in got], want[step])
+
+
+def test_scale_by_lr_sign_and_factor():
+    """``u -> sign * lr * factor * u``: a sign other than -1 scales too."""
+    key = gx.LocalKey("test_ratio", "the test")
+    u, _ = apply(gx.chain(P.track_step(0.5), P.scale_by_lr(sign=-2.0)))
+    jax.tree.map(lambda a, g: np.testing.assert_allclose(a, -1.0 * g, rtol=1e-6), u, GRADS)
+    tx = gx.chain(P.track_step(0.5), P.provide_weight_decay(0.0), P.provide_lars_ratio(eta=1.0, key=key),
+                  P.scale_by_lr(sign=2.0, factor_key=key))
+    u, _ = apply(tx)
+    w = jax.tree.map(lambda p: float(np.linalg.norm(p)), PARAMS)
+    g = jax.tree.map(lambda x: float(np.linalg.norm(x)), GRADS)
+    jax.tree.map(lambda a, x, wn, gn: np.testing.assert_allclose(a, 2.0 * 0.5 * (wn / gn) * np.asarray(x), rtol=1e-5),
+                 u, GRADS, w, g)
+
+
+def test_scale_by_learning_rate_counts_from_zero():
+    """``begin_num_update=0`` by default: a schedule reads num_update 1 at the first update."""
+    u, _ = apply(P.scale_by_learning_rate(1.0, schedule=lambda n, base: 1.0 / n.astype(jnp.float32)))
+    jax.tree.map(lambda a, g: np.testing.assert_allclose(a, -g, rtol=1e-6), u, GRADS)
