@@ -10,6 +10,7 @@ Tolerances: float32 parameters rtol 1e-5 (atol 1e-6 for entries near zero);
 float16 parameters (multi_precision) within one float16 ulp (rtol 2**-10).
 """
 import glob
+import io
 import json
 import os
 import pickle
@@ -24,7 +25,11 @@ import pytest
 import gradxform as gx
 from gradxform import lr_scheduler
 from gradxform.migrate import MigrateError, UnsafePickleError, from_gluon_states, read_gluon_states
+from gradxform.migrate import _gluon
+from gradxform.migrate._gluon import _shape_of
 from gradxform.migrate._pickle import decode_ndarray
+from gradxform.migrate._state import Slot, fill_state
+from gradxform.pieces.internal import StepState
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "fixtures", "mxnet")
@@ -431,8 +436,6 @@ def test_example_resume_from_gluon(capsys):
 
 
 def test_counts_equal_to_num_update_stay_shared_and_differing_ones_are_written_per_leaf():
-    from gradxform.migrate._state import Slot, fill_state  # noqa: PLC0415
-    from gradxform.pieces.internal import StepState  # noqa: PLC0415
     params = {"a": jnp.ones(2), "b": jnp.ones(3)}
     tx = gx.create("adam", learning_rate=0.1)
     count, num_update = Slot(StepState, "leaf_counts"), Slot(StepState, "count")
@@ -455,7 +458,6 @@ def test_counts_equal_to_num_update_stay_shared_and_differing_ones_are_written_p
 # --- the reader's edges (issue 28: mutants of gradxform/migrate/_gluon.py) -------------------
 
 def _states_pickle(obj) -> "io.BytesIO":
-    import io  # noqa: PLC0415
     return io.BytesIO(pickle.dumps(obj, protocol=4))
 
 
@@ -502,7 +504,6 @@ def test_sgld_keeps_no_state_and_other_names_are_not_supported():
 def _read_edited(monkeypatch, case, edit):
     """from_gluon_states made to read the fixture's (states, optimizer) as ``edit`` changes them: a
     forged file without writing MXNet's pickle."""
-    from gradxform.migrate import _gluon  # noqa: PLC0415
     z, meta = load(case)
     states, opt = read_gluon_states(states_file(case, meta))
     edit(states, opt)
@@ -701,7 +702,6 @@ def test_an_lbsgd_index_without_an_accumulator_starts_from_init_updates(monkeypa
 def test_state_shapes_in_messages_are_bounded():
     """`_shape_of` describes a state in a message: tuples 3 deep and 4 wide at most, the rest
     "(...)" and "..." (an MXNet state is at most (w32, (n, g, delta)))."""
-    from gradxform.migrate._gluon import _shape_of  # noqa: PLC0415
     a = np.zeros((2, 3), np.float32)
     assert _shape_of((a, (a, a))) == "(an array (2, 3), (an array (2, 3), an array (2, 3)))"
     assert _shape_of((None,) * 4) == "(None, None, None, None)"
