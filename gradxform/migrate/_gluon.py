@@ -19,7 +19,6 @@ shared ``m_schedule``, LBSGD's gradient accumulators and the scheduler.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, NamedTuple
 
 import jax
@@ -36,7 +35,7 @@ from ._errors import short
 from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
 from .._ranges import Range
 from ._state import (Slot, at_boundary, checked_count, checked_value, fill_state, has_slot, resolve_order,
-                     warn_hyper_mismatch)
+                     warn_at_caller, warn_hyper_mismatch)
 
 __all__ = ["from_gluon_states", "read_gluon_states"]
 
@@ -381,10 +380,9 @@ def _check_hypers(opt: PickledObject, state) -> None:
     warn_hyper_mismatch(state, expected, WHO)
     scheduled = [bool(np.asarray(h["scheduled"])) for h in _step_hypers(state)]
     if scheduled and (sched is not None) != any(scheduled):
-        warnings.warn(f"{WHO}: the run {'used' if sched is not None else 'did not use'} an lr_scheduler "
-                      f"({getattr(sched, 'class_name', None)}) but tx {'does not' if sched is not None else 'does'};"
-                      " the learning rates will differ.", UserWarning,
-                      stacklevel=4)  # the caller's line: past from_gluon_states and its at_boundary wrapper
+        warn_at_caller(f"{WHO}: the run {'used' if sched is not None else 'did not use'} an lr_scheduler "
+                       f"({getattr(sched, 'class_name', None)}) but tx {'does not' if sched is not None else 'does'};"
+                       " the learning rates will differ.")
 
 
 def _step_hypers(state):
