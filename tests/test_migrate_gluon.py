@@ -661,30 +661,38 @@ def test_a_nadam_record_without_m_schedule_starts_at_1(monkeypatch):
     assert float(nadam.m_schedule) == 1.0
 
 
-@pytest.mark.parametrize("entry", ["not a dict", "index 4"])
+@pytest.mark.parametrize("entry", ["not a dict", "index 4", "no num_cums", "no cum_grad"])
 def test_a_malformed_lbsgd_accumulator_is_refused(monkeypatch, entry):
     """LBSGD's ``cumgrads`` map an index of a parameter to ``{'cum_grad', 'num_cums'}``
-    (``_put_cum_gradient``, mxnet/optimizer/optimizer.py); anything else is refused."""
+    (``_cumulate_gradient`` writes both keys and reads ``cgrad['num_cums']`` of any non-empty
+    record, mxnet/optimizer/optimizer.py lines 1187-1201); anything else is refused."""
     def edit(states, opt):
         cum = opt.attrs["cumgrads"]
         if entry == "not a dict":
             cum[0] = 5
-        else:
+        elif entry == "index 4":
             cum[4] = dict(cum[0])
+        else:
+            del cum[0][entry.split()[1]]
     z, meta = _read_edited(monkeypatch, "lbsgd_lars_bs2", edit)
-    bad = 0 if entry == "not a dict" else 4
+    bad = 4 if entry == "index 4" else 0
     with pytest.raises(MigrateError, match=f"LBSGD accumulator {bad} is malformed"):
         from_gluon_states("x", params_at(z, meta, meta["k"] - 1), make_tx(meta))
 
 
 @pytest.mark.parametrize("init_updates", [None, 3])
-def test_an_lbsgd_index_without_an_accumulator_starts_from_init_updates(monkeypatch, init_updates):
+@pytest.mark.parametrize("record", ["absent", "empty"])
+def test_an_lbsgd_index_without_an_accumulator_starts_from_init_updates(monkeypatch, init_updates, record):
     """An index MXNet's LBSGD has not accumulated yet has no ``cumgrads`` entry; its next gradient
     starts the count at ``init_updates + 1`` (``cumulate_gradients``; ``init_updates =
     begin_epoch * updates_per_epoch``, 0 by default): so nothing accumulated and ``init_updates``
-    done, while the other indices keep the file's accumulators."""
+    done, while the other indices keep the file's accumulators. An empty record is read the
+    same way (``if cgrad:`` in ``_cumulate_gradient``)."""
     def edit(states, opt):
-        del opt.attrs["cumgrads"][2]
+        if record == "absent":
+            del opt.attrs["cumgrads"][2]
+        else:
+            opt.attrs["cumgrads"][2] = {}
         opt.attrs.pop("init_updates")
         if init_updates is not None:
             opt.attrs["init_updates"] = init_updates

@@ -338,14 +338,21 @@ def _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole):
         k = _index(k, "an LBSGD accumulator")
         if not isinstance(entry, dict) or not 0 <= k < len(leaves):
             raise MigrateError(f"{WHO}: LBSGD accumulator {short(k)} is malformed.")
-        g = entry.get("cum_grad", 0)
+        # MXNet's _cumulate_gradient writes both keys and reads num_cums from any non-empty
+        # record (KeyError without it); an empty one it takes as no record (`if cgrad:`).
+        if not entry:
+            continue
+        if not {"cum_grad", "num_cums"} <= entry.keys():
+            raise MigrateError(f"{WHO}: LBSGD accumulator {k} is malformed: it has the keys "
+                               f"{sorted(map(str, entry))}; MXNet writes 'cum_grad' and 'num_cums'.")
+        g = entry["cum_grad"]
         g = g.value if isinstance(g, MXNDArray) else g
         leaf = leaves[pos[k]]
         grads[pos[k]] = (np.zeros(np.shape(leaf), np.dtype(leaf.dtype)) if np.isscalar(g)
                          else _check_array(g, leaf, f"LBSGD accumulator {k}", None))
         if counts is None:
             counts = {}
-        counts[pos[k]] = checked_count(entry.get("num_cums", 0), f"{WHO}: LBSGD num_cums of index {k}")
+        counts[pos[k]] = checked_count(entry["num_cums"], f"{WHO}: LBSGD num_cums of index {k}")
     if any(g is not None for g in grads):
         per_leaf[Slot(LBSGDState, "cum_grad")] = grads
     if counts:
