@@ -5,7 +5,6 @@ guard when asked for, and the argument checks of `gradxform._errors.validated`."
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Callable
 
 import jax
@@ -19,6 +18,7 @@ from .pieces.internal import skip_nonfinite as _skip_nonfinite
 from .pieces.internal import masked_by_update_mask
 from .pieces.internal import FP16_WARNING, is_low_precision, with_master_weights
 from .pieces import track_step
+from ._warn import warn_at_caller
 
 __all__ = ["Setup", "finalize", "guard", "guarded"]
 
@@ -83,11 +83,10 @@ def finalize(tx: GradientTransformation, *, multi_precision: bool = False,
         tx = tx if master_weights_inside else with_master_weights(tx)
     else:
         inner = tx
-        level = 3 if validate else 2  # point the warning at the caller of init
 
         def init(params):
             if any(is_low_precision(p) for p in jax.tree.leaves(params)):
-                warnings.warn(fp16_warning, UserWarning, stacklevel=level)
+                warn_at_caller(fp16_warning)
             return inner.init(params)
 
         tx = transformation(init, inner.update)

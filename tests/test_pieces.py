@@ -1,4 +1,5 @@
 """The chainable pieces, one by one, and their interplay with optax."""
+import os
 import types
 
 import jax
@@ -159,9 +160,14 @@ def test_master_weights_keep_float32_copies(dtype):
     np.testing.assert_array_equal(params["w"], master.astype(dtype))  # the cast of the master copy
 
 
-def test_float16_without_master_weights_warns_as_mxnet():
-    with pytest.warns(UserWarning, match="Consider using multi_precision=True"):
-        gx.create("adam").init({"w": jnp.ones(2, jnp.float16)})
+@pytest.mark.parametrize("call", ["init", "jit(init)", "optax.chain(tx).init"])
+def test_float16_without_master_weights_warns_as_mxnet_at_the_users_line(call):
+    tx = gx.create("adam")
+    init = {"init": tx.init, "jit(init)": jax.jit(tx.init), "optax.chain(tx).init": optax.chain(tx).init}[call]
+    with pytest.warns(UserWarning, match="Consider using multi_precision=True") as record:
+        init({"w": jnp.ones(2, jnp.float16)})
+    # the warning names this file, not a line inside gradxform, JAX or optax
+    assert [os.path.basename(w.filename) for w in record] == [os.path.basename(__file__)]
 
 
 def test_sgld_noise_is_reproducible_and_has_variance_lr():

@@ -14,8 +14,6 @@ from __future__ import annotations
 import functools
 import os
 import struct
-import sys
-import warnings
 from typing import Any, NamedTuple, Sequence
 
 import jax
@@ -26,25 +24,12 @@ from .._state_paths import get_path, replace_fields, state_paths
 from .._tree import param_names
 from .._files import PathTypeError
 from .._ranges import Range, check_value
+from .._warn import warn_at_caller
 from ._errors import short
 from ._pickle import MigrateError
 
 __all__ = ["Slot", "checked_value", "file_label", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_at_caller",
            "warn_hyper_mismatch"]
-
-
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # .../gradxform/
-
-
-def warn_at_caller(message: str) -> None:
-    """A UserWarning attributed to the first frame outside gradxform: the user's
-    call of the reader, however deep inside it the warning is raised (a fixed
-    ``stacklevel`` pointed into the readers, and shifts with Python's
-    comprehension frames; 3.11 has no ``skip_file_prefixes``)."""
-    frame, level = sys._getframe(1), 2  # stacklevel 2 is this function's caller
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, UserWarning, stacklevel=level)
 
 
 class Slot(NamedTuple):
