@@ -245,3 +245,105 @@ def test_aggregate_num_is_none_an_int_from_1_or_inf(agg, ok):
     else:
         with pytest.raises(ValueError, match=r"aggregate_num=\.\.\.\): must be None, an int >= 1 or inf"):
             gx.create("sgd", aggregate_num=agg)
+
+
+def test_each_factorys_defaults_are_its_mxnet_classs():
+    # The classes' own arguments are pinned to MXNet 1.9.1's signatures by tests/test_surface.py
+    # (../shared/surface/mxnet.json), their common keywords by test_registry's COMMON_DEFAULTS check;
+    # the lowercase factory each class calls (``dcasgd(**locals())``) must take the same defaults.
+    import inspect
+    for name in gx.mxnet._CLASSES:
+        cls, factory = getattr(gx.mxnet, name), getattr(gx.mxnet, name.lower())
+        a, b = inspect.signature(cls).parameters, inspect.signature(factory).parameters
+        assert set(a) == set(b), name
+        for k in a:
+            assert (a[k].default, type(a[k].default)) == (b[k].default, type(b[k].default)), (name, k)
+
+
+@pytest.mark.parametrize("name", ["sgd", "ccsgd", "nag", "signum", "dcasgd", "lbsgd", "lars"])
+def test_momentum_0_keeps_no_momentum_buffer_as_mxnets_create_state(name):
+    # SGD/NAG/LBSGD/DCASGD.create_state (optimizer.py): ``momentum = None; if self.momentum != 0.0:
+    # momentum = zeros(weight.shape...)``; Signum the same (signsgd_update without a state). With
+    # momentum 0 the state holds one parameter-shaped buffer fewer (DCASGD keeps its previous weight,
+    # LBSGD its accumulated gradient), and a migrated Gluon state has none to put there.
+    params = {"w": jnp.zeros((5, 7))}
+
+    def buffers(momentum):
+        tx = gx.create(name, learning_rate=0.1, momentum=momentum)
+        return sum(x.shape == (5, 7) for x in jax.tree.leaves(jax.eval_shape(tx.init, params)))
+
+    assert buffers(0.0) + 1 == buffers(0.5) and buffers(0.5) == buffers(1e-6), name
+
+
+# -- LAMB's bounds and LARS's decay multipliers (gradxform/mxnet/_layerwise.py) ----------------
+
+def _lamb_first_step(w, g, lr=0.1, wd=0.5, eps=1e-6, lower=None, upper=None):
+    # LAMB._update_impl, step 1 with bias correction (lamb_update_phase1/2): m^ = g, v^ = g^2,
+    # u = m^ / (sqrt(v^) + eps) + wd w; r1 = clip(|w|, lower, upper), r2 = |u|; w -= lr r1 / r2 u
+    w, g = np.float64(w), np.float64(g)
+    u = g / (np.abs(g) + eps) + wd * w
+    r1 = np.linalg.norm(w)
+    r1 = max(r1, lower) if lower is not None else r1
+    r1 = min(r1, upper) if upper is not None else r1
+    return -lr * r1 / np.linalg.norm(u) * u
+
+
+@pytest.mark.parametrize("lower, upper, ref", [(None, None, (None, None)), (0, 0, (None, None)),
+                                               (-1.0, -2, (None, None)), (None, 0.5, (None, 0.5)),
+                                               (9.0, None, (9.0, None)), (1, 1, (1.0, 1.0))])
+def test_lamb_bounds_apply_only_when_positive(lower, upper, ref):
+    # LAMB._update_impl (optimizer.py line 1299-1302): ``if self.lower_bound: kwargs['lower_bound'] = ...``
+    # (the same for upper): 0 is not passed; the kernel applies a bound only when it is >= 0.
+    w, g = np.array([3.0, -4.0, 1.0], np.float32), np.array([0.5, 2.0, -1.0], np.float32)
+    tx = gx.create("lamb", learning_rate=0.1, wd=0.5, lower_bound=lower, upper_bound=upper)
+    u, _ = tx.update(jnp.asarray(g), tx.init(jnp.asarray(w)), jnp.asarray(w))
+    # rtol 3e-5: float32 bias correction (1 - float32(0.999) is 1.3e-5 off 0.001), doubled by the
+    # cancellation in u's second and third elements; a bound changes the step by 10 % or more
+    np.testing.assert_allclose(np.asarray(u), _lamb_first_step(w, g, lower=ref[0], upper=ref[1]), rtol=3e-5)
+
+
+@pytest.mark.parametrize("bad", [True, "1", [1.0]])
+def test_lamb_bound_of_another_type_is_refused(bad):
+    with pytest.raises(TypeError, match=r"upper_bound=\.\.\.\): must be None or a number"):
+        gx.create("lamb", upper_bound=bad)
+
+
+def test_lars_wd_mult_by_index_and_param_dict_as_mxnets_get_wds():
+    import types
+    # _get_wds (optimizer.py line 485-491): param_dict[index].wd_mult wins (gluon.Parameter's default 1.0),
+    # then wd_mult[index]; multi_lars: lr_i = lr eta |w| / (|g| + wd_i |w| + eps) with both norms > 0;
+    # then w -= lr_i (g + wd_i w) (preloaded_multi_sgd_update). Leaves in order: MX's sorted names.
+    params = {k: jnp.full(3, v) for k, v in MX.items()}
+    grads = {k: jnp.full(3, 0.5) for k in MX}
+
+    def lars_update(**kw):
+        tx = gx.create("lars", learning_rate=0.1, wd=0.5, eta=0.01, **kw)
+        u, _ = tx.update(grads, tx.init(params), params)
+        return [float(np.asarray(u[k])[0]) for k in MX]
+
+    def expected(wd_mult):
+        out = []
+        for k, w in MX.items():
+            wd = 0.5 * wd_mult.get(k, 1.0)
+            wn, gn = np.sqrt(3) * abs(w), np.sqrt(3) * 0.5
+            out.append(-0.1 * 0.01 * wn / (gn + wd * wn) * (0.5 + wd * w))
+        return out
+
+    np.testing.assert_allclose(lars_update(wd_mult={0: 0.0, 3: 2.0}), expected({"bn_beta": 0.0, "fc1_weight": 2.0}),
+                               rtol=1e-6)
+    pd = {0: {}, 3: types.SimpleNamespace(wd_mult=3.0), "fc1_bias": {"wd_mult": 0.0}}
+    np.testing.assert_allclose(lars_update(wd_mult={0: 0.0, 3: 2.0}, param_dict=pd),
+                               expected({"fc1_weight": 3.0, "fc1_bias": 0.0}), rtol=1e-6)
+    for bad in ({4: 1.0}, {-1: 1.0}):
+        with pytest.raises(ValueError, match=r"wd_mult: index -?\d is out of range for 4 parameters"):
+            lars_update(wd_mult=bad)
+    for bad in ({4: {}}, {-1: {}}, {"nope": {}}):
+        with pytest.raises(ValueError, match=r"param_dict: .* is not a parameter index or name here"):
+            lars_update(param_dict=bad)
+
+
+@pytest.mark.parametrize("wd", [0.01, 1.0, 2.0])
+def test_groupadagrad_refuses_any_weight_decay(wd):
+    # contrib.GroupAdaGrad.update: ``assert wd == 0, 'Weight decay is not supported for GroupAdaGrad'``
+    with pytest.raises(ValueError, match="weight decay is not supported for GroupAdaGrad"):
+        gx.create("groupadagrad", wd=wd)
