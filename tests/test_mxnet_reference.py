@@ -135,3 +135,215 @@ def test_scheduler_transcription_reproduces_mxnets_recorded_rates():
         sched = getattr(mxs, spec["type"])(**spec["kwargs"])
         got = [sched(n) for n in meta["num_update"]]
         np.testing.assert_allclose(got, z["lr_" + key], rtol=1e-12, atol=0, err_msg=key)
+
+
+# -- the common keywords (gradxform/mxnet/_common.py) as MXNet 1.9.1 reads them ----------------
+# One eager step of plain SGD (or NAG without momentum: MXNet's NAG then calls sgd_update too,
+# optimizer.py NAG._update_impl) on a tiny named tree: sgd_update is
+# ``w -= lr * (clip(rescale * g) + wd * w)`` with MXNet's per-parameter lr and wd, so every
+# multiplier is read off the update. Expected multipliers from MXNet's source, cited per test.
+
+MX = {"bn_beta": 1.0, "bn_gamma": -2.0, "fc1_bias": -1.0, "fc1_weight": 2.0}   # leaf order = sorted
+
+
+def _mx_update(name="sgd", grad=0.5, **kw):
+    params = {k: jnp.full(3, v) for k, v in MX.items()}
+    tx = gx.create(name, **{"learning_rate": 0.1, "wd": 0.5, **kw})
+    u, _ = tx.update({k: jnp.full(3, grad) for k in MX}, tx.init(params), params)
+    return {k: float(np.asarray(v)[0]) for k, v in u.items()}
+
+
+def _expected(lr_mult=None, wd_mult=None, lr=0.1, g=0.5):
+    lr_mult, wd_mult = lr_mult or {}, wd_mult or {}
+    return {k: -lr * lr_mult.get(k, 1.0) * (g + 0.5 * wd_mult.get(k, 1.0) * w) for k, w in MX.items()}
+
+
+def _assert_update(got, want):
+    for k in MX:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize("name", ["sgd", "nag"])
+def test_param_idx2name_true_decays_only_weight_and_gamma_and_leaves_lr_alone(name):
+    # Optimizer.set_wd_mult (optimizer.py line 389-391): every name idx2name gives that does not end
+    # in _weight or _gamma gets wd_mult 0; lr_mult has no such rule (set_lr_mult). True: the leaf names.
+    # sgd decays through add_wd, nag through provide_wd: both resolvers.
+    _assert_update(_mx_update(name, param_idx2name=True), _expected(wd_mult={"bn_beta": 0.0, "fc1_bias": 0.0}))
+    # None and False: no names, no rule (``if param_idx2name is None: param_idx2name = {}``, line 129)
+    for off in (None, False):
+        _assert_update(_mx_update(name, param_idx2name=off), _expected())
+
+
+def test_param_idx2name_naming_some_parameters_decays_the_others():
+    # _get_wds (line 485-491): an index idx2name does not name keeps wd * 1; only named ones get the rule
+    import types
+    _assert_update(_mx_update(param_idx2name={0: "fc1_bias", 1: "bn_gamma"}), _expected(wd_mult={"fc1_bias": 0.0}))
+    # Gluon's parameter objects in place of the names (collect_params().values()): each one's .name
+    objs = {0: types.SimpleNamespace(name="fc1_bias"), 1: types.SimpleNamespace(name="bn_beta")}
+    _assert_update(_mx_update(param_idx2name=objs), _expected(wd_mult={"fc1_bias": 0.0, "bn_beta": 0.0}))
+
+
+def test_param_idx2name_that_matches_neither_names_nor_indices_is_refused_listing_four():
+    with pytest.raises(ValueError, match=r"cannot be matched") as e:
+        _mx_update(param_idx2name={0: "a", 1: "b", 2: "c", 3: "d", 4: "e", 5: "fc1_weight"})
+    assert "['a', 'b', 'c', 'd']" in str(e.value) and "'e'" not in str(e.value)
+    # a list tree (leaf names '0', '1'): index keys must all be leaves, some are not
+    params = [jnp.ones(2), jnp.ones(2)]
+    tx = gx.create("sgd", learning_rate=0.1, wd=0.5, param_idx2name={0: "x_weight", 7: "y_bias"})
+    with pytest.raises(ValueError, match=r"cannot be matched"):
+        tx.init(params)
+
+
+def test_param_dict_objects_win_and_a_missing_multiplier_is_gluons_default_1():
+    import types
+    # _get_lrs/_get_wds (lines 447-448, 486-487): param_dict[index].lr_mult / .wd_mult win over
+    # lr_mult/wd_mult; gluon.Parameter's lr_mult and wd_mult default to 1.0 (gluon/parameter.py line 80-84)
+    pd = {0: {"wd_mult": 0.0}, 3: types.SimpleNamespace(lr_mult=2.0)}
+    got = _mx_update(param_dict=pd, lr_mult={"bn_beta": 3.0, "fc1_weight": 5.0}, wd_mult={"fc1_weight": 4.0})
+    _assert_update(got, _expected(lr_mult={"fc1_weight": 2.0}, wd_mult={"bn_beta": 0.0}))
+
+
+def test_clip_gradient_at_and_under_one_and_at_zero():
+    # sgd_update clips rescale*grad to [-c, c]; c <= 0 is no clipping in MXNet's kernels
+    _assert_update(_mx_update(grad=2.0, clip_gradient=0.5), _expected(g=0.5))
+    _assert_update(_mx_update(grad=2.0, clip_gradient=1), _expected(g=1.0))
+    for off in (0, 0.0, -1.0, None):
+        _assert_update(_mx_update(grad=2.0, clip_gradient=off), _expected(g=2.0))
+
+
+def test_learning_rate_defaults_as_mxnet():
+    # Optimizer.__init__ (optimizer.py line 109-116): no scheduler and no rate: 0.01; a scheduler and
+    # no rate: the scheduler's base_lr, untouched; a rate and a scheduler: the rate becomes base_lr
+    _assert_update(_mx_update(learning_rate=None), _expected(lr=0.01))
+    sched = gx.lr_scheduler.FactorScheduler(step=100, factor=0.5, base_lr=0.3)
+    _assert_update(_mx_update(learning_rate=None, lr_scheduler=sched), _expected(lr=0.3))
+    assert sched.base_lr == 0.3
+    sched = gx.lr_scheduler.FactorScheduler(step=100, factor=0.5, base_lr=0.3)
+    _assert_update(_mx_update(learning_rate=0.2, lr_scheduler=sched), _expected(lr=0.2))
+
+    class Own:   # a user's MXNet-style scheduler: base_lr and __call__(num_update), nothing else
+        base_lr = 0.3
+
+        def __call__(self, num_update):
+            return self.base_lr
+
+    own = Own()
+    _assert_update(_mx_update(learning_rate=None, lr_scheduler=own), _expected(lr=0.3))
+    assert own.base_lr == 0.3
+    own = Own()
+    _assert_update(_mx_update(learning_rate=0.2, lr_scheduler=own), _expected(lr=0.2))
+    assert own.base_lr == 0.2
+
+
+@pytest.mark.parametrize("agg, ok", [(1, True), (4, True), (4.0, True), (float("inf"), True), (0, False),
+                                     (0.5, False), (2.5, False), (True, False), ("4", False), ([4], False)])
+def test_aggregate_num_is_none_an_int_from_1_or_inf(agg, ok):
+    # MXNet 2.x: the number of weights per fused kernel call (an int, MXNET_OPTIMIZER_AGGREGATION_SIZE
+    # in 1.9.1, optimizer.py line 581); it changes no number here
+    if ok:
+        _assert_update(_mx_update(aggregate_num=agg, use_fused_step=True), _expected())
+    else:
+        with pytest.raises(ValueError, match=r"aggregate_num=\.\.\.\): must be None, an int >= 1 or inf"):
+            gx.create("sgd", aggregate_num=agg)
+
+
+def test_each_factorys_defaults_are_its_mxnet_classs():
+    # The classes' own arguments are pinned to MXNet 1.9.1's signatures by tests/test_surface.py
+    # (../shared/surface/mxnet.json), their common keywords by test_registry's COMMON_DEFAULTS check;
+    # the lowercase factory each class calls (``dcasgd(**locals())``) must take the same defaults.
+    import inspect
+    for name in gx.mxnet._CLASSES:
+        cls, factory = getattr(gx.mxnet, name), getattr(gx.mxnet, name.lower())
+        a, b = inspect.signature(cls).parameters, inspect.signature(factory).parameters
+        assert set(a) == set(b), name
+        for k in a:
+            assert (a[k].default, type(a[k].default)) == (b[k].default, type(b[k].default)), (name, k)
+
+
+@pytest.mark.parametrize("name", ["sgd", "ccsgd", "nag", "signum", "dcasgd", "lbsgd", "lars"])
+def test_momentum_0_keeps_no_momentum_buffer_as_mxnets_create_state(name):
+    # SGD/NAG/LBSGD/DCASGD.create_state (optimizer.py): ``momentum = None; if self.momentum != 0.0:
+    # momentum = zeros(weight.shape...)``; Signum the same (signsgd_update without a state). With
+    # momentum 0 the state holds one parameter-shaped buffer fewer (DCASGD keeps its previous weight,
+    # LBSGD its accumulated gradient), and a migrated Gluon state has none to put there.
+    params = {"w": jnp.zeros((5, 7))}
+
+    def buffers(momentum):
+        tx = gx.create(name, learning_rate=0.1, momentum=momentum)
+        return sum(x.shape == (5, 7) for x in jax.tree.leaves(jax.eval_shape(tx.init, params)))
+
+    assert buffers(0.0) + 1 == buffers(0.5) and buffers(0.5) == buffers(1e-6), name
+
+
+# -- LAMB's bounds and LARS's decay multipliers (gradxform/mxnet/_layerwise.py) ----------------
+
+def _lamb_first_step(w, g, lr=0.1, wd=0.5, eps=1e-6, lower=None, upper=None):
+    # LAMB._update_impl, step 1 with bias correction (lamb_update_phase1/2): m^ = g, v^ = g^2,
+    # u = m^ / (sqrt(v^) + eps) + wd w; r1 = clip(|w|, lower, upper), r2 = |u|; w -= lr r1 / r2 u
+    w, g = np.float64(w), np.float64(g)
+    u = g / (np.abs(g) + eps) + wd * w
+    r1 = np.linalg.norm(w)
+    r1 = max(r1, lower) if lower is not None else r1
+    r1 = min(r1, upper) if upper is not None else r1
+    return -lr * r1 / np.linalg.norm(u) * u
+
+
+@pytest.mark.parametrize("lower, upper, ref", [(None, None, (None, None)), (0, 0, (None, None)),
+                                               (-1.0, -2, (None, None)), (None, 0.5, (None, 0.5)),
+                                               (9.0, None, (9.0, None)), (1, 1, (1.0, 1.0))])
+def test_lamb_bounds_apply_only_when_positive(lower, upper, ref):
+    # LAMB._update_impl (optimizer.py line 1299-1302): ``if self.lower_bound: kwargs['lower_bound'] = ...``
+    # (the same for upper): 0 is not passed; the kernel applies a bound only when it is >= 0.
+    w, g = np.array([3.0, -4.0, 1.0], np.float32), np.array([0.5, 2.0, -1.0], np.float32)
+    tx = gx.create("lamb", learning_rate=0.1, wd=0.5, lower_bound=lower, upper_bound=upper)
+    u, _ = tx.update(jnp.asarray(g), tx.init(jnp.asarray(w)), jnp.asarray(w))
+    # rtol 3e-5: float32 bias correction (1 - float32(0.999) is 1.3e-5 off 0.001), doubled by the
+    # cancellation in u's second and third elements; a bound changes the step by 10 % or more
+    np.testing.assert_allclose(np.asarray(u), _lamb_first_step(w, g, lower=ref[0], upper=ref[1]), rtol=3e-5)
+
+
+@pytest.mark.parametrize("bad", [True, "1", [1.0]])
+def test_lamb_bound_of_another_type_is_refused(bad):
+    with pytest.raises(TypeError, match=r"upper_bound=\.\.\.\): must be None or a number"):
+        gx.create("lamb", upper_bound=bad)
+
+
+def test_lars_wd_mult_by_index_and_param_dict_as_mxnets_get_wds():
+    import types
+    # _get_wds (optimizer.py line 485-491): param_dict[index].wd_mult wins (gluon.Parameter's default 1.0),
+    # then wd_mult[index]; multi_lars: lr_i = lr eta |w| / (|g| + wd_i |w| + eps) with both norms > 0;
+    # then w -= lr_i (g + wd_i w) (preloaded_multi_sgd_update). Leaves in order: MX's sorted names.
+    params = {k: jnp.full(3, v) for k, v in MX.items()}
+    grads = {k: jnp.full(3, 0.5) for k in MX}
+
+    def lars_update(**kw):
+        tx = gx.create("lars", learning_rate=0.1, wd=0.5, eta=0.01, **kw)
+        u, _ = tx.update(grads, tx.init(params), params)
+        return [float(np.asarray(u[k])[0]) for k in MX]
+
+    def expected(wd_mult):
+        out = []
+        for k, w in MX.items():
+            wd = 0.5 * wd_mult.get(k, 1.0)
+            wn, gn = np.sqrt(3) * abs(w), np.sqrt(3) * 0.5
+            out.append(-0.1 * 0.01 * wn / (gn + wd * wn) * (0.5 + wd * w))
+        return out
+
+    np.testing.assert_allclose(lars_update(wd_mult={0: 0.0, 3: 2.0}), expected({"bn_beta": 0.0, "fc1_weight": 2.0}),
+                               rtol=1e-6)
+    pd = {0: {}, 3: types.SimpleNamespace(wd_mult=3.0), "fc1_bias": {"wd_mult": 0.0}}
+    np.testing.assert_allclose(lars_update(wd_mult={0: 0.0, 3: 2.0}, param_dict=pd),
+                               expected({"fc1_weight": 3.0, "fc1_bias": 0.0}), rtol=1e-6)
+    for bad in ({4: 1.0}, {-1: 1.0}):
+        with pytest.raises(ValueError, match=r"wd_mult: index -?\d is out of range for 4 parameters"):
+            lars_update(wd_mult=bad)
+    for bad in ({4: {}}, {-1: {}}, {"nope": {}}):
+        with pytest.raises(ValueError, match=r"param_dict: .* is not a parameter index or name here"):
+            lars_update(param_dict=bad)
+
+
+@pytest.mark.parametrize("wd", [0.01, 1.0, 2.0])
+def test_groupadagrad_refuses_any_weight_decay(wd):
+    # contrib.GroupAdaGrad.update: ``assert wd == 0, 'Weight decay is not supported for GroupAdaGrad'``
+    with pytest.raises(ValueError, match="weight decay is not supported for GroupAdaGrad"):
+        gx.create("groupadagrad", wd=wd)

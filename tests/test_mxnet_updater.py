@@ -62,3 +62,26 @@ def test_set_states_of_another_optimizer_is_refused():
     b.set_states(a.get_states())
     with pytest.raises(ValueError, match="state arrays"):
         b(0, np.ones(2, np.float32), np.zeros(2, np.float32))
+
+
+def test_states_round_trip_an_index_that_holds_the_separator():
+    # get_states keys each array "repr(index)|j": a name index with '|' in it still reads back
+    tx = gx.create("sgd", momentum=0.9, learning_rate=0.1)
+    a, b = gx.mxnet.get_updater(tx), gx.mxnet.get_updater(tx)
+    wa = np.ones(3, np.float32)
+    a("enc|dense0_weight", np.full(3, 0.5, np.float32), wa)
+    b.set_states(a.get_states())
+    wb = wa.copy()
+    for u, w in ((a, wa), (b, wb)):
+        u("enc|dense0_weight", np.full(3, 0.25, np.float32), w)
+    np.testing.assert_array_equal(wa, wb)
+    assert b.num_update == a.num_update == 2
+
+
+def test_set_states_never_unpickles():
+    # the states are plain arrays (np.savez, no pickle); an object array in the bytes is refused, not loaded
+    import io
+    buf = io.BytesIO()
+    np.savez(buf, num_update=np.asarray(1), **{"0|0": np.array([{"a": 1}], dtype=object)})
+    with pytest.raises(ValueError, match="allow_pickle"):
+        gx.mxnet.get_updater(gx.create("sgd")).set_states(buf.getvalue())

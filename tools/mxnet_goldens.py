@@ -285,6 +285,9 @@ def layerwise_cases():
              scheduler=sched, idx2name=True, **mults, **z)
     run_case("lamb_mp_fp16", "lamb", {"learning_rate": 0.01, "wd": 0.01, "multi_precision": True},
              dtype="float16", **z)
+    # issue 28: index 2 gets zero gradients, so |w| > 0 meets |g| = 0 (LAMB: |u| = wd |w|; LARS: the
+    # ratio's "both norms > 0" guard keeps the plain lr, where a ratio would be eta / wd)
+    run_case("lamb_zero_grad_wd", "lamb", {"learning_rate": 0.01, "wd": 0.01}, zero_grad=(2,), **z)
     # LARS as Gluon's Trainer calls it (one call, all indices): momentum_correction compares
     # the learning rate per call (see gradxform.mxnet.lars)
     zl = dict(zero_bias=True, call="list")
@@ -299,6 +302,8 @@ def layerwise_cases():
                                                         "momentum_correction": False}, scheduler=lsched, **zl)
     run_case("lars_nomom_factor_sched_wd_rescale_clip", "lars", dict(COMMON_B, learning_rate=0.1, eta=0.01),
              scheduler=lsched, big=True, **zl)
+    run_case("lars_zero_grad_wd", "lars", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "eta": 0.02},
+             zero_grad=(2,), **zl)
     run_case("lars_mp_fp16", "lars", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01, "multi_precision": True},
              dtype="float16", **zl)
     # GroupAdaGrad (mx.optimizer.contrib): 2-D weights only, no weight decay
