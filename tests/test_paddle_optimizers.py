@@ -2,8 +2,11 @@
 kernels (paddle/phi/kernels/..., read for each rule), 12 steps, rtol 1e-5 /
 atol 1e-6 (float32 against float64); groups, need_clip, float16 master
 weights; names, get_lr/set_lr and argument checks."""
+import functools
+import inspect
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,6 +15,9 @@ import gradxform as gx
 from trajectories import run_jitted
 from gradxform import paddle as P
 from gradxform import schedules as S
+from gradxform._state_paths import find_states
+from gradxform.paddle._adam import AdamState
+from gradxform.paddle._common import GroupState
 
 SHAPES = {"b": (4,), "w": (3, 4)}  # flatten order: b, w
 
@@ -289,3 +295,157 @@ def test_groups_and_clips_fuse(name, kw, exact):
             assert np.array_equal(ref[k], got[k]), k
         else:  # a norm summed over buffers in another order
             np.testing.assert_allclose(got[k], ref[k], rtol=1e-6, atol=1e-7)
+
+
+class _Param:
+    """Paddle's ``model.parameters()`` hands out objects with a ``.name``."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+def test_group_params_as_objects_a_pattern_or_a_predicate():
+    # Paddle optimizer.py 2136: each parameter of a group gets optimize_attr['learning_rate'] =
+    # param_group.get('learning_rate', 1.0); the SGD kernel then steps by lr * that ratio.
+    # A leaf no group names is not optimized; its GroupState ratio is ParamAttr's default 1.0.
+    p = {k: jnp.ones(2) for k in ("a", "b", "c", "d")}
+    g = {"a": jnp.asarray([1.0, -2.0]), "b": jnp.asarray([3.0, 4.0]), "c": jnp.asarray([0.5, 8.0]),
+         "d": jnp.asarray([1.0, 1.0])}
+    tx = P.sgd(0.1, parameters=[{"params": [_Param("a")], "learning_rate": 0.5},
+                                {"params": "b", "learning_rate": 0.25},
+                                {"params": lambda n: n == "c"}])
+    state = tx.init(p)
+    u, _ = jax.jit(tx.update)(g, state, p)
+    for k, ratio in (("a", 0.5), ("b", 0.25), ("c", 1.0), ("d", 0.0)):
+        np.testing.assert_allclose(np.asarray(u[k]), -0.1 * ratio * np.asarray(g[k]), rtol=1e-6, err_msg=k)
+    gs = find_states(state, GroupState)[0]
+    assert [int(gs.slot[k]) for k in "abcd"] == [0, 1, 2, -1]
+    assert [float(gs.lr_ratio[k]) for k in "abcd"] == [0.5, 0.25, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("parameters, exc, match", [
+    ([{"learning_rate": 0.5}], ValueError, "params should be set"),  # Paddle optimizer.py 283: assert 'params' in
+    ([{"params": ["w"]}, {"learning_rate": 0.5}], ValueError, "params should be set"),
+    ([{"params": {"w"}}], TypeError, "'params' must be"),  # Paddle optimizer.py 2108: a set is a TypeError
+    ([{"params": ["w", 3]}], TypeError, "'params' must be"),
+    ([{"params": 3}], TypeError, "'params' must be"),
+    ([{"params": ["w"]}, "b"], TypeError, "all names or all group dicts"),
+    (["w", 3], TypeError, "all names or all group dicts"),
+    ({"params": ["w"]}, TypeError, "not a dict"),  # Paddle optimizer.py 231: dict type is a TypeError
+    ("w", TypeError, "not a dict"),
+])
+def test_group_params_of_another_form_are_refused(parameters, exc, match):
+    with pytest.raises(exc, match=match):
+        P.sgd(0.1, parameters=parameters)
+
+
+def test_multi_precision_regularizes_the_low_precision_gradient():
+    # Paddle adds the regularizer to the float16 gradient (append_regularization_ops on the
+    # float16 param and grad), then the kernel steps the float32 master: g = fp16(1 + fp16(1e-4 * 1))
+    # = 1.0 exactly (float16's spacing at 1 is 2**-10), so master = 1 - 1.0 * 1 = 0. Regularizing
+    # the float32 master in float32 would give 1.0001 and -1e-4.
+    p = {"w": jnp.ones(1, jnp.float16)}
+    tx = P.sgd(1.0, weight_decay=1e-4, multi_precision=True)
+    u, _ = jax.jit(tx.update)({"w": jnp.ones(1, jnp.float16)}, tx.init(p), p)
+    assert np.float16(np.asarray(p["w"]) + np.asarray(u["w"]))[0] == 0.0
+
+
+@pytest.mark.parametrize("name", ["adamax", "adadelta"])
+def test_optimizers_without_multi_precision_warn_for_float16(name):
+    # Paddle adamax.py 198 / adadelta.py 158: self._multi_precision = False (no such argument),
+    # and _add_accumulators warns for a float16 parameter (adamax.py 234-241, adadelta.py 185-192)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        getattr(P, name)(learning_rate=0.01).init({"w": jnp.ones(2, jnp.float16)})
+    assert any("multi_precision" in str(r.message) for r in rec)
+
+
+def test_clip_grad_by_value_bounds_as_paddle():
+    # Paddle nn/clip.py 448-454: min None -> `assert max > 0.0; min = -max`; a given min is not
+    # compared with max (paddle.clip(x, 1, 1) is 1 everywhere); gradxform refuses only min > max.
+    with pytest.raises(ValueError, match="max must be > 0"):
+        P.ClipGradByValue(0.0)
+    g = {"x": jnp.asarray([-3.0, 0.2, 3.0])}
+    for clip, want in ((P.ClipGradByValue(0.5), [-0.5, 0.2, 0.5]), (P.ClipGradByValue(1.0, min=1.0), [1.0] * 3)):
+        out, _ = clip.update(g, clip.init(None))
+        np.testing.assert_array_equal(np.asarray(out["x"]), np.float32(want))
+    with pytest.raises(ValueError, match="min must be <= max"):
+        P.ClipGradByValue(1.0, min=1.5)
+
+
+def test_need_clip_an_exact_name_wins_over_an_earlier_glob():
+    # need_clip_flags: an exact name first, else the first key that selects the leaf
+    g = {"w1": jnp.asarray([3.0, 4.0]), "w2": jnp.asarray([0.0, 12.0])}
+    c = P.ClipGradByGlobalNorm(1.0, need_clip={"w*": False, "w1": True})
+    out, _ = jax.jit(c.update)(g, c.init(g))
+    np.testing.assert_allclose(np.asarray(out["w1"]), [0.6, 0.8], rtol=1e-6)  # 5 -> 1: norm of w1 alone
+    np.testing.assert_array_equal(np.asarray(out["w2"]), [0.0, 12.0])
+
+
+def test_a_list_of_names_is_one_group_with_the_optimizers_options():
+    # Paddle optimizer.py 2130-2138: the optimizer's weight_decay is each listed parameter's
+    # regularizer, optimize_attr['learning_rate'] is 1.0; the clip runs first (_apply_optimize).
+    # g = clip([3, -0.5], -1, 1) + 0.5 * [1, 2] = [1.5, 0.5]; u = -0.1 * g; "f" is not listed.
+    p = {"f": jnp.ones(2), "w": jnp.asarray([1.0, 2.0])}
+    tx = P.sgd(0.1, parameters=["w"], weight_decay=0.5, grad_clip=P.ClipGradByValue(1.0))
+    u, _ = jax.jit(tx.update)({"f": jnp.ones(2), "w": jnp.asarray([3.0, -0.5])}, tx.init(p), p)
+    np.testing.assert_allclose(np.asarray(u["w"]), [-0.15, -0.05], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(u["f"]), [0.0, 0.0])
+
+
+@pytest.mark.parametrize("label, kw, rule, ref", [
+    # |w| < 1 and, with epsilon 1, |r| < 1: the trust ratio's guards (norms > 0, not > 1) and both
+    # norms matter; lamb_weight_decay 0: Paddle skips the adaptation (ratio 1; lamb.py 264-270 and
+    # impl/lamb_kernel_impl.h); a large epsilon shows its place in Adam's and Adamax's kernels
+    ("lamb_norms_below_one", dict(epsilon=1.0), r_lamb, dict(eps=1.0)),
+    # (reference's own wd is the L2 on g: r_lamb's decay goes through partial; checked in Paddle 3.3.1
+    # by hand: Lamb(lamb_weight_decay=0.0, epsilon=1.0) steps with ratio 1, 0.01 with |w| / |r|)
+    ("lamb_no_decay", dict(lamb_weight_decay=0.0, epsilon=1.0), functools.partial(r_lamb, wd=0.0), dict(eps=1.0)),
+    ("adam_large_epsilon", dict(epsilon=0.5), r_adam, dict(eps=0.5)),
+    ("adamax_large_epsilon", dict(epsilon=0.5), r_adamax, dict(eps=0.5)),
+], ids=["lamb_norms_below_one", "lamb_no_decay", "adam_large_epsilon", "adamax_large_epsilon"])
+def test_small_weights_and_large_epsilon_against_the_transcription(label, kw, rule, ref):
+    w0, gs = setup()
+    w0 = {k: (0.05 * v).astype(np.float32) for k, v in w0.items()}
+    got, _ = run(getattr(P, label.split("_")[0])(learning_rate=0.01, **kw), w0, gs[:4])
+    want = reference(rule, w0, gs[:4], lr=0.01, **ref)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-7, err_msg=f"{label} {k}")
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw", "adamax"])
+def test_adam_bounds_are_paddles(name):
+    # Paddle adam.py / adamw.py 202-207, adamax.py: 0 <= beta1 < 1, 0 <= beta2 < 1, 0 <= epsilon
+    getattr(P, name)(beta1=0.0, beta2=0.0, epsilon=0.0)
+    for kw in (dict(beta1=-0.1), dict(beta2=1.0), dict(epsilon=-1e-9)):
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            getattr(P, name)(**kw)
+
+
+def test_adamw_lr_ratio_bounds_and_adam_without_params():
+    p = {"a": jnp.ones(2), "b": jnp.ones(2)}
+    for ratios in ({"a": 0.0, "b": 0.5}, {"a": 1.0, "b": 3.0}):  # finite ratios >= 0 are taken
+        P.adamw(lr_ratio=lambda i, r=ratios: r[i.name]).init(p)
+    for bad in (-0.5, float("nan"), float("inf")):  # one bad ratio among good ones is refused
+        with pytest.raises(ValueError, match="lr_ratio"):
+            P.adamw(lr_ratio=lambda i, b=bad: b if i.name == "b" else 1.0).init(p)
+    # Adam's rule reads no weight (no decoupled decay: AdamState.decay is 0), so params may be left out
+    tx = P.adam(0.1)
+    state = tx.init(p)
+    assert [int(d) for d in jax.tree.leaves(find_states(state, AdamState)[0].decay)] == [0, 0]
+    u, _ = jax.jit(tx.update)({"a": jnp.ones(2), "b": -jnp.ones(2)}, state)
+    # first step: m^ / (sqrt(v^) + eps') = g / (|g| + 1e-8 * sqrt(0.001)): -0.1 * sign(g)
+    np.testing.assert_allclose(np.asarray(u["a"]), [-0.1, -0.1], rtol=1e-6)
+
+
+def test_skip_nonfinite_is_off_by_default():
+    # Paddle has no such guard: a NaN gradient reaches the weights. gradxform's skip_nonfinite is an
+    # opt-in keyword of every Paddle optimizer (its default is not in Paddle's recorded signatures).
+    names = [n for n in gx.registered_names() if n.startswith("paddle.")]
+    assert len(names) == 13
+    for n in names:
+        assert inspect.signature(getattr(P, n.split(".")[1])).parameters["skip_nonfinite"].default is False, n
+    p = {"w": jnp.ones(2)}
+    tx = P.sgd(0.1)
+    u, _ = jax.jit(tx.update)({"w": jnp.asarray([np.nan, 1.0])}, tx.init(p), p)
+    assert np.isnan(np.asarray(u["w"])[0]) and np.asarray(u["w"])[1] == np.float32(-0.1)
