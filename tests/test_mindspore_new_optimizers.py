@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -220,28 +221,28 @@ def test_params_first_as_mindspore():
 # refusals (MindSpore accepts those), and loss_scale 1.0 on Rprop and ASGD.
 _OK, _REFUSED = None, ValueError
 BOUNDS = [
-    (lambda: gx.mindspore.adamax(eps=0.0), _REFUSED, "eps"),
+    (lambda: gx.mindspore.adamax(eps=0.0), _REFUSED, "adamax(eps="),
     (lambda: gx.mindspore.adamax(eps=1e-30), _OK, ""),
-    (lambda: gx.mindspore.adamax(beta1=0.0), _REFUSED, "beta1"),
-    (lambda: gx.mindspore.adamax(beta2=1.0), _REFUSED, "beta2"),
+    (lambda: gx.mindspore.adamax(beta1=0.0), _REFUSED, "adamax(beta1="),
+    (lambda: gx.mindspore.adamax(beta2=1.0), _REFUSED, "adamax(beta2="),
     (lambda: gx.mindspore.adadelta(rho=0.0), _OK, ""),
     (lambda: gx.mindspore.adadelta(rho=1.0), _OK, ""),
-    (lambda: gx.mindspore.adadelta(rho=1.5), _REFUSED, "rho"),
-    (lambda: gx.mindspore.adadelta(rho=-0.5), _REFUSED, "rho"),
+    (lambda: gx.mindspore.adadelta(rho=1.5), _REFUSED, "adadelta(rho="),
+    (lambda: gx.mindspore.adadelta(rho=-0.5), _REFUSED, "adadelta(rho="),
     (lambda: gx.mindspore.adadelta(epsilon=0.0), _OK, ""),
-    (lambda: gx.mindspore.adadelta(epsilon=-1e-9), _REFUSED, "epsilon"),
-    (lambda: gx.mindspore.rprop(etas=(0.0, 1.2)), _REFUSED, "etaminus"),
-    (lambda: gx.mindspore.rprop(etas=(1.0, 1.2)), _REFUSED, "etaminus"),
+    (lambda: gx.mindspore.adadelta(epsilon=-1e-9), _REFUSED, "adadelta(epsilon="),
+    (lambda: gx.mindspore.rprop(etas=(0.0, 1.2)), _REFUSED, "rprop(etaminus="),
+    (lambda: gx.mindspore.rprop(etas=(1.0, 1.2)), _REFUSED, "rprop(etaminus="),
     (lambda: gx.mindspore.rprop(etas=(0.999, 1.2)), _OK, ""),
-    (lambda: gx.mindspore.rprop(etas=(0.5, 1.0)), _REFUSED, "etaplus"),
+    (lambda: gx.mindspore.rprop(etas=(0.5, 1.0)), _REFUSED, "rprop(etaplus="),
     (lambda: gx.mindspore.rprop(etas=(0.5, 1.001)), _OK, ""),
-    (lambda: gx.mindspore.rprop(etas=(0.5, 1.2, 2.0)), _REFUSED, "tuple of 2"),
+    (lambda: gx.mindspore.rprop(etas=(0.5, 1.2, 2.0)), _REFUSED, "rprop(etas="),
     (lambda: gx.mindspore.rprop(step_sizes=(1.0, 1.0)), _OK, ""),
-    (lambda: gx.mindspore.rprop(step_sizes=(1.0, 0.999)), _REFUSED, "maximal step size"),
+    (lambda: gx.mindspore.rprop(step_sizes=(1.0, 0.999)), _REFUSED, "rprop(step_sizes="),
     (lambda: gx.mindspore.rprop(step_sizes=(0.0, 0.5)), _OK, ""),            # stricter: 0.0 the bound
-    (lambda: gx.mindspore.rprop(step_sizes=(-1e-9, 0.5)), _REFUSED, "step_size_min"),  # stricter
+    (lambda: gx.mindspore.rprop(step_sizes=(-1e-9, 0.5)), _REFUSED, "rprop(step_size_min="),  # stricter
     (lambda: gx.mindspore.asgd(lambd=0.0, alpha=0.5, t0=0.0), _OK, ""),       # stricter: 0.0 the bound
-    (lambda: gx.mindspore.asgd(alpha=-0.5), _REFUSED, "alpha"),             # stricter
+    (lambda: gx.mindspore.asgd(alpha=-0.5), _REFUSED, "asgd(alpha="),             # stricter
 ]
 
 
@@ -249,8 +250,8 @@ BOUNDS = [
 def test_bounds_as_mindspore_checks_them(make, exc, match):
     if exc is None:
         make()
-    else:
-        with pytest.raises(exc, match=match):
+    else:  # the optimizer the user called and the argument, not a piece inside it
+        with pytest.raises(exc, match=re.escape(f"mindspore.{match}")):
             make()
 
 
