@@ -1,6 +1,7 @@
 """Parameter groups (gradxform.mindspore._groups) through gradxform.mindspore.momentum:
 per-group lr (fixed and list), weight decay, the beta/gamma filter, order_params,
 ungrouped parameters frozen, and the errors. NumPy reference, 10 steps, rtol 1e-6."""
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -96,7 +97,9 @@ def test_group_errors_at_init(groups, exc, match):
     ([{"params": 3}], TypeError, "params"),
     ([{"params": "a", "weight_decay": -1.0}], ValueError, "weight_decay"),
     ([{"params": "a", "grad_centralization": 1}], TypeError, "grad_centralization"),
-    ([{"order_params": ["a"], "lr": 0.1}], ValueError, "order_params"),
+    ([{"order_params": ["a"], "lr": 0.1}], ValueError, "must hold only that key"),
+    ([{"params": "a"}, {"order_params": 5}], TypeError, "order_params must be a list"),
+    ([{"params": "a"}, {"order_params": "a"}], TypeError, "order_params must be a list"),
     (["a"], TypeError, "dict"),
     ([], TypeError, "groups"),
 ])
@@ -114,3 +117,66 @@ def test_gc_skips_what_mindspore_skips():
     u, _ = tx.update(g, tx.init(p), p)
     for k in p:  # nothing qualifies: plain momentum, -lr * g
         np.testing.assert_allclose(np.asarray(u[k]), -0.1 * np.asarray(g[k]), rtol=1e-6)
+
+
+class _Param:  # a parameter object as net.trainable_params() hands it out
+    def __init__(self, name):
+        self.name = name
+
+
+def test_params_as_mindspore_takes_them():
+    """MindSpore's first argument (``optimizer.py`` ``Optimizer.__init__``, 2.10): a list of group dicts
+    or of Parameters; ``_parameters_base_check`` refuses an empty list and ``all(isinstance(x, Parameter))
+    ... or all(isinstance(x, dict))`` a mixed one (TypeError). gradxform also takes names and the pytree
+    itself (every parameter: gradxform sees them at ``init``) beside ``groups=``."""
+    from gradxform.mindspore._common import params_as_groups as pag
+    groups = [{"params": ["a"], "lr": 0.1}, {"params": ["b"]}]
+    assert pag("o", groups) == groups and pag("o", tuple(groups)) == groups
+    assert pag("o", [_Param("a"), _Param("b")]) == [{"params": ["a", "b"]}]
+    assert pag("o", ["a", _Param("b")]) == [{"params": ["a", "b"]}]
+    for tree in ({"w": np.ones(2)}, {}, np.ones(3), np.ones(()), [np.ones(2), np.ones(3)]):
+        assert pag("o", tree) is None and pag("o", tree, groups) is groups   # the pytree: groups= decides
+    assert pag("o", None, groups) is groups
+    with pytest.raises(TypeError, match="not both"):
+        pag("o", [_Param("a")], groups)
+    with pytest.raises(ValueError, match="must not be empty"):
+        pag("o", [])
+    for mixed in ([groups[0], _Param("b")], [_Param("b"), groups[0]], [groups[0], "b"]):
+        with pytest.raises(TypeError, match="every element must be a group dict"):
+            pag("o", mixed)
+    with pytest.raises(TypeError, match="the parameters come first"):
+        pag("mindspore.momentum", 0.1)
+
+
+def test_gc_only_in_gc_groups_rank_two_and_up_and_never_ungrouped():
+    """MindSpore 2.10 ``optimizer.py`` 889-900 (``_tensor_apply_grad_centralization``): a gradient of a
+    group with grad_centralization=True is centralized (over axes 1..) when its rank is >= 2 and
+    ``shape[1] % 16 == 0``; a rank-1 gradient there is left as it is; a group without the flag is never
+    centralized, whatever its shape, nor is a parameter in no group (not optimized at all). The rule
+    alone, in pure Python (the centralized numbers: test_groups_lr_list_weight_decay_gc_and_order)."""
+    from gradxform.mindspore._common import _ms_gc_select
+    from gradxform.mindspore._groups import parse_groups
+    specs, _ = parse_groups("o", [{"params": "gc/*", "grad_centralization": True}, {"params": "plain/*"}])
+    select = _ms_gc_select("o", specs)
+    cases = {("gc/w", (2, 16)): True, ("gc/w", (3, 32, 1)): True, ("gc/w", (2, 0)): True,
+             ("gc/w", (2, 17)): False, ("gc/w", (2, 15)): False, ("gc/w", (16, 2)): False,
+             ("gc/b", (16,)): False, ("gc/b", ()): False,
+             ("plain/w", (2, 16)): False, ("free/w", (2, 16)): False}
+    assert {k: select(*k) for k in cases} == cases
+
+
+def test_no_groups_state_and_the_decay_of_an_undecayed_leaf():
+    """Without groups every leaf's ``group_slot`` is -1, "in no group" (`GroupState`; a checkpoint and a
+    migrated MindSpore state hold that value); a leaf the filter leaves undecayed ('gamma': MindSpore's
+    ``decay_weight`` returns its gradient unchanged) keeps its gradient bit for bit, a -0.0 included."""
+    from gradxform.mindspore._groups import GroupState, group_weight_decay
+    p = {"bn/gamma": jnp.asarray([1.0, 2.0]), "dense/w": jnp.asarray([1.0, 2.0])}
+    g = {"bn/gamma": jnp.asarray([-0.0, 0.5]), "dense/w": jnp.asarray([-0.0, 0.5])}
+    piece = group_weight_decay("o", 0.25, None, None, loss_scale=2.0)
+    state = piece.init(p)
+    assert isinstance(state, GroupState)
+    assert [int(x) for x in jax.tree.leaves(state.group_slot)] == [-1, -1]
+    u, _ = piece.update(g, state, p)
+    got = np.asarray(u["bn/gamma"])
+    assert np.signbit(got[0]) and got[0] == 0 and got[1] == 0.5
+    np.testing.assert_array_equal(np.asarray(u["dense/w"]), [0.25 * 2.0 * 1.0, 0.5 + 0.25 * 2.0 * 2.0])

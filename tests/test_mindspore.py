@@ -423,6 +423,51 @@ def test_registry_names_and_no_camelcase():
         gx.create("mindspore.nadam")
 
 
+# MindSpore's class -> the snake_case factory it forwards to (each class's docstring names it)
+FACTORY_OF = {"ASGD": "asgd", "AdaFactor": "adafactor", "AdaMax": "adamax", "Adadelta": "adadelta",
+              "Adagrad": "adagrad", "Adam": "adam", "AdamOffload": "adam_offload",
+              "AdamWeightDecay": "adam_weight_decay", "FTRL": "ftrl", "LARS": "lars", "Lamb": "lamb",
+              "LazyAdam": "lazy_adam", "Momentum": "momentum", "ProximalAdagrad": "proximal_adagrad",
+              "RMSProp": "rmsprop", "Rprop": "rprop", "SGD": "sgd", "thor": "thor"}
+
+
+def test_factory_and_class_defaults_are_mindspores():
+    """Every default of a class AND of the factory it forwards to (the class passes every
+    argument, so the surface check, which reads the classes, never sees the factories' own)
+    is MindSpore 2.10's as recorded in ../shared/surface/mindspore.json (inspect.signature
+    of mindspore.nn.<class>); tuples by their repr (``Rprop``'s etas and step_sizes,
+    AdaFactor's eps), which the surface check leaves out. gradxform's own ``skip_nonfinite``
+    is off by default: MindSpore applies a non-finite update."""
+    import inspect
+    import json
+    import pathlib
+    surface = pathlib.Path(__file__).resolve().parents[2] / "shared" / "surface" / "mindspore.json"
+    entries = [e for e in json.loads(surface.read_text())["entries"]
+               if e["kind"] == "optimizer" and not e.get("out_of_scope")]
+    assert sorted(e["mirror"].rsplit(".", 1)[1] for e in entries) == sorted(FACTORY_OF)
+    checked = 0
+    for e in entries:
+        cls = e["mirror"].rsplit(".", 1)[1]
+        for fn in {getattr(M, cls), getattr(M, FACTORY_OF[cls])}:
+            sig = inspect.signature(fn).parameters
+            if "skip_nonfinite" in sig:
+                assert sig["skip_nonfinite"].default is False, fn
+            for p in e["signature"]:
+                if p.get("required") or p["name"] not in sig or p["kind"] == "VAR_KEYWORD":
+                    continue
+                got = sig[p["name"]].default
+                if "value" in p:
+                    assert got == p["value"] and type(got) is type(p["value"]), (fn, p["name"], got, p["value"])
+                    checked += 1
+                elif p["repr"].startswith("("):
+                    assert repr(got) == p["repr"], (fn, p["name"], got, p["repr"])
+                    checked += 1
+    assert checked > 150
+    for fn in (M.Adam, M.adam):  # Adam's **kwargs (adam.py 699-700): kwargs.get('use_lazy', False), 'use_offload'
+        sig = inspect.signature(fn).parameters
+        assert sig["use_lazy"].default is False and sig["use_offload"].default is False
+
+
 def test_set_hyper_changes_learning_rate_without_retrace():
     w0, gs = data()
     tx = M.adam(0.01, weight_decay=0.01)
@@ -452,6 +497,9 @@ def test_set_hyper_changes_learning_rate_without_retrace():
     (lambda: M.momentum(0.1, -0.5), ValueError, "momentum"),
     (lambda: M.momentum(0.1, 0.9, weight_decay=-1.0), ValueError, "weight_decay"),
     (lambda: M.momentum(0.1, 0.9, weight_decay="x"), TypeError, "weight_decay"),
+    # stricter than MindSpore, which reads True as 1.0 (optimizer.py _preprocess_weight_decay)
+    (lambda: M.momentum(0.1, 0.9, weight_decay=True), TypeError, "weight_decay"),
+    (lambda: M.momentum(0.1, 0.9, loss_scale=True), TypeError, "loss_scale"),
     (lambda: M.momentum(0.1, 0.9, loss_scale=0.0), ValueError, "loss_scale"),
     (lambda: M.momentum(0.1, 0.9, loss_scale="2"), TypeError, "loss_scale"),
     (lambda: M.momentum(0.1, 0.9, use_nesterov=1), TypeError, "use_nesterov"),
@@ -464,6 +512,9 @@ def test_set_hyper_changes_learning_rate_without_retrace():
     (lambda: M.adam(beta1=1), TypeError, "beta1"),
     (lambda: M.adam(use_locking=None), TypeError, "use_locking"),
     (lambda: M.adam(use_lazy=True, use_offload=True), ValueError, "use_lazy"),
+    # adam.py 711-713: amsgrad with either of them (MindSpore: "no parameter named 'use_amsgrad'")
+    (lambda: M.adam(use_amsgrad=True, use_lazy=True), ValueError, "use_amsgrad"),
+    (lambda: M.Adam(None, use_amsgrad=True, use_offload=True), ValueError, "use_amsgrad"),
     (lambda: M.adam_weight_decay(eps=-1.0), ValueError, "eps"),
     (lambda: M.lamb(0.1, beta2=1.5), ValueError, "beta2"),
     (lambda: M.ftrl(learning_rate=0.0), ValueError, "learning_rate"),
@@ -499,6 +550,14 @@ def test_set_hyper_changes_learning_rate_without_retrace():
 def test_arguments_checked_at_construction(make, exc, match):
     with pytest.raises(exc, match=match):
         make()
+
+
+def test_int_loss_scale_and_weight_decay_taken_as_floats():
+    """MindSpore ``optimizer.py`` ``Optimizer.__init__``: ``if isinstance(loss_scale, int): loss_scale =
+    float(loss_scale)``; ``_preprocess_weight_decay``: ``float(weight_decay)`` for an int."""
+    from gradxform.mindspore._common import parse
+    o = parse("mindspore.momentum", 0.1, 1, 2)
+    assert (o.loss_scale, o.weight_decay) == (2.0, 1.0) and type(o.loss_scale) is float
 
 
 def test_adafactor_ranges_hold_for_set_hyper_too():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -207,3 +208,61 @@ def test_params_first_as_mindspore():
         gx.mindspore.ASGD(None, t0=5)
     with pytest.raises(ValueError, match="beta1"):
         gx.mindspore.AdaMax(None, beta1=1.0)
+
+
+# -- each bound itself and one step past it, as MindSpore 2.10 checks them (mindspore/nn/optim/*.py) --
+# adamax.py 46-48: beta1, beta2 in (0, 1) (INC_NEITHER), eps > 0 (check_positive_float);
+# adadelta.py 39-40: rho in [0, 1] (INC_BOTH), epsilon >= 0 (check_non_negative_float);
+# rprop.py 174-190: etas and step_sizes tuples of 2, step_sizes[0] > step_sizes[1] refused (equal
+# accepted), etaminus in (0, 1) (INC_NEITHER), etaplus > 1.0. gradxform is stricter than MindSpore in
+# two places, marked "stricter": rprop's step sizes and asgd's lambd/alpha/t0 must be >= 0 (MindSpore
+# checks only that they are floats: rprop.py 192-193, asgd.py 165-167), so 0.0 is the accepted bound.
+# Every row was run through mindspore.nn.<class> 2.10.0 by hand: the same outcome but the two stricter
+# refusals (MindSpore accepts those), and loss_scale 1.0 on Rprop and ASGD.
+_OK, _REFUSED = None, ValueError
+BOUNDS = [
+    (lambda: gx.mindspore.adamax(eps=0.0), _REFUSED, "adamax(eps="),
+    (lambda: gx.mindspore.adamax(eps=1e-30), _OK, ""),
+    (lambda: gx.mindspore.adamax(beta1=0.0), _REFUSED, "adamax(beta1="),
+    (lambda: gx.mindspore.adamax(beta2=1.0), _REFUSED, "adamax(beta2="),
+    (lambda: gx.mindspore.adadelta(rho=0.0), _OK, ""),
+    (lambda: gx.mindspore.adadelta(rho=1.0), _OK, ""),
+    (lambda: gx.mindspore.adadelta(rho=1.5), _REFUSED, "adadelta(rho="),
+    (lambda: gx.mindspore.adadelta(rho=-0.5), _REFUSED, "adadelta(rho="),
+    (lambda: gx.mindspore.adadelta(epsilon=0.0), _OK, ""),
+    (lambda: gx.mindspore.adadelta(epsilon=-1e-9), _REFUSED, "adadelta(epsilon="),
+    (lambda: gx.mindspore.rprop(etas=(0.0, 1.2)), _REFUSED, "rprop(etaminus="),
+    (lambda: gx.mindspore.rprop(etas=(1.0, 1.2)), _REFUSED, "rprop(etaminus="),
+    (lambda: gx.mindspore.rprop(etas=(0.999, 1.2)), _OK, ""),
+    (lambda: gx.mindspore.rprop(etas=(0.5, 1.0)), _REFUSED, "rprop(etaplus="),
+    (lambda: gx.mindspore.rprop(etas=(0.5, 1.001)), _OK, ""),
+    (lambda: gx.mindspore.rprop(etas=(0.5, 1.2, 2.0)), _REFUSED, "rprop(etas="),
+    (lambda: gx.mindspore.rprop(step_sizes=(1.0, 1.0)), _OK, ""),
+    (lambda: gx.mindspore.rprop(step_sizes=(1.0, 0.999)), _REFUSED, "rprop(step_sizes="),
+    (lambda: gx.mindspore.rprop(step_sizes=(0.0, 0.5)), _OK, ""),            # stricter: 0.0 the bound
+    (lambda: gx.mindspore.rprop(step_sizes=(-1e-9, 0.5)), _REFUSED, "rprop(step_size_min="),  # stricter
+    (lambda: gx.mindspore.asgd(lambd=0.0, alpha=0.5, t0=0.0), _OK, ""),       # stricter: 0.0 the bound
+    (lambda: gx.mindspore.asgd(alpha=-0.5), _REFUSED, "asgd(alpha="),             # stricter
+]
+
+
+@pytest.mark.parametrize("make, exc, match", BOUNDS)
+def test_bounds_as_mindspore_checks_them(make, exc, match):
+    if exc is None:
+        make()
+    else:  # the optimizer the user called and the argument, not a piece inside it
+        with pytest.raises(exc, match=re.escape(f"mindspore.{match}")):
+            make()
+
+
+def test_set_hyper_keeps_rprops_etaplus_range_and_a_unit_loss_scale():
+    """``RANGES``: etaplus stays in (1, inf) under `set_hyper` (rprop.py 189). Rprop and ASGD take no
+    loss_scale: MindSpore's base class then holds 1.0 (``Optimizer.__init__(learning_rate, params,
+    weight_decay)``, loss_scale=1.0), and so must the state (Rprop's sign rule would hide any other)."""
+    params = {"w": jnp.ones(3)}
+    state = gx.mindspore.rprop().init(params)
+    assert float(gx.get_hyper(gx.set_hyper(state, etaplus=1.5), "etaplus")) == 1.5
+    with pytest.raises(ValueError, match="etaplus"):
+        gx.set_hyper(state, etaplus=1.0)
+    for make in (gx.mindspore.rprop, gx.mindspore.asgd):
+        assert float(gx.get_hyper(make().init(params), "loss_scale")) == 1.0

@@ -31,11 +31,20 @@ def params_as_groups(owner: str, params, groups=None):
     (MindSpore's group params), a list of parameter objects with a ``.name``
     or of names (only those are optimized, as in MindSpore: one group of them), or the
     parameter pytree itself or None (every parameter; gradxform sees them at
-    ``init``). ``groups``: the same list given by its gradxform keyword."""
+    ``init``). ``groups``: the same list given by its gradxform keyword. An empty
+    list, and a list mixing group dicts with anything else, are refused, as
+    MindSpore's ``Optimizer.__init__`` refuses them (``optimizer.py``
+    ``_parameters_base_check`` and "all elements ... must be 'Parameter' or 'dict'")."""
     if params is None:
         return groups
-    if isinstance(params, (list, tuple)) and params and all(isinstance(g, dict) for g in params):
+    if isinstance(params, (list, tuple)) and not params:
+        raise ValueError(f"{owner}(params=...): must not be empty (MindSpore's Optimizer refuses an empty "
+                         "list too); give None for every parameter.")
+    if isinstance(params, (list, tuple)) and all(isinstance(g, dict) for g in params):
         found = list(params)
+    elif isinstance(params, (list, tuple)) and any(isinstance(g, dict) for g in params):
+        raise TypeError(f"{owner}(params=...): every element must be a group dict, or none may be (MindSpore: "
+                        f"all 'Parameter' or all 'dict'); got {[type(g).__name__ for g in params]}.")
     elif as_names(params) is not None:
         found = [{"params": as_names(params)}]
     elif isinstance(params, dict) or hasattr(params, "shape") or isinstance(params, (list, tuple)):
