@@ -143,6 +143,23 @@ def test_lazy_rows_leaves_absent_rows_and_their_state_alone():
     assert float(mom[0, 0]) == pytest.approx(float(u["emb"][0, 0]))
 
 
+@pytest.mark.parametrize("name, kw", [("sgd", {"momentum": 0.9, "wd": 0.1, "lazy_update": True}),
+                                      ("adam", {"lazy_update": True}), ("mindspore.lazy_adam", {})])
+def test_lazy_rows_treat_a_0d_parameter_as_one_row(name, kw):
+    # a 0-d parameter is the one row of a (1,) one (MXNet's weights are at least 1-D): with
+    # a zero gradient its update is 0 and its state stays, step for step the same numbers
+    tx = gx.create(name, learning_rate=0.1, **kw)
+    p0, p1 = {"w": jnp.asarray(0.5)}, {"w": jnp.asarray([0.5])}
+    s0, s1 = tx.init(p0), tx.init(p1)
+    for g in (1.0, 0.0, 0.0, -2.0, 0.0):
+        u0, s0 = tx.update({"w": jnp.asarray(g)}, s0, p0)
+        u1, s1 = tx.update({"w": jnp.asarray([g])}, s1, p1)
+        p0, p1 = gx.apply_updates(p0, u0), gx.apply_updates(p1, u1)
+        np.testing.assert_array_equal(np.asarray(p0["w"]).reshape(1), np.asarray(p1["w"]))
+        for a, b in zip(jax.tree.leaves(s0), jax.tree.leaves(s1)):
+            np.testing.assert_array_equal(np.asarray(a).reshape(-1), np.asarray(b).reshape(-1))
+
+
 @pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
 def test_master_weights_keep_float32_copies(dtype):
     params = {"w": jnp.full((3,), 1.0, dtype)}

@@ -83,7 +83,9 @@ def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
     """Row-sparse ("lazy") semantics over dense gradients: rows (first axis)
     whose incoming gradient is all zero are treated as absent, so the
     parameter row and every per-parameter state row stay as they were (MXNet
-    ``lazy_update`` with a ``row_sparse`` gradient; MindSpore LazyAdam)."""
+    ``lazy_update`` with a ``row_sparse`` gradient; MindSpore LazyAdam). Each
+    element of a 1-D parameter is a row, and a 0-d parameter is one row: its
+    state stays too, as that of a parameter of shape (1,)."""
 
     # fused: row flags from integer counts of nonzeros per row (exact in any order),
     # applied per element
@@ -101,7 +103,9 @@ def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
         def pick(n, o):
             nl, ol, rl = pdef.flatten_up_to(n), pdef.flatten_up_to(o), pdef.flatten_up_to(rows)
             return pdef.unflatten([
-                jnp.where(expand(r, a), a, b) if jnp.shape(a) == jnp.shape(b) and jnp.ndim(a)
+                # a state leaf with the rows' leading shape is per row (a 0-d one of a 0-d
+                # parameter included); anything else (a per-leaf scalar of a matrix) is not
+                jnp.where(expand(r, a), a, b) if jnp.shape(a) == jnp.shape(b)
                 and jnp.shape(a)[:r.ndim] == r.shape else a for a, b, r in zip(nl, ol, rl)])
 
         return out, map_param_trees(pick, pdef, new_state, state)
