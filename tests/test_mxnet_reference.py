@@ -30,7 +30,10 @@ OWN = {
     "adagrad": dict(eps=1e-6), "rmsprop": dict(centered=True, gamma2=0.8, clip_weights=3.0),
     "adadelta": dict(rho=0.8), "ftrl": dict(lamda1=0.02, beta=0.5), "adamax": dict(beta2=0.99),
     "nadam": dict(schedule_decay=0.01), "dcasgd": dict(lamda=0.3),
-    "lbsgd": dict(momentum=0.9, warmup_strategy="sqrt", warmup_epochs=2, updates_per_epoch=3, batch_scale=2),
+    # begin_epoch=1: num_cums starts at init_updates + 1 = 4 (LBSGD._cumulate_gradient), inside the warmup
+    # of 6 (the goldens all start at 0)
+    "lbsgd": dict(momentum=0.9, warmup_strategy="sqrt", warmup_epochs=2, updates_per_epoch=3, batch_scale=2,
+                  begin_epoch=1),
 }
 LR = {"adadelta": None, "ftrl": 0.1, "adam": 0.01, "rmsprop": 0.01, "nadam": 0.01, "adamax": 0.01}
 SCHEDULE_KWARGS = {
@@ -347,3 +350,48 @@ def test_groupadagrad_refuses_any_weight_decay(wd):
     # contrib.GroupAdaGrad.update: ``assert wd == 0, 'Weight decay is not supported for GroupAdaGrad'``
     with pytest.raises(ValueError, match="weight decay is not supported for GroupAdaGrad"):
         gx.create("groupadagrad", wd=wd)
+
+
+
+def test_lbsgd_lars_zero_gradient_without_decay_leaves_the_weight():
+    # LBSGD._get_lars: sqrt(|w|^2 / (|g|^2 + wd |w|^2 + 1e-18)) clipped to [0.01, 100]: with g = 0 and
+    # wd = 0 that is sqrt(|w|^2 / 1e-18) -> 100, and sgd_update moves w by lr * 100 * (0 + 0 * w) = 0
+    params = {"a": jnp.asarray([3.0, -4.0, 12.0]), "b": jnp.asarray([1.0, 2.0, 2.0])}
+    grads = {"a": jnp.zeros(3), "b": jnp.asarray([0.5, -0.5, 0.5])}
+    tx = gx.create("lbsgd", learning_rate=0.1, warmup_strategy="lars", batch_scale=1)
+    u, _ = tx.update(grads, tx.init(params), params)
+    np.testing.assert_array_equal(np.asarray(u["a"]), [0.0, 0.0, 0.0])
+    # b: lars = sqrt(9 / 0.75) = 3.4641 (inside the bounds), so the update is -lr * lars * g
+    np.testing.assert_allclose(np.asarray(u["b"]), -0.1 * np.sqrt(9 / 0.75) * np.array([0.5, -0.5, 0.5]),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [dict(warmup_epochs=0), dict(updates_per_epoch=0), dict(begin_epoch=0)])
+def test_lbsgd_takes_a_zero_warmup_and_refuses_a_negative_one(kw):
+    # MXNet's LBSGD.__init__ checks none of these; warmup_epochs * updates_per_epoch = 0 is no warmup
+    # (_get_lbmult: nup >= nwup from the first update), a negative count is refused here
+    gx.create("lbsgd", batch_scale=2, **kw)
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        gx.create("lbsgd", **{k: -1 for k in kw})
+
+
+
+def test_sgld_drift_and_noise_as_mxnet():
+    # SGLD.update (optimizer.py): weight += -lr / 2 * (clip(rescale * grad) + wd * weight)
+    #                                       + normal(0, sqrt(lr), weight.shape)
+    # The noise does not reproduce MXNet's stream: the same state draws the same noise, so the drift
+    # is the difference of two updates; the noise's scale (0.1 here) is checked loosely on 15 draws
+    # (a sample std of 15 normals is in [0.05, 0.2] * 1/0.1 with probability > 1 - 1e-6).
+    params = {"a": jnp.full((4, 3), 2.0), "b": jnp.full((3,), -1.0)}
+    tx = gx.create("sgld", learning_rate=0.01, wd=0.5, seed=3)
+    state = tx.init(params)
+    update = jax.jit(tx.update)   # one compile for both (eager would compile each operation)
+    zero, _ = update(jax.tree.map(jnp.zeros_like, params), state, params)
+    one, _ = update(jax.tree.map(jnp.ones_like, params), state, params)
+    noise = []
+    for k, w in (("a", 2.0), ("b", -1.0)):
+        # the gradient's drift: -lr / 2 * 1 (the decay term is in both updates)
+        np.testing.assert_allclose(np.asarray(one[k]) - np.asarray(zero[k]), -0.01 / 2, atol=1e-6)
+        noise.append(np.asarray(zero[k]).ravel() - (-0.01 / 2 * 0.5 * w))   # less the decay's drift
+    assert 0.05 < np.concatenate(noise).std() < 0.2, noise
+    assert not np.allclose(noise[0][:3], noise[1])   # a key per leaf
