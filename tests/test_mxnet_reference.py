@@ -317,26 +317,35 @@ def test_lars_wd_mult_by_index_and_param_dict_as_mxnets_get_wds():
     # then wd_mult[index]; multi_lars: lr_i = lr eta |w| / (|g| + wd_i |w| + eps) with both norms > 0;
     # then w -= lr_i (g + wd_i w) (preloaded_multi_sgd_update). Leaves in order: MX's sorted names.
     params = {k: jnp.full(3, v) for k, v in MX.items()}
-    grads = {k: jnp.full(3, 0.5) for k in MX}
+    g = np.array([0.5, -1.0, 2.0])   # not along w: with g parallel to w the ratio would cancel wd
+    grads = {k: jnp.asarray(g, jnp.float32) for k in MX}
 
     def lars_update(**kw):
         tx = gx.create("lars", learning_rate=0.1, wd=0.5, eta=0.01, **kw)
         u, _ = tx.update(grads, tx.init(params), params)
-        return [float(np.asarray(u[k])[0]) for k in MX]
+        return np.stack([np.asarray(u[k]) for k in MX])
 
     def expected(wd_mult):
         out = []
         for k, w in MX.items():
             wd = 0.5 * wd_mult.get(k, 1.0)
-            wn, gn = np.sqrt(3) * abs(w), np.sqrt(3) * 0.5
-            out.append(-0.1 * 0.01 * wn / (gn + wd * wn) * (0.5 + wd * w))
-        return out
+            wn, gn = np.sqrt(3) * abs(w), np.linalg.norm(g)
+            out.append(-0.1 * 0.01 * wn / (gn + wd * wn) * (g + wd * w))
+        return np.stack(out)
 
     np.testing.assert_allclose(lars_update(wd_mult={0: 0.0, 3: 2.0}), expected({"bn_beta": 0.0, "fc1_weight": 2.0}),
                                rtol=1e-6)
-    pd = {0: {}, 3: types.SimpleNamespace(wd_mult=3.0), "fc1_bias": {"wd_mult": 0.0}}
-    np.testing.assert_allclose(lars_update(wd_mult={0: 0.0, 3: 2.0}, param_dict=pd),
+    pd = {0: {}, 1: types.SimpleNamespace(lr_mult=1.0), 3: types.SimpleNamespace(wd_mult=3.0),
+          "fc1_bias": {"wd_mult": 0.0}}
+    np.testing.assert_allclose(lars_update(wd_mult={0: 0.0, 1: 0.0, 3: 2.0}, param_dict=pd),
                                expected({"fc1_weight": 3.0, "fc1_bias": 0.0}), rtol=1e-6)
+
+    class CallableDict(dict):   # still a mapping: read as one, not refused as a callable
+        def __call__(self, name):
+            return 5.0
+
+    np.testing.assert_allclose(lars_update(wd_mult=CallableDict({0: 0.0, 3: 2.0})),
+                               expected({"bn_beta": 0.0, "fc1_weight": 2.0}), rtol=1e-6)
     for bad in ({4: 1.0}, {-1: 1.0}):
         with pytest.raises(ValueError, match=r"wd_mult: index -?\d is out of range for 4 parameters"):
             lars_update(wd_mult=bad)
