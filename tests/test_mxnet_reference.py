@@ -26,7 +26,7 @@ NAMES = ["enc/dense0_weight", "enc/dense0_bias", "head/bn_gamma"]
 SHAPES = [(4, 3), (3,), (2, 2)]
 OWN = {
     "sgd": dict(momentum=0.9), "ccsgd": dict(momentum=0.5), "nag": dict(momentum=0.9),
-    "signum": dict(momentum=0.8, wd_lh=0.02), "ftml": dict(beta1=0.5), "adam": dict(beta1=0.8),
+    "signum": dict(momentum=0.8, wd_lh=0.02), "ftml": dict(beta1=0.5, epsilon=1e-3), "adam": dict(beta1=0.8),
     "adagrad": dict(eps=1e-6), "rmsprop": dict(centered=True, gamma2=0.8, clip_weights=3.0),
     "adadelta": dict(rho=0.8), "ftrl": dict(lamda1=0.02, beta=0.5), "adamax": dict(beta2=0.99),
     "nadam": dict(schedule_decay=0.01), "dcasgd": dict(lamda=0.3),
