@@ -26,11 +26,14 @@ NAMES = ["enc/dense0_weight", "enc/dense0_bias", "head/bn_gamma"]
 SHAPES = [(4, 3), (3,), (2, 2)]
 OWN = {
     "sgd": dict(momentum=0.9), "ccsgd": dict(momentum=0.5), "nag": dict(momentum=0.9),
-    "signum": dict(momentum=0.8, wd_lh=0.02), "ftml": dict(beta1=0.5), "adam": dict(beta1=0.8),
+    "signum": dict(momentum=0.8, wd_lh=0.02), "ftml": dict(beta1=0.5, epsilon=1e-3), "adam": dict(beta1=0.8),
     "adagrad": dict(eps=1e-6), "rmsprop": dict(centered=True, gamma2=0.8, clip_weights=3.0),
     "adadelta": dict(rho=0.8), "ftrl": dict(lamda1=0.02, beta=0.5), "adamax": dict(beta2=0.99),
     "nadam": dict(schedule_decay=0.01), "dcasgd": dict(lamda=0.3),
-    "lbsgd": dict(momentum=0.9, warmup_strategy="sqrt", warmup_epochs=2, updates_per_epoch=3, batch_scale=2),
+    # begin_epoch=1: num_cums starts at init_updates + 1 = 4 (LBSGD._cumulate_gradient), inside the warmup
+    # of 6 (the goldens all start at 0)
+    "lbsgd": dict(momentum=0.9, warmup_strategy="sqrt", warmup_epochs=2, updates_per_epoch=3, batch_scale=2,
+                  begin_epoch=1),
 }
 LR = {"adadelta": None, "ftrl": 0.1, "adam": 0.01, "rmsprop": 0.01, "nadam": 0.01, "adamax": 0.01}
 SCHEDULE_KWARGS = {
@@ -314,26 +317,35 @@ def test_lars_wd_mult_by_index_and_param_dict_as_mxnets_get_wds():
     # then wd_mult[index]; multi_lars: lr_i = lr eta |w| / (|g| + wd_i |w| + eps) with both norms > 0;
     # then w -= lr_i (g + wd_i w) (preloaded_multi_sgd_update). Leaves in order: MX's sorted names.
     params = {k: jnp.full(3, v) for k, v in MX.items()}
-    grads = {k: jnp.full(3, 0.5) for k in MX}
+    g = np.array([0.5, -1.0, 2.0])   # not along w: with g parallel to w the ratio would cancel wd
+    grads = {k: jnp.asarray(g, jnp.float32) for k in MX}
 
     def lars_update(**kw):
         tx = gx.create("lars", learning_rate=0.1, wd=0.5, eta=0.01, **kw)
         u, _ = tx.update(grads, tx.init(params), params)
-        return [float(np.asarray(u[k])[0]) for k in MX]
+        return np.stack([np.asarray(u[k]) for k in MX])
 
     def expected(wd_mult):
         out = []
         for k, w in MX.items():
             wd = 0.5 * wd_mult.get(k, 1.0)
-            wn, gn = np.sqrt(3) * abs(w), np.sqrt(3) * 0.5
-            out.append(-0.1 * 0.01 * wn / (gn + wd * wn) * (0.5 + wd * w))
-        return out
+            wn, gn = np.sqrt(3) * abs(w), np.linalg.norm(g)
+            out.append(-0.1 * 0.01 * wn / (gn + wd * wn) * (g + wd * w))
+        return np.stack(out)
 
     np.testing.assert_allclose(lars_update(wd_mult={0: 0.0, 3: 2.0}), expected({"bn_beta": 0.0, "fc1_weight": 2.0}),
                                rtol=1e-6)
-    pd = {0: {}, 3: types.SimpleNamespace(wd_mult=3.0), "fc1_bias": {"wd_mult": 0.0}}
-    np.testing.assert_allclose(lars_update(wd_mult={0: 0.0, 3: 2.0}, param_dict=pd),
+    pd = {0: {}, 1: types.SimpleNamespace(lr_mult=1.0), 3: types.SimpleNamespace(wd_mult=3.0),
+          "fc1_bias": {"wd_mult": 0.0}}
+    np.testing.assert_allclose(lars_update(wd_mult={0: 0.0, 1: 0.0, 3: 2.0}, param_dict=pd),
                                expected({"fc1_weight": 3.0, "fc1_bias": 0.0}), rtol=1e-6)
+
+    class CallableDict(dict):   # still a mapping: read as one, not refused as a callable
+        def __call__(self, name):
+            return 5.0
+
+    np.testing.assert_allclose(lars_update(wd_mult=CallableDict({0: 0.0, 3: 2.0})),
+                               expected({"bn_beta": 0.0, "fc1_weight": 2.0}), rtol=1e-6)
     for bad in ({4: 1.0}, {-1: 1.0}):
         with pytest.raises(ValueError, match=r"wd_mult: index -?\d is out of range for 4 parameters"):
             lars_update(wd_mult=bad)
@@ -347,3 +359,48 @@ def test_groupadagrad_refuses_any_weight_decay(wd):
     # contrib.GroupAdaGrad.update: ``assert wd == 0, 'Weight decay is not supported for GroupAdaGrad'``
     with pytest.raises(ValueError, match="weight decay is not supported for GroupAdaGrad"):
         gx.create("groupadagrad", wd=wd)
+
+
+
+def test_lbsgd_lars_zero_gradient_without_decay_leaves_the_weight():
+    # LBSGD._get_lars: sqrt(|w|^2 / (|g|^2 + wd |w|^2 + 1e-18)) clipped to [0.01, 100]: with g = 0 and
+    # wd = 0 that is sqrt(|w|^2 / 1e-18) -> 100, and sgd_update moves w by lr * 100 * (0 + 0 * w) = 0
+    params = {"a": jnp.asarray([3.0, -4.0, 12.0]), "b": jnp.asarray([1.0, 2.0, 2.0])}
+    grads = {"a": jnp.zeros(3), "b": jnp.asarray([0.5, -0.5, 0.5])}
+    tx = gx.create("lbsgd", learning_rate=0.1, warmup_strategy="lars", batch_scale=1)
+    u, _ = tx.update(grads, tx.init(params), params)
+    np.testing.assert_array_equal(np.asarray(u["a"]), [0.0, 0.0, 0.0])
+    # b: lars = sqrt(9 / 0.75) = 3.4641 (inside the bounds), so the update is -lr * lars * g
+    np.testing.assert_allclose(np.asarray(u["b"]), -0.1 * np.sqrt(9 / 0.75) * np.array([0.5, -0.5, 0.5]),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("kw", [dict(warmup_epochs=0), dict(updates_per_epoch=0), dict(begin_epoch=0)])
+def test_lbsgd_takes_a_zero_warmup_and_refuses_a_negative_one(kw):
+    # MXNet's LBSGD.__init__ checks none of these; warmup_epochs * updates_per_epoch = 0 is no warmup
+    # (_get_lbmult: nup >= nwup from the first update), a negative count is refused here
+    gx.create("lbsgd", batch_scale=2, **kw)
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        gx.create("lbsgd", **{k: -1 for k in kw})
+
+
+
+def test_sgld_drift_and_noise_as_mxnet():
+    # SGLD.update (optimizer.py): weight += -lr / 2 * (clip(rescale * grad) + wd * weight)
+    #                                       + normal(0, sqrt(lr), weight.shape)
+    # The noise does not reproduce MXNet's stream: the same state draws the same noise, so the drift
+    # is the difference of two updates; the noise's scale (0.1 here) is checked loosely on 15 draws
+    # (a sample std of 15 normals is in [0.05, 0.2] * 1/0.1 with probability > 1 - 1e-6).
+    params = {"a": jnp.full((4, 3), 2.0), "b": jnp.full((3,), -1.0)}
+    tx = gx.create("sgld", learning_rate=0.01, wd=0.5, seed=3)
+    state = tx.init(params)
+    update = jax.jit(tx.update)   # one compile for both (eager would compile each operation)
+    zero, _ = update(jax.tree.map(jnp.zeros_like, params), state, params)
+    one, _ = update(jax.tree.map(jnp.ones_like, params), state, params)
+    noise = []
+    for k, w in (("a", 2.0), ("b", -1.0)):
+        # the gradient's drift: -lr / 2 * 1 (the decay term is in both updates)
+        np.testing.assert_allclose(np.asarray(one[k]) - np.asarray(zero[k]), -0.01 / 2, atol=1e-6)
+        noise.append(np.asarray(zero[k]).ravel() - (-0.01 / 2 * 0.5 * w))   # less the decay's drift
+    assert 0.05 < np.concatenate(noise).std() < 0.2, noise
+    assert not np.allclose(noise[0][:3], noise[1])   # a key per leaf

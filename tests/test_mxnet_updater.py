@@ -31,6 +31,7 @@ def test_schedule_sees_the_shared_num_update():
     updater = gx.mxnet.get_updater(gx.create("sgd", lr_scheduler=sched))
     w0, w1 = np.zeros(1, np.float32), np.zeros(1, np.float32)
     g = np.ones(1, np.float32)
+    assert updater.num_update == 0   # Optimizer.__init__: num_update = begin_num_update (0)
     updater(0, g, w0)
     updater(1, g, w1)  # MXNet: index 1 reads num_update 1 as well
     assert updater.num_update == 1
