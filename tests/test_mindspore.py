@@ -63,7 +63,10 @@ def test_momentum(nesterov):
 
 
 @pytest.mark.parametrize("kw", [dict(momentum=0.9, dampening=0.2), dict(momentum=0.9, nesterov=True),
-                                dict(momentum=0.0)])
+                                dict(momentum=0.0),
+                                # ints, converted as sgd.py 172-173, 182-183; momentum 0 is plain SGD
+                                # whatever the dampening (run in mindspore.nn.SGD 2.10 by hand: w -= lr * g)
+                                dict(momentum=0, dampening=1)])
 def test_sgd_first_step_rule(kw):
     w0, gs = data()
     mu, d, nest = kw.get("momentum", 0.0), kw.get("dampening", 0.0), kw.get("nesterov", False)
