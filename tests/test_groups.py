@@ -180,3 +180,16 @@ def test_no_groups_state_and_the_decay_of_an_undecayed_leaf():
     got = np.asarray(u["bn/gamma"])
     assert np.signbit(got[0]) and got[0] == 0 and got[1] == 0.5
     np.testing.assert_array_equal(np.asarray(u["dense/w"]), [0.25 * 2.0 * 1.0, 0.5 + 0.25 * 2.0 * 2.0])
+
+
+def test_ungrouped_frozen_where_the_chain_holds_one_group_state():
+    """A chain without a decay piece (AdaFactor's: its decay is inside its rule) holds one `GroupState`,
+    the learning rate's; the ungrouped parameter still gets update 0 (MindSpore: not in the optimizer).
+    Built as `MSOptions.build` builds AdaFactor, around plain SGD (cheaper than AdaFactor's rule)."""
+    from gradxform.mindspore._common import parse
+    from gradxform.pieces import scale_by_lr
+    tx = parse("mindspore.adafactor", 0.5, 0.0, 1.0, [{"params": "a/*"}]).build(scale_by_lr())
+    p = {"a/w": jnp.ones(2), "b/w": jnp.ones(2)}
+    u, _ = tx.update({"a/w": jnp.full(2, 0.5), "b/w": jnp.full(2, 0.5)}, tx.init(p), p)
+    np.testing.assert_array_equal(np.asarray(u["a/w"]), [-0.25, -0.25])
+    np.testing.assert_array_equal(np.asarray(u["b/w"]), [0.0, 0.0])

@@ -63,7 +63,10 @@ def test_momentum(nesterov):
 
 
 @pytest.mark.parametrize("kw", [dict(momentum=0.9, dampening=0.2), dict(momentum=0.9, nesterov=True),
-                                dict(momentum=0.0)])
+                                dict(momentum=0.0),
+                                # ints, converted as sgd.py 172-173, 182-183; momentum 0 is plain SGD
+                                # whatever the dampening (run in mindspore.nn.SGD 2.10 by hand: w -= lr * g)
+                                dict(momentum=0, dampening=1)])
 def test_sgd_first_step_rule(kw):
     w0, gs = data()
     mu, d, nest = kw.get("momentum", 0.0), kw.get("dampening", 0.0), kw.get("nesterov", False)
@@ -106,13 +109,18 @@ def test_adam_variants(variant):
 
 
 def test_lazy_adam_leaves_untouched_rows_alone():
+    # row 1 is touched on the first step only: afterwards LazyAdam (FusedSparseLazyAdam) keeps its weight
+    # AND its moments, where plain Adam would go on moving it on its momentum
     w0, gs = data()
-    for g in gs:
+    for g in gs[1:]:
         g["dense/weight"][1] = 0.0
     got, state = run(M.lazy_adam(0.01), w0, gs)
-    np.testing.assert_array_equal(got["dense/weight"][1], w0["dense/weight"][1])
+    g0 = gs[0]["dense/weight"][1].astype(np.float64)
+    m, v = 0.1 * g0, 0.001 * g0 * g0   # one step from zero moments, beta1 0.9, beta2 0.999
+    w1 = w0["dense/weight"][1] - 0.01 * np.sqrt(1 - 0.999) / (1 - 0.9) * m / (np.sqrt(v) + 1e-8)
+    np.testing.assert_allclose(got["dense/weight"][1], w1, rtol=1e-6)
     moments = [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")]
-    assert np.all(np.asarray(moments[0].mu["dense/weight"])[1] == 0)
+    np.testing.assert_allclose(np.asarray(moments[0].mu["dense/weight"])[1], m, rtol=1e-6)
 
 
 def test_adam_offload_state_in_host_memory_and_same_numbers():
@@ -127,6 +135,20 @@ def test_adam_offload_state_in_host_memory_and_same_numbers():
     assert kinds == ({"pinned_host"} if "pinned_host" in offered else {"device"}), (kinds, offered)
     if jax.default_backend() == "cpu":  # CPU and GPU both offer it: the check above is the host one here
         assert "pinned_host" in offered
+
+
+def test_adam_offload_moments_on_host_from_init_and_init_under_jit():
+    """Both moments are placed at ``init``, not only after the first update (which writes them back);
+    under ``jax.jit`` the traced moments cannot be placed and ``init`` still works (zeros)."""
+    tx = M.adam_offload(0.01)
+    p = {"a": jnp.ones(3), "b": jnp.ones((2, 2))}
+    offered = {m.kind for m in jax.devices()[0].addressable_memories()}
+    want = "pinned_host" if "pinned_host" in offered else "device"
+    for state in (tx.init(p), jax.jit(tx.init)(p)):
+        moments = [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")][0]
+        assert not any(np.asarray(x).any() for x in jax.tree.leaves((moments.mu, moments.nu)))
+    moments = [s for s in jax.tree.leaves(tx.init(p), is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")][0]
+    assert [x.sharding.memory_kind for x in jax.tree.leaves((moments.mu, moments.nu))] == [want] * 4
 
 
 def test_adam_weight_decay():
@@ -186,6 +208,17 @@ def test_lamb_clipped_trust_ratio_of_the_gpu_kernel(scale):
     assert (gap > 1e-2) if scale > 1 else (gap < 1e-5), gap
     with pytest.raises(ValueError, match="trust_ratio"):
         M.lamb(lr, trust_ratio="gpu")
+
+
+def test_lamb_clipped_nan_ratio_is_zero():
+    """trust_ratio='clipped': a NaN ratio is 0 (``lamb_gpu_kernel.h`` CalcTrustRatio, as the module
+    docstring quotes it: ``w_norm > 0 ? (g_norm > 0 ? w_norm / g_norm : 1) : 1``, NaN -> 0, then the
+    clamp). The ratio is NaN when both norms are inf (an inf weight under decay: inf / inf), and then
+    the leaf's finite elements do not move; ratio 1 would move them by -lr * u."""
+    tx = M.lamb(0.1, weight_decay=0.01, trust_ratio="clipped")
+    p = {"w": jnp.asarray([np.inf, 1.0], jnp.float32)}
+    u, _ = tx.update({"w": jnp.asarray([0.5, 0.5], jnp.float32)}, tx.init(p), p)
+    assert float(u["w"][1]) == 0.0
 
 
 @pytest.mark.parametrize("use_clip", [False, True])
@@ -516,6 +549,12 @@ def test_set_hyper_changes_learning_rate_without_retrace():
     (lambda: M.adam(use_amsgrad=True, use_lazy=True), ValueError, "use_amsgrad"),
     (lambda: M.Adam(None, use_amsgrad=True, use_offload=True), ValueError, "use_amsgrad"),
     (lambda: M.adam_weight_decay(eps=-1.0), ValueError, "eps"),
+    # gradxform refuses what MindSpore ignores: AdamWeightDecay's and AdamOffload's construct never call
+    # gradients_centralization (adam.py), so a group's grad_centralization=True would do nothing there
+    (lambda: M.adam_weight_decay(groups=[{"params": "*", "grad_centralization": True}]), ValueError,
+     "grad_centralization"),
+    (lambda: M.adam_offload(groups=[{"params": "*", "grad_centralization": True}]), ValueError,
+     "grad_centralization"),
     (lambda: M.lamb(0.1, beta2=1.5), ValueError, "beta2"),
     (lambda: M.ftrl(learning_rate=0.0), ValueError, "learning_rate"),
     (lambda: M.ftrl(lr_power=0.5), ValueError, "lr_power"),
@@ -550,6 +589,15 @@ def test_set_hyper_changes_learning_rate_without_retrace():
 def test_arguments_checked_at_construction(make, exc, match):
     with pytest.raises(exc, match=match):
         make()
+
+
+def test_no_loss_scale_where_mindspore_has_none():
+    """AdamWeightDecay and Lamb take no loss_scale (adam.py, lamb.py: ``super().__init__(learning_rate,
+    params, weight_decay)``), so their state has no ``loss_scale`` to set; Adam has one."""
+    p = {"w": jnp.ones(2)}
+    assert "loss_scale" not in gx.hyper_names(M.adam_weight_decay(weight_decay=0.1).init(p))
+    assert "loss_scale" not in gx.hyper_names(M.lamb(0.1, weight_decay=0.1).init(p))
+    assert "loss_scale" in gx.hyper_names(M.adam().init(p))
 
 
 def test_int_loss_scale_and_weight_decay_taken_as_floats():
