@@ -449,3 +449,21 @@ def test_skip_nonfinite_is_off_by_default():
     tx = P.sgd(0.1)
     u, _ = jax.jit(tx.update)({"w": jnp.asarray([np.nan, 1.0])}, tx.init(p), p)
     assert np.isnan(np.asarray(u["w"])[0]) and np.asarray(u["w"])[1] == np.float32(-0.1)
+
+
+def test_a_global_norm_clip_is_not_bit_exact_when_fused():
+    # fused: the group's norm is summed over the flat buffers, another order than leaf by leaf
+    assert not gx.fused.bit_exact(P.sgd(0.1, grad_clip=P.ClipGradByGlobalNorm(1.0)))
+    assert gx.fused.bit_exact(P.sgd(0.1, grad_clip=P.ClipGradByValue(1.0)))
+
+
+def test_need_clip_the_first_key_that_selects_a_leaf_decides_it():
+    # need_clip_flags: else the first key that selects the leaf; Paddle nn/clip.py (ClipGradByNorm,
+    # ClipGradByGlobalNorm _dygraph_clip): a need_clip=False parameter's gradient is passed on as it is
+    g = {"b": jnp.asarray([0.0, 5.0]), "w1": jnp.asarray([3.0, 4.0]), "w2": jnp.asarray([0.0, 12.0])}
+    for c in (P.ClipGradByGlobalNorm(1.0, need_clip={"w*": False, "*": True}),
+              P.ClipGradByNorm(1.0, need_clip={"w*": False, "*": True})):
+        out, _ = jax.jit(c.update)(g, c.init(g))
+        np.testing.assert_allclose(np.asarray(out["b"]), [0.0, 1.0], rtol=1e-6)  # 5 -> 1
+        for k in ("w1", "w2"):
+            np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(g[k]))
