@@ -467,3 +467,33 @@ def test_need_clip_the_first_key_that_selects_a_leaf_decides_it():
         np.testing.assert_allclose(np.asarray(out["b"]), [0.0, 1.0], rtol=1e-6)  # 5 -> 1
         for k in ("w1", "w2"):
             np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(g[k]))
+
+
+def test_a_regularizer_alone_and_its_defaults():
+    # Paddle regularizer.py 113 / 230: L1Decay / L2Decay(coeff: float = 0.0); 142-143: L1 is
+    # scale(sign(w), coeff), 259: L2 is scale(w, coeff); the optimizer adds the term to the gradient.
+    # For float16 the scale op computes in float32 and rounds once: fp16(0.5 * [2, -3]) = [1, -1.5].
+    for cls in (P.L1Decay, P.L2Decay, P.l1_decay, P.l2_decay):
+        assert cls().coeff == 0.0
+    w = {"w": jnp.asarray([2.0, -3.0], jnp.float16)}
+    g = {"w": jnp.asarray([1.0, 1.0], jnp.float16)}
+    for reg, want in ((P.L2Decay(0.5), [2.0, -0.5]), (P.L1Decay(0.5), [1.5, 0.5])):
+        out, _ = reg.update(g, reg.init(w), w)
+        assert out["w"].dtype == jnp.float16
+        np.testing.assert_array_equal(np.asarray(out["w"]), np.float16(want))
+
+
+def test_weight_decay_true_is_refused_and_a_leaf_outside_the_decayed_group_keeps_its_gradients_bits():
+    # gradxform is stricter than Paddle here: optimizer.py 268-269 takes an int (so True) as
+    # L2Decay(float(value)); a bool weight_decay is refused as a likely mistake, naming the types.
+    for bad in (True, "l2"):
+        with pytest.raises(TypeError, match="L1Decay / paddle.L2Decay"):
+            P.sgd(0.1, weight_decay=bad)
+    # Paddle regularizes only the parameters with a regularizer; the sgd kernel then computes
+    # w - lr * g = -0.0 - 0.1 * (-0.0) = +0.0 for the other group's w = g = -0.0
+    p = {"a": jnp.ones(1), "b": jnp.asarray([-0.0])}
+    tx = P.sgd(0.1, parameters=[{"params": ["a"], "weight_decay": 0.5}, {"params": ["b"]}])
+    u, _ = jax.jit(tx.update)({"a": jnp.ones(1), "b": jnp.asarray([-0.0])}, tx.init(p), p)
+    np.testing.assert_allclose(np.asarray(u["a"]), [-0.15], rtol=1e-6)
+    b = np.asarray(p["b"] + u["b"])
+    assert b[0] == 0.0 and not np.signbit(b[0])
