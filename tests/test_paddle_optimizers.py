@@ -489,6 +489,9 @@ def test_weight_decay_true_is_refused_and_a_leaf_outside_the_decayed_group_keeps
     for bad in (True, "l2"):
         with pytest.raises(TypeError, match="L1Decay / paddle.L2Decay"):
             P.sgd(0.1, weight_decay=bad)
+        # AdamW's coefficient: adamw.py 208-211 (Paddle's message; a bool refused here too)
+        with pytest.raises(TypeError, match="weight_decay should be int, float"):
+            P.adamw(weight_decay=bad)
     # Paddle regularizes only the parameters with a regularizer; the sgd kernel then computes
     # w - lr * g = -0.0 - 0.1 * (-0.0) = +0.0 for the other group's w = g = -0.0
     p = {"a": jnp.ones(1), "b": jnp.asarray([-0.0])}
