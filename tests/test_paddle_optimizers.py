@@ -451,10 +451,11 @@ def test_skip_nonfinite_is_off_by_default():
     assert np.isnan(np.asarray(u["w"])[0]) and np.asarray(u["w"])[1] == np.float32(-0.1)
 
 
-def test_a_global_norm_clip_is_not_bit_exact_when_fused():
+def test_a_global_norm_clip_and_lamb_are_not_bit_exact_when_fused():
     # fused: the group's norm is summed over the flat buffers, another order than leaf by leaf
     assert not gx.fused.bit_exact(P.sgd(0.1, grad_clip=P.ClipGradByGlobalNorm(1.0)))
     assert gx.fused.bit_exact(P.sgd(0.1, grad_clip=P.ClipGradByValue(1.0)))
+    assert not gx.fused.bit_exact(P.lamb(0.1))  # Lamb's per-leaf norms: segment sums over a buffer
 
 
 def test_need_clip_the_first_key_that_selects_a_leaf_decides_it():
