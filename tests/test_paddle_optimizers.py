@@ -501,3 +501,14 @@ def test_weight_decay_true_is_refused_and_a_leaf_outside_the_decayed_group_keeps
     np.testing.assert_allclose(np.asarray(u["a"]), [-0.15], rtol=1e-6)
     b = np.asarray(p["b"] + u["b"])
     assert b[0] == 0.0 and not np.signbit(b[0])
+
+
+def test_lamb_ratio_is_1_where_the_update_norm_underflows():
+    # r = g / epsilon = 1e-23 per element (g * g underflows, so m2 = 0): r != 0 but sum(r * r) is 0 in
+    # float32, and Paddle's kernel takes ratio 1 there (|w| > 0, |r| = 0). Run in Paddle 3.3.1 by hand
+    # (CPU, Lamb(0.1, lamb_weight_decay=0.0, always_adapt=True), one step from these values):
+    # [9.9999901e-19, -1.0000011e-18]; the ratio |w| / 1 would leave w as it was.
+    p = {"w": jnp.asarray(np.float32([1e-18, -1e-18]))}
+    tx = P.lamb(0.1, lamb_weight_decay=0.0, always_adapt=True)
+    u, _ = jax.jit(tx.update)({"w": jnp.asarray(np.float32([1e-29, 1e-29]))}, tx.init(p), p)
+    np.testing.assert_array_equal(np.asarray(p["w"] + u["w"]), np.float32([9.9999901e-19, -1.0000011e-18]))
