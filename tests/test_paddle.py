@@ -11,6 +11,8 @@ import pytest
 import gradxform as gx
 from gradxform import paddle as P
 from gradxform import schedules as S
+from gradxform.paddle._plateau import is_better, reduced
+from gradxform.schedules._paddle import HOST64
 
 SHAPES = {"w": (3, 4), "b": (4,)}
 
@@ -164,3 +166,21 @@ def test_registry_and_hyper():
 def test_asgd_arguments_checked_at_construction(kw, exc, match):
     with pytest.raises(exc, match=match):
         P.asgd(**kw)
+
+
+@pytest.mark.parametrize("mode, tmode, cur, want", [
+    # Paddle lr.py 1666-1677 (_is_better), best 10, threshold 0.1: min/rel "< 9", min/abs "< 9.9",
+    # max/rel "> 11", max/abs "> 10.1", all strict
+    ("min", "rel", 9.0, False), ("min", "rel", 8.5, True),
+    ("min", "abs", 9.5, True), ("min", "abs", 9.95, False),
+    ("max", "rel", 11.0, False), ("max", "rel", 10.5, False), ("max", "rel", 11.5, True),
+    ("max", "abs", 10.5, True), ("max", "abs", 10.05, False),
+])
+def test_plateau_comparison_is_paddles(mode, tmode, cur, want):
+    assert is_better(mode, tmode, 0.1, cur, 10.0) is want
+
+
+def test_plateau_reduction_needs_more_than_epsilon():
+    # Paddle lr.py 1658-1660: new = max(lr * factor, min_lr); taken only if lr - new > epsilon
+    assert float(reduced(1.0, 0.5, 0.0, 0.5, HOST64)) == 1.0   # 0.5 is not > 0.5
+    assert float(reduced(1.0, 0.5, 0.0, 0.25, HOST64)) == 0.5
