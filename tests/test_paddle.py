@@ -184,3 +184,17 @@ def test_plateau_reduction_needs_more_than_epsilon():
     # Paddle lr.py 1658-1660: new = max(lr * factor, min_lr); taken only if lr - new > epsilon
     assert float(reduced(1.0, 0.5, 0.0, 0.5, HOST64)) == 1.0   # 0.5 is not > 0.5
     assert float(reduced(1.0, 0.5, 0.0, 0.25, HOST64)) == 0.5
+
+
+def test_plateau_defaults_and_bounds():
+    # Paddle lr.py 1544-1556: factor=0.1, patience=10; 1562: factor >= 1.0 is a ValueError;
+    # 1574: a learning rate that is not a float or int is a TypeError. patience and cooldown are
+    # counts (ints >= 0; Paddle does not check them: gradxform refuses 1.5 and -1)
+    s = S.ReduceOnPlateau(0.1)
+    assert (s.factor, s.patience, s.cooldown) == (0.1, 10, 0)
+    S.ReduceOnPlateau(0.1, factor=0.99, patience=0, cooldown=0)
+    for kw, exc in ((dict(factor=1.0), ValueError), (dict(learning_rate="0.1"), TypeError),
+                    (dict(patience=1.5), TypeError), (dict(patience=-1), ValueError),
+                    (dict(cooldown=1.5), TypeError), (dict(cooldown=-1), ValueError)):
+        with pytest.raises(exc):
+            S.ReduceOnPlateau(**{"learning_rate": 0.1, **kw})
