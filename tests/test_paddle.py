@@ -198,3 +198,20 @@ def test_plateau_defaults_and_bounds():
                     (dict(cooldown=1.5), TypeError), (dict(cooldown=-1), ValueError)):
         with pytest.raises(exc):
             S.ReduceOnPlateau(**{"learning_rate": 0.1, **kw})
+
+
+def test_plateau_state_counts_as_paddles():
+    # Paddle lr.py 1650-1657: a cooldown step only counts down (cooldown_counter -= 1); best is set
+    # after the first metric (PlateauState.has_best: int32 0/1); the piece alone (no step context
+    # to publish a rate into) passes the updates through and still reads the loss
+    r = S.ReduceOnPlateau(0.1, patience=0, cooldown=2)
+    s = r.update_metric(r.init_state(), 1.0)
+    assert int(s.has_best) == 1
+    s = r.update_metric(s, 2.0)  # one bad epoch > patience 0: reduce, cooldown 2
+    assert float(s.last_lr) == pytest.approx(0.01, rel=1e-6) and int(s.cooldown_counter) == 2
+    s = r.update_metric(s, 3.0)
+    assert int(s.cooldown_counter) == 1 and int(s.has_best) == 1
+    piece = r.piece()
+    g = {"w": jnp.ones(2)}
+    out, st = piece.update(g, piece.init(g), loss=1.0)
+    assert out is g and int(st.has_best) == 1
