@@ -11,6 +11,8 @@ import pytest
 import gradxform as gx
 from gradxform import paddle as P
 from gradxform import schedules as S
+from gradxform.paddle._plateau import is_better, reduced
+from gradxform.schedules._paddle import HOST64
 
 SHAPES = {"w": (3, 4), "b": (4,)}
 
@@ -164,3 +166,52 @@ def test_registry_and_hyper():
 def test_asgd_arguments_checked_at_construction(kw, exc, match):
     with pytest.raises(exc, match=match):
         P.asgd(**kw)
+
+
+@pytest.mark.parametrize("mode, tmode, cur, want", [
+    # Paddle lr.py 1666-1677 (_is_better), best 10, threshold 0.1: min/rel "< 9", min/abs "< 9.9",
+    # max/rel "> 11", max/abs "> 10.1", all strict
+    ("min", "rel", 9.0, False), ("min", "rel", 8.5, True),
+    ("min", "abs", 9.5, True), ("min", "abs", 9.95, False),
+    ("max", "rel", 11.0, False), ("max", "rel", 10.5, False), ("max", "rel", 11.5, True),
+    ("max", "abs", 10.5, True), ("max", "abs", 10.05, False),
+])
+def test_plateau_comparison_is_paddles(mode, tmode, cur, want):
+    assert is_better(mode, tmode, 0.1, cur, 10.0) is want
+
+
+def test_plateau_reduction_needs_more_than_epsilon():
+    # Paddle lr.py 1658-1660: new = max(lr * factor, min_lr); taken only if lr - new > epsilon
+    assert float(reduced(1.0, 0.5, 0.0, 0.5, HOST64)) == 1.0   # 0.5 is not > 0.5
+    assert float(reduced(1.0, 0.5, 0.0, 0.25, HOST64)) == 0.5
+
+
+def test_plateau_defaults_and_bounds():
+    # Paddle lr.py 1544-1556: factor=0.1, patience=10; 1562: factor >= 1.0 is a ValueError;
+    # 1574: a learning rate that is not a float or int is a TypeError. patience and cooldown are
+    # counts (ints >= 0; Paddle does not check them: gradxform refuses 1.5 and -1)
+    s = S.ReduceOnPlateau(0.1)
+    assert (s.factor, s.patience, s.cooldown) == (0.1, 10, 0)
+    S.ReduceOnPlateau(0.1, factor=0.99, patience=0, cooldown=0)
+    for kw, exc in ((dict(factor=1.0), ValueError), (dict(learning_rate="0.1"), TypeError),
+                    (dict(patience=1.5), TypeError), (dict(patience=-1), ValueError),
+                    (dict(cooldown=1.5), TypeError), (dict(cooldown=-1), ValueError)):
+        with pytest.raises(exc):
+            S.ReduceOnPlateau(**{"learning_rate": 0.1, **kw})
+
+
+def test_plateau_state_counts_as_paddles():
+    # Paddle lr.py 1650-1657: a cooldown step only counts down (cooldown_counter -= 1); best is set
+    # after the first metric (PlateauState.has_best: int32 0/1); the piece alone (no step context
+    # to publish a rate into) passes the updates through and still reads the loss
+    r = S.ReduceOnPlateau(0.1, patience=0, cooldown=2)
+    s = r.update_metric(r.init_state(), 1.0)
+    assert int(s.has_best) == 1
+    s = r.update_metric(s, 2.0)  # one bad epoch > patience 0: reduce, cooldown 2
+    assert float(s.last_lr) == pytest.approx(0.01, rel=1e-6) and int(s.cooldown_counter) == 2
+    s = r.update_metric(s, 3.0)
+    assert int(s.cooldown_counter) == 1 and int(s.has_best) == 1
+    piece = r.piece()
+    g = {"w": jnp.ones(2)}
+    out, st = piece.update(g, piece.init(g), loss=1.0)
+    assert out is g and int(st.has_best) == 1

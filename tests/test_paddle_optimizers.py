@@ -403,12 +403,16 @@ def test_a_list_of_names_is_one_group_with_the_optimizers_options():
     ("lamb_no_decay", dict(lamb_weight_decay=0.0, epsilon=1.0), functools.partial(r_lamb, wd=0.0), dict(eps=1.0)),
     ("adam_large_epsilon", dict(epsilon=0.5), r_adam, dict(eps=0.5)),
     ("adamax_large_epsilon", dict(epsilon=0.5), r_adamax, dict(eps=0.5)),
-], ids=["lamb_norms_below_one", "lamb_no_decay", "adam_large_epsilon", "adamax_large_epsilon"])
+    # lr_ratio(p) multiplies the learning rate of the decay and of the Adam step (the docstring's
+    # rule, as Paddle's GPU kernel; Paddle refuses lr_ratio on CPU, adamw.py 220): lr 0.01 * 0.5
+    ("adamw_lr_ratio", dict(weight_decay=0.1, lr_ratio=lambda p: 0.5), functools.partial(r_adam, coeff=0.1),
+     dict(lr=0.005)),
+], ids=["lamb_norms_below_one", "lamb_no_decay", "adam_large_epsilon", "adamax_large_epsilon", "adamw_lr_ratio"])
 def test_small_weights_and_large_epsilon_against_the_transcription(label, kw, rule, ref):
     w0, gs = setup()
     w0 = {k: (0.05 * v).astype(np.float32) for k, v in w0.items()}
     got, _ = run(getattr(P, label.split("_")[0])(learning_rate=0.01, **kw), w0, gs[:4])
-    want = reference(rule, w0, gs[:4], lr=0.01, **ref)
+    want = reference(rule, w0, gs[:4], **{"lr": 0.01, **ref})
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-7, err_msg=f"{label} {k}")
 
@@ -449,3 +453,66 @@ def test_skip_nonfinite_is_off_by_default():
     tx = P.sgd(0.1)
     u, _ = jax.jit(tx.update)({"w": jnp.asarray([np.nan, 1.0])}, tx.init(p), p)
     assert np.isnan(np.asarray(u["w"])[0]) and np.asarray(u["w"])[1] == np.float32(-0.1)
+
+
+def test_a_global_norm_clip_and_lamb_are_not_bit_exact_when_fused():
+    # fused: the group's norm is summed over the flat buffers, another order than leaf by leaf
+    assert not gx.fused.bit_exact(P.sgd(0.1, grad_clip=P.ClipGradByGlobalNorm(1.0)))
+    assert gx.fused.bit_exact(P.sgd(0.1, grad_clip=P.ClipGradByValue(1.0)))
+    assert not gx.fused.bit_exact(P.lamb(0.1))  # Lamb's per-leaf norms: segment sums over a buffer
+
+
+def test_need_clip_the_first_key_that_selects_a_leaf_decides_it():
+    # need_clip_flags: else the first key that selects the leaf; Paddle nn/clip.py (ClipGradByNorm,
+    # ClipGradByGlobalNorm _dygraph_clip): a need_clip=False parameter's gradient is passed on as it is
+    g = {"b": jnp.asarray([0.0, 5.0]), "w1": jnp.asarray([3.0, 4.0]), "w2": jnp.asarray([0.0, 12.0])}
+    for c in (P.ClipGradByGlobalNorm(1.0, need_clip={"w*": False, "*": True}),
+              P.ClipGradByNorm(1.0, need_clip={"w*": False, "*": True})):
+        out, _ = jax.jit(c.update)(g, c.init(g))
+        np.testing.assert_allclose(np.asarray(out["b"]), [0.0, 1.0], rtol=1e-6)  # 5 -> 1
+        for k in ("w1", "w2"):
+            np.testing.assert_array_equal(np.asarray(out[k]), np.asarray(g[k]))
+
+
+def test_a_regularizer_alone_and_its_defaults():
+    # Paddle regularizer.py 113 / 230: L1Decay / L2Decay(coeff: float = 0.0); 142-143: L1 is
+    # scale(sign(w), coeff), 259: L2 is scale(w, coeff); the optimizer adds the term to the gradient.
+    # For float16 the scale op computes in float32 and rounds once: fp16(0.5 * [2, -3]) = [1, -1.5].
+    for cls in (P.L1Decay, P.L2Decay, P.l1_decay, P.l2_decay):
+        assert cls().coeff == 0.0
+    w = {"w": jnp.asarray([2.0, -3.0], jnp.float16)}
+    g = {"w": jnp.asarray([1.0, 1.0], jnp.float16)}
+    for reg, want in ((P.L2Decay(0.5), [2.0, -0.5]), (P.L1Decay(0.5), [1.5, 0.5])):
+        out, _ = reg.update(g, reg.init(w), w)
+        assert out["w"].dtype == jnp.float16
+        np.testing.assert_array_equal(np.asarray(out["w"]), np.float16(want))
+
+
+def test_weight_decay_true_is_refused_and_a_leaf_outside_the_decayed_group_keeps_its_gradients_bits():
+    # gradxform is stricter than Paddle here: optimizer.py 268-269 takes an int (so True) as
+    # L2Decay(float(value)); a bool weight_decay is refused as a likely mistake, naming the types.
+    for bad in (True, "l2"):
+        with pytest.raises(TypeError, match="L1Decay / paddle.L2Decay"):
+            P.sgd(0.1, weight_decay=bad)
+        # AdamW's coefficient: adamw.py 208-211 (Paddle's message; a bool refused here too)
+        with pytest.raises(TypeError, match="weight_decay should be int, float"):
+            P.adamw(weight_decay=bad)
+    # Paddle regularizes only the parameters with a regularizer; the sgd kernel then computes
+    # w - lr * g = -0.0 - 0.1 * (-0.0) = +0.0 for the other group's w = g = -0.0
+    p = {"a": jnp.ones(1), "b": jnp.asarray([-0.0])}
+    tx = P.sgd(0.1, parameters=[{"params": ["a"], "weight_decay": 0.5}, {"params": ["b"]}])
+    u, _ = jax.jit(tx.update)({"a": jnp.ones(1), "b": jnp.asarray([-0.0])}, tx.init(p), p)
+    np.testing.assert_allclose(np.asarray(u["a"]), [-0.15], rtol=1e-6)
+    b = np.asarray(p["b"] + u["b"])
+    assert b[0] == 0.0 and not np.signbit(b[0])
+
+
+def test_lamb_ratio_is_1_where_the_update_norm_underflows():
+    # r = g / epsilon = 1e-23 per element (g * g underflows, so m2 = 0): r != 0 but sum(r * r) is 0 in
+    # float32, and Paddle's kernel takes ratio 1 there (|w| > 0, |r| = 0). Run in Paddle 3.3.1 by hand
+    # (CPU, Lamb(0.1, lamb_weight_decay=0.0, always_adapt=True), one step from these values):
+    # [9.9999901e-19, -1.0000011e-18]; the ratio |w| / 1 would leave w as it was.
+    p = {"w": jnp.asarray(np.float32([1e-18, -1e-18]))}
+    tx = P.lamb(0.1, lamb_weight_decay=0.0, always_adapt=True)
+    u, _ = jax.jit(tx.update)({"w": jnp.asarray(np.float32([1e-29, 1e-29]))}, tx.init(p), p)
+    np.testing.assert_array_equal(np.asarray(p["w"] + u["w"]), np.float32([9.9999901e-19, -1.0000011e-18]))
