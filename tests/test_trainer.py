@@ -99,6 +99,9 @@ def test_one_device_is_the_plain_optimizer_with_rescale_grad():
         p, s = one(p, s, batch)
     assert_close(t.params, p, rtol=1e-6, atol=1e-7)
     assert float(gradxform.get_hyper(t.state, "rescale_grad")) == np.float32(1 / 8)
+    # one device runs a plain jit, not a mesh of one (whose device axis copied every donated
+    # buffer: `spmap`'s docstring)
+    assert all(isinstance(x.sharding, jax.sharding.SingleDeviceSharding) for x in jax.tree.leaves(t._params))
 
 
 @pytest.mark.parametrize("mode", ["step", "clip"])
@@ -704,3 +707,11 @@ def test_save_and_load_states_take_every_path_type(tmp_path):
         assert_equal((v.params, v.state), (t.params, t.state))
     with open(tmp_path / "d", "wb") as f, pytest.raises(TypeError, match="needs a path"):
         t.save_states(f)
+
+
+def test_two_devices_equal_one_device(one_device):
+    # two local devices take the mesh path: only exactly one device is the single-device
+    # program (`single_device`), and two must still sum over both
+    t = train("step", jax.devices()[:2])
+    assert t.num_devices == 2
+    assert_close(t.params, one_device["step"], **TOL)
