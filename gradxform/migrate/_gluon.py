@@ -35,7 +35,8 @@ from ._errors import short
 from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
 from .._ranges import Range
 from ._state import (Slot, at_boundary, checked_count, checked_value, fill_state, has_slot, resolve_order,
-                     warn_at_caller, warn_hyper_mismatch)
+                     warn_hyper_mismatch)
+from .._warn import warn_at_caller
 
 __all__ = ["from_gluon_states", "read_gluon_states"]
 
@@ -344,7 +345,7 @@ def _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole):
             continue
         if not {"cum_grad", "num_cums"} <= entry.keys():
             raise MigrateError(f"{WHO}: LBSGD accumulator {k} is malformed: it has the keys "
-                               f"{sorted(map(str, entry))}; MXNet writes 'cum_grad' and 'num_cums'.")
+                               f"{short(sorted(map(str, entry)))}; MXNet writes 'cum_grad' and 'num_cums'.")
         g = entry["cum_grad"]
         g = g.value if isinstance(g, MXNDArray) else g
         leaf = leaves[pos[k]]

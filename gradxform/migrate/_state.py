@@ -28,8 +28,7 @@ from .._warn import warn_at_caller
 from ._errors import short
 from ._pickle import MigrateError
 
-__all__ = ["Slot", "checked_value", "file_label", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_at_caller",
-           "warn_hyper_mismatch"]
+__all__ = ["Slot", "checked_value", "file_label", "fill_state", "has_slot", "resolve_order", "tree_hyper", "warn_hyper_mismatch"]
 
 
 class Slot(NamedTuple):
