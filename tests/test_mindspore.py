@@ -1,6 +1,7 @@
 """gradxform.mindspore against NumPy transcriptions of the seed's formulas
 (TinyMS/MindSpore docs, ../shared/seeds/003), 12 steps each, float32,
 rtol 1e-5 / atol 1e-6; plus argument checks, names, hyperparameters, offload."""
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -137,18 +138,32 @@ def test_adam_offload_state_in_host_memory_and_same_numbers():
         assert "pinned_host" in offered
 
 
-def test_adam_offload_moments_on_host_from_init_and_init_under_jit():
-    """Both moments are placed at ``init``, not only after the first update (which writes them back);
-    under ``jax.jit`` the traced moments cannot be placed and ``init`` still works (zeros)."""
+def _moment_kinds(state):
+    moments = [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")][0]
+    return [x.sharding.memory_kind for x in jax.tree.leaves((moments.mu, moments.nu))]
+
+
+def test_adam_offload_moments_on_host_whatever_placement_the_state_arrives_with():
+    """Both moments are placed at ``init``, eager or under ``jax.jit``; a state that reaches
+    ``update`` on the device (from ``jax.device_put``, a restored checkpoint) leaves it in host
+    memory again, eager and jitted, with the numbers of a state that never left the host."""
     tx = M.adam_offload(0.01)
     p = {"a": jnp.ones(3), "b": jnp.ones((2, 2))}
+    g = {"a": jnp.full(3, 0.5), "b": jnp.full((2, 2), -0.25)}
     offered = {m.kind for m in jax.devices()[0].addressable_memories()}
-    want = "pinned_host" if "pinned_host" in offered else "device"
+    want = ["pinned_host" if "pinned_host" in offered else "device"] * 4
     for state in (tx.init(p), jax.jit(tx.init)(p)):
+        assert _moment_kinds(state) == want
         moments = [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")][0]
         assert not any(np.asarray(x).any() for x in jax.tree.leaves((moments.mu, moments.nu)))
-    moments = [s for s in jax.tree.leaves(tx.init(p), is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")][0]
-    assert [x.sharding.memory_kind for x in jax.tree.leaves((moments.mu, moments.nu))] == [want] * 4
+    on_host = tx.update(g, tx.init(p), p)
+    on_device = jax.device_put(tx.init(p), jax.memory.Space.Device)
+    assert set(_moment_kinds(on_device)) == {"device"}
+    for step in (tx.update, jax.jit(tx.update)):
+        out, new = step(g, on_device, p)
+        assert _moment_kinds(new) == want
+        chex.assert_trees_all_equal(out, on_host[0])
+        chex.assert_trees_all_equal(jax.device_get(new), jax.device_get(on_host[1]))
 
 
 def test_adam_weight_decay():

@@ -127,53 +127,44 @@ def beta_power_correction(beta1, beta2) -> GradientTransformation:
     return transformation(init, update)
 
 
-def _host_sharding(x):
-    """The pinned-host placement of ``x``'s device, or None where the backend
-    has no host memory kind (or ``x`` is being traced)."""
-    if isinstance(x, jax.core.Tracer) or not hasattr(x, "devices"):
-        return None
-    devs = list(x.devices())
-    if len(devs) != 1:
-        return None
-    try:
-        devs[0].memory("pinned_host")
-    except Exception:  # noqa: BLE001 - backends without memory kinds
-        return None
-    return jax.sharding.SingleDeviceSharding(devs[0], memory_kind="pinned_host")
-
-
-def _on_host(x) -> bool:
-    aval = getattr(x, "aval", None)
-    space = getattr(aval, "memory_space", None)
-    return space is not None and space == jax.memory.Space.Host
+def _host_offered() -> bool:
+    """Whether the backend has a pinned-host memory kind (CPU and GPU do; a
+    backend without it keeps the moments on the device). The local devices
+    are all of the default backend, so the first one answers for all."""
+    return "pinned_host" in {m.kind for m in jax.local_devices()[0].addressable_memories()}
 
 
 def offloaded_moments(inner: GradientTransformation) -> GradientTransformation:
     """Keeps ``inner``'s moment buffers (``mu``, ``nu``) in pinned host memory
     where the JAX backend has that memory kind, on the device otherwise; they
     are brought to the device for the arithmetic and written back, so the
-    numbers are those of ``inner`` (MindSpore AdamOffload's intent)."""
+    numbers are those of ``inner`` (MindSpore AdamOffload's intent).
 
-    def move(tree, to_host):
-        if to_host:
-            return jax.tree.map(lambda x: jax.device_put(x, s) if (s := _host_sharding(x)) else x, tree)
-        return tree
+    The placement is made by ``init`` and by every ``update``, eager or under
+    ``jax.jit``, whatever placement the state arrives with: a state from
+    ``jax.jit(tx.init)``, a restored checkpoint or ``jax.device_put`` leaves
+    the first update in host memory. Sharded moments keep their sharding and
+    change only their memory kind."""
+
+    def to_host(tree):
+        host = jax.memory.Space.Host
+        return jax.tree.map(lambda x: jax.device_put(x, host), tree)
+
+    def to_device(tree):  # a no-op for a moment already in device memory
+        dev = jax.memory.Space.Device
+        return jax.tree.map(lambda x: jax.device_put(x, dev), tree)
 
     def init(params):
         s = inner.init(params)
-        return s._replace(mu=move(s.mu, True), nu=move(s.nu, True))
+        if not _host_offered():
+            return s
+        return s._replace(mu=to_host(s.mu), nu=to_host(s.nu))
 
     def update(updates, state, params=None, **extra_args):
-        host = [_on_host(x) for x in jax.tree.leaves((state.mu, state.nu))]
-        if any(host):
-            dev = jax.memory.Space.Device
-            to_dev = lambda x: jax.device_put(x, dev) if _on_host(x) else x  # noqa: E731
-            state = state._replace(mu=jax.tree.map(to_dev, state.mu), nu=jax.tree.map(to_dev, state.nu))
+        state = state._replace(mu=to_device(state.mu), nu=to_device(state.nu))
         out, new = inner.update(updates, state, params, **extra_args)
-        if any(host):
-            hs = jax.memory.Space.Host
-            new = new._replace(mu=jax.tree.map(lambda x: jax.device_put(x, hs), new.mu),
-                               nu=jax.tree.map(lambda x: jax.device_put(x, hs), new.nu))
+        if _host_offered():
+            new = new._replace(mu=to_host(new.mu), nu=to_host(new.nu))
         return out, new
 
     return transformation(init, update)
