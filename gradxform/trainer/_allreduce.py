@@ -73,9 +73,10 @@ def mesh_of(devices=None) -> Mesh:
 _MESHES: dict = {}
 
 
-def spmap(body, *, in_axes=0, out_axes=0, donate_argnums=(), devices=None):
+def spmap(body, *, in_axes: tuple, out_axes=0, donate_argnums=(), devices=None):
     """``body`` once per device of a one-axis mesh, as ``jax.jit`` of
-    ``jax.shard_map``: arguments and results with axis spec 0 or `STORED`
+    ``jax.shard_map``: ``in_axes`` holds one axis spec per argument,
+    ``out_axes`` one per result or one for all; arguments and results with axis spec 0 or `STORED`
     (the Trainer's parameters, state and residuals) are stacked along a
     leading device axis, sharded one slice per device (each call of
     ``body`` sees its slice without that axis); ``None`` means one value,
@@ -95,32 +96,25 @@ def spmap(body, *, in_axes=0, out_axes=0, donate_argnums=(), devices=None):
         return jax.jit(_on_one_copy(body, in_axes, out_axes), donate_argnums=donate_argnums)
     mesh = mesh_of(devices)
     spec = lambda a: P() if a is None else P(AXIS)  # noqa: E731
-    n_in = None if not isinstance(in_axes, tuple) else len(in_axes)
-    in_specs = tuple(map(spec, in_axes)) if n_in is not None else None
+    in_specs = tuple(map(spec, in_axes))
     out_specs = tuple(map(spec, out_axes)) if isinstance(out_axes, tuple) else spec(out_axes)
 
     def per_device(*args):
-        axes = in_axes if n_in is not None else (in_axes,) * len(args)
-        args = [a if ax is None else jax.tree.map(_drop_axis, a) for a, ax in zip(args, axes)]
+        args = [a if ax is None else jax.tree.map(_drop_axis, a) for a, ax in zip(args, in_axes)]
         outs = body(*args)
         if not isinstance(out_axes, tuple):
             return outs if out_axes is None else jax.tree.map(_add_axis, outs)
         return tuple(o if ax is None else jax.tree.map(_add_axis, o) for o, ax in zip(outs, out_axes))
 
-    def program(*args):
-        specs = in_specs if in_specs is not None else (spec(in_axes),) * len(args)
-        mapped = jax.shard_map(per_device, mesh=mesh, in_specs=specs, out_specs=out_specs, check_vma=False)
-        return mapped(*args)
-
-    jitted = jax.jit(program, donate_argnums=donate_argnums)
+    mapped = jax.shard_map(per_device, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    jitted = jax.jit(mapped, donate_argnums=donate_argnums)
     sharding = NamedSharding(mesh, P(AXIS))
 
-    def run(*args):
-        axes = in_axes if n_in is not None else (in_axes,) * len(args)
-        return jitted(*[a if ax is None else _global(a, sharding) for a, ax in zip(args, axes)])
+    def as_global(args):
+        return [a if ax is None else _global(a, sharding) for a, ax in zip(args, in_axes)]
 
-    run.lower = lambda *args: jitted.lower(*[a if ax is None else _global(a, sharding) for a, ax in zip(
-        args, in_axes if n_in is not None else (in_axes,) * len(args))])
+    run = lambda *args: jitted(*as_global(args))  # noqa: E731
+    run.lower = lambda *args: jitted.lower(*as_global(args))
     return run
 
 
@@ -152,8 +146,7 @@ def _on_one_copy(body, in_axes, out_axes):
     provide ``AXIS`` to its collectives (nothing is batched, so a matmul
     stays a plain matmul; a `psum` over one copy is that copy)."""
     def run(*args):
-        axes = in_axes if isinstance(in_axes, tuple) else (in_axes,) * len(args)
-        args = [jax.tree.map(_drop_axis, a) if ax == 0 else a for a, ax in zip(args, axes)]
+        args = [jax.tree.map(_drop_axis, a) if ax == 0 else a for a, ax in zip(args, in_axes)]
         outs = jax.vmap(body, in_axes=(None,) * len(args), out_axes=None, axis_name=AXIS,
                         axis_size=1)(*args)
         if not isinstance(out_axes, tuple):
