@@ -19,7 +19,7 @@ import pytest
 import gradxform
 from gradxform import lr_scheduler
 from gradxform.checkpoint import CheckpointError
-from gradxform.trainer import Trainer, per_device_grads, split_batch
+from gradxform.trainer import Trainer, per_device_grads, replicate, split_batch, unreplicate
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 DEV1 = jax.devices()[:1]
@@ -148,6 +148,12 @@ def test_per_device_grads_helper_matches_pmap():
     for k in range(4):
         want = jax.grad(loss_fn)(init_params(), jax.tree.map(lambda x: x[k], shards))
         assert_close(jax.tree.map(lambda x: x[k], grads), want, **TOL)
+    # devices= two of the four: the batch is split over those two, with the loss of each
+    losses, grads = per_device_grads(loss_fn, init_params(), BATCHES[1], devices=jax.devices()[:2],
+                                     with_loss=True)
+    for k, half in enumerate(split_batch(BATCHES[1], 2)[0]):
+        want = jax.value_and_grad(loss_fn)(init_params(), (half, split_batch(BATCHES[1], 2)[1][k]))
+        assert_close((losses[k], jax.tree.map(lambda x: x[k], grads)), want, **TOL)
     with pytest.raises(ValueError, match=r"multiple of the 4 devices"):
         split_batch(np.zeros((6, 2)), 4)
 
@@ -307,9 +313,11 @@ def test_compressed_step_matches_allreduce_plus_update_and_compiled():
         Trainer(init_params(), *SGD, compression_params={"type": "3bit"})
 
 
-def test_skip_nonfinite_keeps_everything():
+@pytest.mark.parametrize("fused", [None, False])
+def test_skip_nonfinite_keeps_everything(fused):
+    # fused=False: the NaN is in one gradient leaf of three, and no residual may change
     t = Trainer(init_params(), *SGD, skip_nonfinite={"max_consecutive": 2},
-                compression_params={"type": "2bit", "threshold": 0.1})
+                compression_params={"type": "2bit", "threshold": 0.1}, fused=fused)
     t.step(t.grads(loss_fn, BATCHES[0]), 8)
     p, s, r = t.params, t.state, [np.asarray(x) for x in t._residual]
     grads = t.grads(loss_fn, BATCHES[1])
@@ -715,3 +723,64 @@ def test_two_devices_equal_one_device(one_device):
     t = train("step", jax.devices()[:2])
     assert t.num_devices == 2
     assert_close(t.params, one_device["step"], **TOL)
+
+
+def test_unreplicate_gives_the_first_local_devices_copy():
+    # unreplicate's docstring: "the first local device's copy ... (an array on that device)";
+    # a plain x[0] of the stacked array is the same numbers but spread over the whole mesh
+    w = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+    for devices in (jax.devices()[:2], jax.devices()):
+        first = unreplicate(replicate({"w": w, "s": np.float32(2.0)}, len(devices), devices))
+        assert all(x.devices() == {devices[0]} for x in jax.tree.leaves(first)), first
+        np.testing.assert_array_equal(first["w"], w)
+        assert float(first["s"]) == 2.0
+    # a host stack (a user's own, NumPy) gives its first row
+    np.testing.assert_array_equal(unreplicate({"w": w})["w"], w[0])
+
+
+def strict_loss(p, batch):
+    """`loss_fn`, refusing at trace time a batch or parameters of a shape other than a user's."""
+    x, y = batch
+    assert x.shape[1:] == (3,) and y.ndim == 1 and p["dense"]["kernel"].shape == (3, 4), (x.shape, y.shape)
+    return loss_fn(p, batch)
+
+
+@pytest.mark.parametrize("devices", [DEV1, None], ids=["1dev", "4dev"])
+def test_every_program_donates_the_trainers_arrays_never_the_callers(devices):
+    # step, allreduce_grads + update, compile_step and set_learning_rate each donate the
+    # Trainer's own parameters, optimizer buffers and compression residuals (no second copy
+    # is kept), and never an array the caller still holds: the gradients it passed in; the
+    # loss sees each device's batch and the parameters in the user's shapes, and every
+    # program hands back the shapes it was given
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 1 device: "no gradient compression without a kvstore"
+        t = Trainer(init_params(), *SGD, fused=False, devices=devices,
+                    compression_params={"type": "2bit", "threshold": 0.05})
+    run = t.compile_step(strict_loss)
+    shapes = jax.tree.map(np.shape, (t._params, t._state, t._residual))
+
+    def stored(*trees):  # the per-element buffers (scalar hyperparameters are not all donated)
+        return [x for x in jax.tree.leaves(trees) if np.ndim(x) >= (1 if t.num_devices == 1 else 2)]
+
+    def donated(arrays):
+        return len(arrays) >= 3 and all(x.is_deleted() for x in arrays)
+
+    before = stored(t._params, t._state, t._residual)
+    # parameters and momenta; residuals too on 4 devices (Gluon compresses only with a kvstore)
+    assert len(before) == (6 if t.num_devices == 1 else 9)
+    grads = t.grads(strict_loss, BATCHES[0])
+    assert jax.tree.map(np.shape, grads) == jax.tree.map(lambda x: (t.num_devices,) + np.shape(x), t.params)
+    t.step(grads, 8)
+    assert donated(before) and not any(x.is_deleted() for x in jax.tree.leaves(grads))
+    before = stored(t._params, t._state)
+    summed = t.allreduce_grads(t.grads(strict_loss, BATCHES[1]))
+    assert jax.tree.map(np.shape, summed) == jax.tree.map(np.shape, grads)
+    t.update(summed, 8)
+    assert donated(before) and not any(x.is_deleted() for x in jax.tree.leaves(summed))
+    before = stored(t._params, t._state, t._residual)
+    loss = run(BATCHES[2], 8)
+    assert np.shape(loss) == () and donated(before)
+    before = stored(t._state)
+    t.set_learning_rate(0.01)
+    assert donated(before)
+    assert jax.tree.map(np.shape, (t._params, t._state, t._residual)) == shapes
