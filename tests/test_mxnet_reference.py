@@ -404,3 +404,23 @@ def test_sgld_drift_and_noise_as_mxnet():
         noise.append(np.asarray(zero[k]).ravel() - (-0.01 / 2 * 0.5 * w))   # less the decay's drift
     assert 0.05 < np.concatenate(noise).std() < 0.2, noise
     assert not np.allclose(noise[0][:3], noise[1])   # a key per leaf
+
+
+# -- the adaptive rules' own defaults and edges (gradxform/mxnet/_adaptive.py) ------------------
+
+def test_adam_by_default_updates_a_row_whose_gradient_is_zero():
+    # mx.optimizer.Adam(lazy_update=True) (optimizer.py 1594-1595) acts only on row_sparse gradients
+    # ("If the storage types of grad is row_sparse, and lazy_update is True", 1553); a dense gradient
+    # takes adam_update's dense path, every row: g = rescale * grad + wd * w, m = (1 - b1) g,
+    # v = (1 - b2) g^2, lr_t = lr * sqrt(1 - b2) / (1 - b1) (1614-1617), w -= lr_t * m / (sqrt(v) + eps).
+    # gradxform's default is False for that reason (a dense JAX gradient); True skips row 0 here.
+    w = np.asarray([[1.0, -2.0], [0.5, 0.25]])
+    g = np.asarray([[0.0, 0.0], [0.3, -0.6]])
+    wd, lr, b1, b2, eps = 0.1, 0.01, 0.9, 0.999, 1e-8
+    gg = g + wd * w
+    want = -lr * np.sqrt(1 - b2) / (1 - b1) * ((1 - b1) * gg) / (np.sqrt((1 - b2) * gg * gg) + eps)
+    tx = gx.mxnet.adam(learning_rate=lr, wd=wd)
+    u, _ = tx.update({"w": jnp.asarray(g, jnp.float32)}, tx.init({"w": jnp.asarray(w, jnp.float32)}),
+                     {"w": jnp.asarray(w, jnp.float32)})
+    # float32: 1 - float32(0.999) is 1.3e-5 off 0.001 in the bias correction (rtol 1e-4)
+    np.testing.assert_allclose(np.asarray(u["w"]), want, rtol=1e-4)
