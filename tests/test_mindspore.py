@@ -451,6 +451,38 @@ def test_adafactor_compression_keeps_float16_second_moments():
     assert af.exp_avg_sq_row["dense/weight"].dtype == jnp.float32
 
 
+def _adafactor_slots(state):
+    return [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "exp_avg_sq")) if hasattr(s, "exp_avg_sq")][0]
+
+
+def test_adafactor_state_and_a_3d_step_as_mindspores():
+    """``adafactor.py`` ``init_ada_factor_state`` (353-385): no first moment when beta1 <= 0; for rank > 1
+    a row moment of shape[:-1], a column moment of shape[:-2] + shape[-1:] and a (1,) second moment; for
+    rank <= 1 (1,) rows and columns and a second moment shaped as the parameter. Then one step of a
+    rank-3 parameter against a float64 transcription of ``_run_opt_with_one_number`` (59-124) and
+    ``_approx_sq_grad`` (38-46), whose reductions run over the last two axes (rtol 1e-5, float32)."""
+    rng = np.random.RandomState(3)
+    w = {k: jnp.asarray(rng.randn(*shape), jnp.float32) for k, shape in (("k3", (2, 3, 4)), ("k2", (3, 4)),
+                                                                          ("b", (4,)))}
+    g = {k: jnp.asarray(rng.randn(*v.shape), jnp.float32) for k, v in w.items()}
+    assert _adafactor_slots(M.adafactor(beta1=0.0).init(w)).exp_avg == ()
+    tx = M.adafactor(beta1=0.9)
+    state = tx.init(w)
+    st = _adafactor_slots(state)
+    shapes = {k: (st.exp_avg_sq_row[k].shape, st.exp_avg_sq_col[k].shape, st.exp_avg_sq[k].shape) for k in w}
+    assert shapes == {"k3": ((2, 3), (2, 4), (1,)), "k2": ((3,), (4,), (1,)), "b": ((1,), (1,), (4,))}
+    assert jax.tree.map(jnp.shape, st.exp_avg) == jax.tree.map(jnp.shape, w)
+    u, _ = jax.jit(tx.update)(g, state, w)
+    x, gx3 = np.asarray(w["k3"], np.float64), np.asarray(g["k3"], np.float64)
+    lr_u = 1e-2 * max(1e-3, np.sqrt(np.mean(x * x)))      # relative_step at step 1, scale_parameter
+    b2 = 1.0 - 1.0 ** -0.8                                 # beta2t at step 1: 0
+    upd = gx3 * gx3 + 1e-30
+    r, c = upd.mean(-1) * (1 - b2), upd.mean(-2) * (1 - b2)
+    v = (1.0 / np.sqrt(r / r.mean(-1, keepdims=True)))[..., None] * (1.0 / np.sqrt(c))[..., None, :] * gx3
+    v = v / max(np.sqrt(np.mean(v * v)) / 1.0, 1.0) * lr_u
+    np.testing.assert_allclose(u["k3"], -(v * (1 - 0.9)), rtol=1e-5)   # exp_avg from 0, beta1 0.9
+
+
 def test_dynamic_lr_list_uses_ith_value_then_last():
     w0, gs = data()
     lrs = [0.1, 0.05, 0.02]
