@@ -5,6 +5,7 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import gradxform as gx
@@ -392,11 +393,26 @@ def test_ftrl_l1_l2_all_parameters_decayed():
     close(got, reference(w0, gs, step, lambda x: (np.full_like(x, 0.2), Z(x)), decay=wd, filt=lambda n: True))
 
 
+def test_ftrl_zero_accumulator_and_zero_gradient_give_zero_not_nan():
+    """FTRL sets w = 0 where |u| <= l1, strictly ``|u| > l1`` for the closed form (``ftrl.py`` 51-52 and
+    its formula, 137-138). With initial_accum 0, l1 = l2 = 0 and a zero gradient the closed form is
+    0 / 0; MindSpore 2.10's CPU ``ApplyFtrl`` (run by hand: ``nn.FTRL(initial_accum=0.0,
+    learning_rate=0.1)``, w = [0.5, -0.3, 0]) gives w = [0, 0, 0], then [-0.1, 0, 0.1] after
+    g = [0.2, 0, -0.1] (u = g, m = g^2, w = -u / (|g| / 0.1))."""
+    tx = M.ftrl(initial_accum=0.0, learning_rate=0.1)
+    w = {"w": jnp.array([0.5, -0.3, 0.0])}
+    state = tx.init(w)
+    for g, want in (([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]), ([0.2, 0.0, -0.1], [-0.1, 0.0, 0.1])):
+        u, state = tx.update({"w": jnp.array(g)}, state, w)
+        w = optax.apply_updates(w, u)
+        np.testing.assert_allclose(w["w"], want, rtol=1e-6, atol=0)
+
+
 @pytest.mark.parametrize("centered", [False, True])
 def test_rmsprop_lr_inside_momentum_with_schedule(centered):
     w0, gs = data()
     sched = S.ExponentialDecayLR(0.01, 0.5, 2)
-    rho, mu, eps = 0.9, 0.5, 1e-10
+    rho, mu, eps = 0.9, 0.5, 1e-2  # an epsilon that shows (the default 1e-10 is below rtol)
 
     def step(w, g, s, t, k):
         ms, mg, mom = s
@@ -407,7 +423,7 @@ def test_rmsprop_lr_inside_momentum_with_schedule(centered):
         mom = mu * mom + lr * g / den
         return w - mom, (ms, mg, mom)
 
-    got, _ = run(M.rmsprop(sched, momentum=mu, centered=centered), w0, gs)
+    got, _ = run(M.rmsprop(sched, momentum=mu, epsilon=eps, centered=centered), w0, gs)
     close(got, reference(w0, gs, step, lambda x: (np.ones_like(x), Z(x), Z(x))))
 
 
@@ -448,6 +464,38 @@ def test_adafactor_compression_keeps_float16_second_moments():
     af = [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "exp_avg_sq")) if hasattr(s, "exp_avg_sq")][0]
     assert af.exp_avg_sq["dense/bias"].dtype == jnp.float16
     assert af.exp_avg_sq_row["dense/weight"].dtype == jnp.float32
+
+
+def _adafactor_slots(state):
+    return [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "exp_avg_sq")) if hasattr(s, "exp_avg_sq")][0]
+
+
+def test_adafactor_state_and_a_3d_step_as_mindspores():
+    """``adafactor.py`` ``init_ada_factor_state`` (353-385): no first moment when beta1 <= 0; for rank > 1
+    a row moment of shape[:-1], a column moment of shape[:-2] + shape[-1:] and a (1,) second moment; for
+    rank <= 1 (1,) rows and columns and a second moment shaped as the parameter. Then one step of a
+    rank-3 parameter against a float64 transcription of ``_run_opt_with_one_number`` (59-124) and
+    ``_approx_sq_grad`` (38-46), whose reductions run over the last two axes (rtol 1e-5, float32)."""
+    rng = np.random.RandomState(3)
+    w = {k: jnp.asarray(rng.randn(*shape), jnp.float32) for k, shape in (("k3", (2, 3, 4)), ("k2", (3, 4)),
+                                                                          ("b", (4,)))}
+    g = {k: jnp.asarray(rng.randn(*v.shape), jnp.float32) for k, v in w.items()}
+    assert _adafactor_slots(M.adafactor(beta1=0.0).init(w)).exp_avg == ()
+    tx = M.adafactor(beta1=0.9)
+    state = tx.init(w)
+    st = _adafactor_slots(state)
+    shapes = {k: (st.exp_avg_sq_row[k].shape, st.exp_avg_sq_col[k].shape, st.exp_avg_sq[k].shape) for k in w}
+    assert shapes == {"k3": ((2, 3), (2, 4), (1,)), "k2": ((3,), (4,), (1,)), "b": ((1,), (1,), (4,))}
+    assert jax.tree.map(jnp.shape, st.exp_avg) == jax.tree.map(jnp.shape, w)
+    u, _ = jax.jit(tx.update)(g, state, w)
+    x, gx3 = np.asarray(w["k3"], np.float64), np.asarray(g["k3"], np.float64)
+    lr_u = 1e-2 * max(1e-3, np.sqrt(np.mean(x * x)))      # relative_step at step 1, scale_parameter
+    b2 = 1.0 - 1.0 ** -0.8                                 # beta2t at step 1: 0
+    upd = gx3 * gx3 + 1e-30
+    r, c = upd.mean(-1) * (1 - b2), upd.mean(-2) * (1 - b2)
+    v = (1.0 / np.sqrt(r / r.mean(-1, keepdims=True)))[..., None] * (1.0 / np.sqrt(c))[..., None, :] * gx3
+    v = v / max(np.sqrt(np.mean(v * v)) / 1.0, 1.0) * lr_u
+    np.testing.assert_allclose(u["k3"], -(v * (1 - 0.9)), rtol=1e-5)   # exp_avg from 0, beta1 0.9
 
 
 def test_dynamic_lr_list_uses_ith_value_then_last():
@@ -576,6 +624,8 @@ def test_set_hyper_changes_learning_rate_without_retrace():
     (lambda: M.ftrl(initial_accum=-0.1), ValueError, "initial_accum"),
     (lambda: M.ftrl(l1=-0.1), ValueError, "l1"),
     (lambda: M.ftrl(learning_rate=[0.1, 0.2]), TypeError, "learning_rate"),
+    # ftrl.py 260-263: "Dynamic learning rate or group learning rate is currently not supported"
+    (lambda: M.ftrl(groups=[{"params": ["w"], "lr": 0.01}]), ValueError, "per-group 'lr'"),
     (lambda: M.proximal_adagrad(accum=-1.0), ValueError, "accum"),
     (lambda: M.proximal_adagrad(l2=1), TypeError, "l2"),
     (lambda: M.adagrad(update_slots="yes"), TypeError, "update_slots"),
@@ -600,10 +650,46 @@ def test_set_hyper_changes_learning_rate_without_retrace():
     (lambda: M.adafactor(weight_decay=-0.1), ValueError, "weight_decay"),
     (lambda: M.lars(M.momentum(0.1, 0.9), epsilon=1), TypeError, "epsilon"),
     (lambda: M.lars("sgd"), TypeError, "optimizer"),
+    # a plain tuple, and a dict (it has .update, no .init), are not transformations
+    (lambda: M.lars((1, 2)), TypeError, "optimizer"),
+    (lambda: M.lars({}), TypeError, "optimizer"),
+    (lambda: M.lars(M.momentum(0.1, 0.9), weight_decay=True), TypeError, "weight_decay"),
 ])
 def test_arguments_checked_at_construction(make, exc, match):
     with pytest.raises(exc, match=match):
         make()
+
+
+def test_lars_over_a_transformation_without_weight_decay_or_loss_scale():
+    """LARS over an optax transformation (no weight decay, no loss scale to take over): g is used as
+    given, no decay (lars.py ``_tensor_run_opt``: ``lars(weight, gradient, ..., 0.0, lr)`` without a
+    decay flag). |w| = 5, |g| = 1: ratio = 0.5 * 5 / (1 + 0 + 0.5) = 5/3 (``LARSUpdate``); sgd(1.0)
+    emits -5/3 * g. epsilon is large so that a loss scale of 2 would show. An int loss scale is taken
+    as a float (MindSpore's ``Optimizer.__init__``: ``float(loss_scale)``)."""
+    w, g = {"w": jnp.array([3.0, 4.0])}, {"w": jnp.array([0.6, 0.8])}
+    tx = M.lars(optax.sgd(1.0), coefficient=0.5, epsilon=0.5)
+    out, _ = tx.update(g, tx.init(w), w)
+    np.testing.assert_allclose(out["w"], [-1.0, -4.0 / 3.0], rtol=1e-6)
+    tx = M.lars(optax.sgd(1.0), coefficient=0.5, epsilon=0.5, loss_scale=2)
+    out, _ = tx.update({"w": 2 * g["w"]}, tx.init(w), w)
+    np.testing.assert_allclose(out["w"], [-1.0, -4.0 / 3.0], rtol=1e-6)
+    # LARS's own weight decay 0.1 on every parameter (decay_filter=None): den = 1 + 0.1 * 5 + 0.5 = 2,
+    # ratio 1.25, g + 0.1 * w = [0.9, 1.2]
+    tx = M.lars(optax.sgd(1.0), coefficient=0.5, epsilon=0.5, weight_decay=0.1, decay_filter=None)
+    out, _ = tx.update(g, tx.init(w), w)
+    np.testing.assert_allclose(out["w"], [-1.125, -1.5], rtol=1e-6)
+
+
+def test_lars_refuses_a_weight_decay_inside_the_wrapped_rule():
+    """MindSpore's LARS.__init__ (``lars.py`` 153-159) switches off the base class's decay only
+    (decay_flags, exec_weight_decay); AdaFactor's decoupled decay (``adafactor.py`` 117-118, its own
+    ``weight_decay_flag``) stays on, so LARS(AdaFactor(weight_decay=0.1)) decays twice there. gradxform
+    zeroed that decay and published none: no decay at all, silently. It is now refused, naming it;
+    weight decay 0 in AdaFactor, the decay given to LARS, works (found by mutants #38, #41)."""
+    p = {"w": jnp.array([[3.0, 4.0], [1.0, 2.0]])}
+    with pytest.raises(ValueError, match=r"mindspore\.lars\(optimizer=\.\.\.\).*AdaFactorState\.weight_decay=0\.1"):
+        M.lars(M.adafactor(learning_rate=0.01, relative_step=False, weight_decay=0.1)).init(p)
+    M.lars(M.adafactor(learning_rate=0.01, relative_step=False), weight_decay=0.1).init(p)
 
 
 def test_no_loss_scale_where_mindspore_has_none():

@@ -32,6 +32,8 @@ import pytest
 import gradxform as gx
 from gradxform import mindspore as M
 from gradxform import schedules as S
+from gradxform._state_paths import find_states
+from gradxform.mindspore._adaptive import RMSPropState
 
 GOLD = os.path.join(os.path.dirname(__file__), "goldens", "mindspore")
 CLS = {"Momentum": M.momentum, "SGD": M.sgd, "Adam": M.adam, "AdamOffload": M.adam_offload,
@@ -104,6 +106,22 @@ def test_golden_trajectory(case):
         # rtol 1e-6 is a few ulps; the schedules are computed in float32 on both sides)
         recorded = np.array([float(z[f"lr_{t}"]) for t in range(meta["steps"])])
         np.testing.assert_allclose(used_learning_rates(build(meta), z, meta), recorded, rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("case", ["rmsprop_centered", "rmsprop_wd_ls"])
+def test_golden_state_matches_rmsprop(case):
+    """RMSProp's three slots against MindSpore's recorded ``mean_square``, ``mean_grad`` (centered;
+    ``rmsprop.py`` 233-234, ApplyCenteredRMSProp) and ``moment`` after 20 steps (same tolerance as the
+    weights). The mean gradient enters the rule only squared, so only the state shows its sign."""
+    z, meta = load(case)
+    _, state = trajectory(build(meta), z, meta)
+    (st,) = find_states(state, RMSPropState)
+    slots = (("s_mean_square", st.mean_square), ("s_moment", st.moment))
+    if meta["kwargs"].get("centered"):
+        slots += (("s_mean_grad", st.mean_grad),)
+    for key, tree in slots:
+        for i, n in enumerate(meta["names"]):
+            np.testing.assert_allclose(np.asarray(tree[n]), z[f"{key}_{i}"], rtol=1e-5, atol=1e-6, err_msg=key)
 
 
 def test_golden_state_matches_momentum_and_adam():

@@ -176,6 +176,26 @@ def _switch_back(new, old):
     return map_states(fn, new)
 
 
+def _decoupled_decays(state) -> list[str]:
+    """The weight decays held inside a rule's own hyperparameters (beside
+    others: AdaFactor's, Paddle AdamW's), nonzero, as ``'Class.key=value'``.
+    MindSpore's LARS switches off only the base class's decay (decay_flags,
+    exec_weight_decay), so such a decay is applied by the rule as well as by
+    LARS there; `_switch_off` would zero it and the wrapped optimizer does not
+    publish it, so no decay at all would be applied."""
+    found = []
+
+    def fn(_, node):
+        h = getattr(node, "hyper", None)
+        if isinstance(h, dict) and not all(_taken_over(k) for k in h):
+            for k, v in h.items():
+                if _taken_over(k) == "wd" and not isinstance(v, jax.core.Tracer) and float(v) != 0.0:
+                    found.append(f"{type(node).__name__}.{k}={float(v):g}")
+        return node
+    map_states(fn, state)
+    return found
+
+
 def _inner_inspect(optimizer, updates, state, params, extra_args):
     """What the wrapped optimizer would use on this update, per leaf: its
     step context's ``lr``, ``wd`` and ``count`` (published by `track_step`,
@@ -209,7 +229,12 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     weight decay and decay flag, as the wrapped optimizer would) and runs the
     optimizer with weight decay 0 and loss scale 1 (its state keeps the
     values; they are switched off for its update only). Parameters the
-    filter leaves out lose their weight decay, as in MindSpore. ``use_clip``
+    filter leaves out lose their weight decay, as in MindSpore. A wrapped
+    optimizer whose rule applies its own weight decay (AdaFactor's, decoupled:
+    ``adafactor.py`` ``_run_opt_with_one_number``, ``weight_decay_flag``) is
+    refused at ``init`` when that decay is > 0: MindSpore's LARS switches off
+    only the base class's decay, so it would decay there twice, and gradxform
+    cannot take that decay over. ``use_clip``
     uses each parameter's learning rate for this update as the wrapped
     optimizer computes it (per group, fixed, list or schedule: MindSpore's
     ``LARS._get_lr``).
@@ -279,6 +304,12 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
             if not isinstance(v, jax.core.Tracer) and float(v) != neutral:
                 raise ValueError(f"{owner}({mine}=...): the wrapped optimizer has {key}={float(v):g}; LARS takes "
                                  f"it over from there (as MindSpore's) - give it once, to the wrapped optimizer.")
+        rule_decays = _decoupled_decays(inner)
+        if rule_decays:
+            raise ValueError(f"{owner}(optimizer=...): the wrapped optimizer applies its weight decay inside its "
+                             f"rule ({', '.join(rule_decays)}), which LARS cannot take over (MindSpore's LARS "
+                             "would apply it twice: in LARS and in the rule); give weight_decay=0.0 to it and "
+                             "the weight decay to LARS (weight_decay=).")
         # the wrapped optimizer's hyperparameters keep their own owner
         # fresh arrays on every init: a donated state must not delete a cached one
         return tag_owner(LarsState({k: hyper_scalar(v) for k, v in own.items()}, inner), owner)
