@@ -475,3 +475,16 @@ def test_the_budget_is_4x_the_file_and_1_mib():
     data = P4 + b"N" + b"2" * 100_000 + b"."  # DUP: 100,000 stack slots of 8 bytes, charged twice
     with pytest.raises(MigrateError, match=f"more than the {4 * len(data) + (1 << 20)} bytes"):
         loads(data)
+
+
+@pytest.mark.parametrize("dups, ok", [(87_382, True), (87_383, False)])
+def test_the_stack_is_charged_16_bytes_a_slot(dups, ok):
+    """Before each opcode the stack is charged ``2 x _SLOT`` (8) bytes a slot once that exceeds what is
+    left of the budget (4 x the file's length + 1 MiB). ``N``, ``dups`` DUPs, STOP and 2 bytes after it
+    (never read): 16 x (1 + 87,382) equals 4 x 87,390 + 2**20 exactly, and is not more: read."""
+    data = P4 + b"N" + b"2" * dups + b"." + b"xx"
+    if ok:
+        assert loads(data) is None
+    else:
+        with pytest.raises(MigrateError, match=f"more than the {4 * len(data) + (1 << 20)} bytes"):
+            loads(data)
