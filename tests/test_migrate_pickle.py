@@ -488,3 +488,29 @@ def test_the_stack_is_charged_16_bytes_a_slot(dups, ok):
     else:
         with pytest.raises(MigrateError, match=f"more than the {4 * len(data) + (1 << 20)} bytes"):
             loads(data)
+
+
+def test_a_dict_key_and_a_records_arguments_are_levels_too():
+    """The 100-level bound counts what holds a value: a dict above its keys, a record (a framework
+    object read as its attributes) above its argument tuple."""
+    assert loads(pickle.dumps({_tuple_levels(99): 1}, 4)) == {_tuple_levels(99): 1}
+    with pytest.raises(MigrateError, match="nested more than 100 deep"):
+        loads(pickle.dumps({_tuple_levels(100): 1}, 4))
+
+    def record(levels):  # SGD(<a tuple `levels` deep>): the record 1, its args 2, the tuple from 3
+        return loads(P4 + glob4("mxnet.optimizer.optimizer", "SGD") + pickle.dumps(_tuple_levels(levels), 2)[2:-1]
+                     + b"\x85R.")
+    assert record(98).args == (_tuple_levels(98),)
+    with pytest.raises(MigrateError, match="nested more than 100 deep"):
+        record(99)
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_arrays_inside_tuples_are_arrays(protocol):
+    """A tuple holding an array beside other values (Gluon's multi-precision states are such tuples)
+    holds the array, not the reader's pending object."""
+    value = {"t": (np.arange(3.0), 1, "z"), "u": (np.ones(2, np.float16),), "e": ()}
+    got = loads(pickle.dumps(value, protocol))
+    assert type(got["t"]) is tuple and type(got["t"][0]) is np.ndarray and got["t"][1:] == (1, "z")
+    np.testing.assert_array_equal(got["t"][0], np.arange(3.0))
+    assert type(got["u"][0]) is np.ndarray and got["u"][0].dtype == np.float16 and got["e"] == ()
