@@ -310,3 +310,207 @@ def test_fuzz_resume_loads_sane_state_or_refuses(request, family, case):
             outcomes["loaded"] += 1
             assert _state_is_sane(state)
     assert outcomes["refused"] > n // 4, outcomes
+
+
+# --- the reader's bounds at their documented values (issue 28 item 2: mutation testing) -------------
+# Each bound is the module docstring's or its constant's comment; values a state file can hold are read
+# as CPython's own unpickler reads them (``pickle.loads``: the reference for the format), one step past a
+# bound is refused with the documented message.
+
+def _tuple_levels(n: int, inner=()):
+    """A tuple ``n`` levels deep: ``((((),),),)`` (the innermost ``()`` is level 1)."""
+    t = inner
+    for _ in range(n - 1):
+        t = (t,)
+    return t
+
+
+def _nested(kind: str, n: int):
+    """``n`` levels of lists, dicts, or lists and tuples alternating (the innermost empty)."""
+    x = {"list": [], "dict": {}, "mixed": ()}[kind]
+    for i in range(n - 1):
+        x = [x] if kind == "list" or (kind == "mixed" and i % 2 == 0) else {1: x} if kind == "dict" else (x,)
+    return x
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 4])
+@pytest.mark.parametrize("kind", ["tuple", "list", "dict", "mixed"])
+def test_nesting_bound_is_100_levels(kind, protocol):
+    """``_MAX_DEPTH`` = 100 levels of containers, counted alike for tuples (when built) and for every
+    container (when the result is walked): 100 are read, 101 refused."""
+    make = _tuple_levels if kind == "tuple" else lambda n: _nested(kind, n)
+    ok = make(100)
+    assert loads(pickle.dumps(ok, protocol)) == pickle.loads(pickle.dumps(ok, protocol))
+    with pytest.raises(MigrateError, match="nested more than 100 deep"):
+        loads(pickle.dumps(make(101), protocol))
+
+
+@pytest.mark.parametrize("inner, depth", [(frozenset(), 1), (frozenset({1, "a"}), 1),
+                                          (frozenset({((), (), ()), 1}), 3)])
+def test_a_frozensets_depth_counts_its_items(inner, depth):
+    """A frozenset is one level above its deepest item (a scalar is no level; ``((), (), ())`` is 2)."""
+    ok = _tuple_levels(101 - depth, inner)
+    assert loads(pickle.dumps(ok, 4)) == ok
+    with pytest.raises(MigrateError, match="nested more than 100 deep"):
+        loads(pickle.dumps((ok,), 4))
+
+
+def test_wide_tuples_are_not_deep():
+    """Depth is levels, not tuples: 300 tuples side by side, 99 levels under them, are read."""
+    wide = _tuple_levels(98, ((),) * 300)
+    assert loads(pickle.dumps(wide, 4)) == wide
+
+
+@pytest.mark.parametrize("key, ok", [
+    (((),) * 255, True),                  # the key and 255 tuples: 256 visited
+    (((),) * 256, False),
+    (((((),),),) * 85, True),             # 1 + 85 x 3 = 256
+    ((((),),) * 128, False),              # 1 + 128 x 2 = 257
+    ((frozenset({((),)}),) * 255, True),  # a frozenset's hash is cached: it counts 1
+    ((frozenset({((),)}),) * 256, False),
+])
+def test_a_dict_keys_hash_visits_at_most_256_tuples(key, ok):
+    data = pickle.dumps({key: 1}, 4)
+    if ok:
+        assert loads(data) == {key: 1}
+    else:
+        with pytest.raises(MigrateError, match="would visit more than 256 tuples"):
+            loads(data)
+    set_data = pickle.dumps({key}, 4)
+    if ok:
+        assert loads(set_data) == {key}
+    else:
+        with pytest.raises(MigrateError, match="would visit more than 256 tuples"):
+            loads(set_data)
+
+
+@pytest.mark.parametrize("data, ok", [
+    (b"\x8a\x40" + b"\xff" * 64 + b".", True),      # LONG1 of 64 bytes: -1
+    (b"\x8a\x41" + b"\xff" * 65 + b".", False),
+    (b"\x8b\x40\0\0\0" + b"\x01" * 64 + b".", True),  # LONG4
+    (b"\x8b\x41\0\0\0" + b"\x01" * 65 + b".", False),
+    (b"L" + b"9" * 192 + b"L\n.", True),             # a text LONG of 192 digits (3 x 64)
+    (b"L" + b"9" * 193 + b"\n.", False),
+    (b"I-" + b"9" * 191 + b"\n.", True),
+    (b"I" + b"9" * 193 + b"\n.", False),
+])
+def test_integers_are_bounded_at_64_bytes(data, ok):
+    """``_MAX_INT_BYTES`` = 64: LONG1/LONG4 of 64 bytes, text integers of 3 x 64 digits."""
+    if ok:
+        got = loads(data)
+        assert got == pickle.loads(data) and type(got) is int
+    else:
+        with pytest.raises(MigrateError, match="an integer of"):
+            loads(data)
+
+
+@pytest.mark.parametrize("value", [-2**70, -1, -2**63, 2**63, False, True, [False, 0, True, 1], "", b"",
+                                   -0.0, 1e300])
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_scalars_read_as_cpython_reads_them(value, protocol):
+    data = pickle.dumps(value, protocol)
+    got, want = loads(data), pickle.loads(data)
+    assert got == want and type(got) is type(want) and repr(got) == repr(want)
+
+
+@pytest.mark.parametrize("data", [
+    b"S'abc'\n.", b'S"a\\x41\\n"\n.', b"S''\n.", b"(S'x'\nS'y'\nt.", b"I00\n.", b"I01\n.",
+    b"(I01\nI00\nl.", b"(dp0\nS'k'\np1\nI3\nsg1\n.", b"\x80\x04N\x95\x00\x00\x00\x00\x00\x00\x00\x00.",
+    b"\x80\x04Nr\x05\x00\x00\x00\x94h\x01.",  # MEMOIZE after a far index: the memo's length, 1
+    b"\x80\x04Nr\x05\x00\x00\x00\x94h\x05.",
+    b"\x80\x05N.",
+])
+def test_protocol_0_to_5_opcodes_read_as_cpython_reads_them(data):
+    assert loads(data) == pickle.loads(data, encoding="latin1")
+
+
+@pytest.mark.parametrize("data, error, match", [
+    (b"S'\n.", MigrateError, "corrupt STRING"),
+    (b"S'abc\"\n.", MigrateError, "corrupt STRING"),
+    (b"Sxabcx\n.", MigrateError, "corrupt STRING"),
+    (b"S\n.", MigrateError, "corrupt STRING"),
+    (b"0.", MigrateError, "stack underflow"),
+    (b"(0.", MigrateError, "stack underflow"),
+    (b"N(\x85.", MigrateError, "stack underflow"),
+    (b"\x94.", MigrateError, "memo of nothing"),
+    (b"(\x94.", MigrateError, "memo of nothing"),
+    (b"h\x00.", MigrateError, "never stored"),
+    (b"Nq\x00h\x01.", MigrateError, "memo entry 1 was never stored"),
+    (b"\x80\x06N.", MigrateError, "protocol above 5"),
+    (b"N1.", MigrateError, "no MARK"),
+    (b"c__builtin__\nbytearray\n.", UnsafePickleError, "returns builtins.bytearray itself"),
+    (b"K\x01K\x02\x93.", UnsafePickleError, "non-text"),
+    (b"}(K\x01K\x02K\x03u.", MigrateError, "odd SETITEMS"),
+    (b"\x80\x04}(K\x01K\x02(\x91K\x03u.", MigrateError, "a dict key of type frozenset"),  # the 2nd key
+    (b"\x80\x04" + b"}(K\x01K\x02\x8f(\x90K\x03u.", MigrateError, "a dict key of type set"),
+    (b"NK\x01a.", UnsafePickleError, "APPEND on a NoneType"),
+    (b"K\x01K\x01a.", UnsafePickleError, "APPEND on a int"),
+    (b"(K\x01e.", UnsafePickleError, "APPENDS on a nothing"),
+    (P4 + glob4("mxnet.optimizer.optimizer", "SGD") + b"]R.", UnsafePickleError, "not a plain tuple"),
+    (P4 + glob4("mxnet.optimizer.optimizer", "SGD") + b")}" + sunicode("a") + b"K\x01s\x92.",
+     UnsafePickleError, "not a plain tuple"),
+    (P4 + glob4("mxnet.optimizer.optimizer", "SGD") + b"}b.", UnsafePickleError, "modify an allowed function"),
+    (P4 + b"]}b.", UnsafePickleError, "BUILD on a list"),
+    (P4 + b"N}b.", UnsafePickleError, "BUILD on a NoneType"),
+], ids=lambda x: x if isinstance(x, str) else None)
+def test_corrupt_streams_are_refused_naming_what(data, error, match):
+    with pytest.raises(error, match=match):
+        loads(data)
+
+
+def test_every_prefix_of_a_pickle_is_refused():
+    """Each proper prefix of a protocol 0 and a protocol 4 pickle: `MigrateError`, never a hang or
+    another exception; the STOP opcode is read, not assumed."""
+    value = {"a": [1, 2.5, "x", b"yz", (None, True)], "b": -2**70}
+    for protocol in (0, 4):
+        data = pickle.dumps(value, protocol)
+        for cut in range(len(data)):
+            with pytest.raises(MigrateError):
+                loads(data[:cut])
+        assert loads(data) == value
+
+
+def test_the_budget_is_4x_the_file_and_1_mib():
+    """``_BUDGET_FACTOR`` x the file's length + ``_BUDGET_SLACK``: the message names the total."""
+    data = P4 + b"N" + b"2" * 100_000 + b"."  # DUP: 100,000 stack slots of 8 bytes, charged twice
+    with pytest.raises(MigrateError, match=f"more than the {4 * len(data) + (1 << 20)} bytes"):
+        loads(data)
+
+
+@pytest.mark.parametrize("dups, ok", [(87_382, True), (87_383, False)])
+def test_the_stack_is_charged_16_bytes_a_slot(dups, ok):
+    """Before each opcode the stack is charged ``2 x _SLOT`` (8) bytes a slot once that exceeds what is
+    left of the budget (4 x the file's length + 1 MiB). ``N``, ``dups`` DUPs, STOP and 2 bytes after it
+    (never read): 16 x (1 + 87,382) equals 4 x 87,390 + 2**20 exactly, and is not more: read."""
+    data = P4 + b"N" + b"2" * dups + b"." + b"xx"
+    if ok:
+        assert loads(data) is None
+    else:
+        with pytest.raises(MigrateError, match=f"more than the {4 * len(data) + (1 << 20)} bytes"):
+            loads(data)
+
+
+def test_a_dict_key_and_a_records_arguments_are_levels_too():
+    """The 100-level bound counts what holds a value: a dict above its keys, a record (a framework
+    object read as its attributes) above its argument tuple."""
+    assert loads(pickle.dumps({_tuple_levels(99): 1}, 4)) == {_tuple_levels(99): 1}
+    with pytest.raises(MigrateError, match="nested more than 100 deep"):
+        loads(pickle.dumps({_tuple_levels(100): 1}, 4))
+
+    def record(levels):  # SGD(<a tuple `levels` deep>): the record 1, its args 2, the tuple from 3
+        return loads(P4 + glob4("mxnet.optimizer.optimizer", "SGD") + pickle.dumps(_tuple_levels(levels), 2)[2:-1]
+                     + b"\x85R.")
+    assert record(98).args == (_tuple_levels(98),)
+    with pytest.raises(MigrateError, match="nested more than 100 deep"):
+        record(99)
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_arrays_inside_tuples_are_arrays(protocol):
+    """A tuple holding an array beside other values (Gluon's multi-precision states are such tuples)
+    holds the array, not the reader's pending object."""
+    value = {"t": (np.arange(3.0), 1, "z"), "u": (np.ones(2, np.float16),), "e": ()}
+    got = loads(pickle.dumps(value, protocol))
+    assert type(got["t"]) is tuple and type(got["t"][0]) is np.ndarray and got["t"][1:] == (1, "z")
+    np.testing.assert_array_equal(got["t"][0], np.arange(3.0))
+    assert type(got["u"][0]) is np.ndarray and got["u"][0].dtype == np.float16 and got["e"] == ()

@@ -547,7 +547,7 @@ def _finish(obj, what: str, m: _Machine):
         done[key] = out
         return out
 
-    return walk(obj, 0)
+    return walk(obj, 1)  # the top level is 1 deep, as `_Machine.make_tuple` counts a tuple's depth
 
 
 def _walk_dict(d: dict, walk, depth: int):
