@@ -377,7 +377,7 @@ def reduce_then_apply(tx, params, state, g_leaves, r_leaves, compression, presen
     return params, state, r_leaves
 
 
-def choose_fused(fused, tx, num_leaves: int, sharded: bool = False) -> bool:
+def choose_fused(fused, tx, num_leaves: int, sharded: bool) -> bool:
     """The Trainer's ``fused=`` choice: None fuses when the chain runs on flat
     buffers with the same arithmetic (`gradxform.fused.bit_exact`)."""
     check_flag("Trainer", "fused", fused)
@@ -408,7 +408,7 @@ def packs_on_host(choice: bool | None, n_leaves: int, devices) -> bool:
     return n_leaves >= HOST_PACK_LEAVES and jax.process_count() == 1 and all(d.platform == "cpu" for d in devices)
 
 
-def build_step(tx, present, compression, *, has_rescale, devices, zero=None, packed=False):
+def build_step(tx, present, compression, *, has_rescale, devices, zero, packed):
     """all-reduce + update in one program (``Trainer.step``). ``packed``: the
     gradients come as the fused layout's group buffers already
     (`gradxform.fused.Layout.pack_host`), a leaf of its own unreshaped."""
@@ -421,8 +421,7 @@ def build_step(tx, present, compression, *, has_rescale, devices, zero=None, pac
                  donate_argnums=(0, 1, 3), devices=devices)
 
 
-def build_compiled(tx, loss_fn, compression, *, has_rescale, devices, loss_scaled=False, has_aux=False,
-                   zero=None, reduce_aux=None):
+def build_compiled(tx, loss_fn, compression, *, has_rescale, devices, loss_scaled, has_aux, zero, reduce_aux):
     """forward, backward, all-reduce and update in one program; parameters,
     state and residuals are donated. Returns the loss summed over all devices
     (with ``has_aux``: and each device's aux, stacked on a leading axis, or
