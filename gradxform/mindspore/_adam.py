@@ -129,9 +129,8 @@ def beta_power_correction(beta1, beta2) -> GradientTransformation:
 
 def _host_offered() -> bool:
     """Whether the backend has a pinned-host memory kind (CPU and GPU do; a
-    backend without it keeps the moments on the device). The local devices
-    are all of the default backend, so the first one answers for all."""
-    return "pinned_host" in {m.kind for m in jax.local_devices()[0].addressable_memories()}
+    backend without it keeps the moments on the device)."""
+    return all("pinned_host" in {m.kind for m in d.addressable_memories()} for d in jax.local_devices())
 
 
 def offloaded_moments(inner: GradientTransformation) -> GradientTransformation:
