@@ -11,7 +11,8 @@ import gradxform as gx
 from trajectories import run_jitted
 from gradxform import mindspore as M
 from gradxform import schedules as S
-from gradxform._state_paths import map_states
+from gradxform._state_paths import find_states, map_states
+from gradxform.mindspore._adafactor import AdaFactorState
 
 STEPS = 12
 SHAPES = {"dense/weight": (3, 4), "dense/bias": (4,), "bn/gamma": (2, 3)}
@@ -456,7 +457,8 @@ def test_adafactor_compression_keeps_float16_second_moments():
 
 
 def _adafactor_slots(state):
-    return [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "exp_avg_sq")) if hasattr(s, "exp_avg_sq")][0]
+    (st,) = find_states(state, AdaFactorState)
+    return st
 
 
 def test_adafactor_state_and_a_3d_step_as_mindspores():
@@ -501,6 +503,22 @@ def test_adafactor_relative_step_after_ten_thousand_steps(warmup_init):
                        else n, tx.init(w))
     u, _ = tx.update({"b": jnp.array([0.5, -0.5, 0.5, -0.5])}, state, w)
     np.testing.assert_allclose(u["b"], [-0.005, 0.005, -0.005, 0.005], rtol=1e-5)
+
+
+def test_adafactor_dynamic_lr_turns_scale_parameter_off():
+    """``adafactor.py`` 307-310 and 340-341: a learning rate that is not a float or int (a list, a
+    schedule) sets scale_lr False and then scale_parameter False: lr_u = lr, not lr * RMS(w). Step 1
+    (beta2t 0, no first moment) with |g| equal everywhere: U = sign(g), RMS 1, so w moves by -lr sign(g)
+    although RMS(w) is 2."""
+    w = {"b": jnp.full(4, 2.0)}
+    g = {"b": jnp.array([0.5, -0.5, 0.5, -0.5])}
+    tx = M.adafactor([0.01, 0.01], relative_step=False, beta1=0.0)
+    u, _ = tx.update(g, tx.init(w), w)
+    np.testing.assert_allclose(u["b"], [-0.01, 0.01, -0.01, 0.01], rtol=1e-5)
+    # a fixed 0.05 without relative_step or scale_parameter is used as given (not the relative 1e-2)
+    tx = M.adafactor(0.05, relative_step=False, scale_parameter=False, beta1=0.0)
+    u, _ = tx.update(g, tx.init(w), w)
+    np.testing.assert_allclose(u["b"], [-0.05, 0.05, -0.05, 0.05], rtol=1e-5)
 
 
 def test_dynamic_lr_list_uses_ith_value_then_last():
@@ -653,6 +671,10 @@ def test_set_hyper_changes_learning_rate_without_retrace():
     (lambda: M.adafactor(eps=1e-3), TypeError, "eps"),
     (lambda: M.adafactor(loss_scale=0.0), ValueError, "loss_scale"),
     (lambda: M.adafactor(weight_decay=-0.1), ValueError, "weight_decay"),
+    # AdaFactor.construct passes one lr to every parameter and never centralizes (adafactor.py 409-431)
+    (lambda: M.adafactor(groups=[{"params": ["w"], "lr": 0.01}]), ValueError, "per-group 'lr'"),
+    (lambda: M.adafactor(groups=[{"params": ["w"], "grad_centralization": True}]), ValueError,
+     "grad_centralization"),
     (lambda: M.lars(M.momentum(0.1, 0.9), epsilon=1), TypeError, "epsilon"),
     (lambda: M.lars("sgd"), TypeError, "optimizer"),
     # a plain tuple, and a dict (it has .update, no .init), are not transformations

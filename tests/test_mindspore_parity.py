@@ -134,6 +134,8 @@ def test_golden_state_matches_adafactor(case):
     only the state shows its scale or sign."""
     z, meta = load(case)
     _, state = trajectory(build(meta), z, meta)
+    # the optimizer's own learning rate: 0.0 when None (adafactor.py 302-303), the given one otherwise
+    assert float(gx.get_hyper(state, "learning_rate")) == float(z["s_learning_rate"].reshape(()))
     (st,) = find_states(state, AdaFactorState)
     slots = [("s_exp_avg_sq_row", st.exp_avg_sq_row), ("s_exp_avg_sq_col", st.exp_avg_sq_col),
              ("s_exp_avg_sq", st.exp_avg_sq)]
