@@ -12,6 +12,8 @@ import gradxform as gx
 from trajectories import run_jitted
 from gradxform import mindspore as M
 from gradxform import schedules as S
+from gradxform._state_paths import find_states, map_states
+from gradxform.mindspore._adafactor import AdaFactorState
 
 STEPS = 12
 SHAPES = {"dense/weight": (3, 4), "dense/bias": (4,), "bn/gamma": (2, 3)}
@@ -428,10 +430,13 @@ def test_rmsprop_lr_inside_momentum_with_schedule(centered):
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(warmup_init=True, beta1=0.0),
-                                dict(learning_rate=0.01, relative_step=False, weight_decay=0.1)])
+                                dict(learning_rate=0.01, relative_step=False, weight_decay=0.1),
+                                # an eps1 and a clip threshold that show (1e-30 and 1.0 hide + vs -, * vs /)
+                                dict(eps=(1e-2, 1e-2), clip_threshold=0.5, decay_rate=0.7)])
 def test_adafactor(kw):
     w0, gs = data()
-    e1, e2, clip, dr, b1 = 1e-30, 1e-3, 1.0, 0.8, kw.get("beta1", 0.9)
+    (e1, e2), b1 = kw.get("eps", (1e-30, 1e-3)), kw.get("beta1", 0.9)
+    clip, dr = kw.get("clip_threshold", 1.0), kw.get("decay_rate", 0.8)
     rel, wd = kw.get("relative_step", True), kw.get("weight_decay", 0.0)
     rms = lambda x: np.sqrt(np.mean(x * x))  # noqa: E731
 
@@ -467,7 +472,8 @@ def test_adafactor_compression_keeps_float16_second_moments():
 
 
 def _adafactor_slots(state):
-    return [s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "exp_avg_sq")) if hasattr(s, "exp_avg_sq")][0]
+    (st,) = find_states(state, AdaFactorState)
+    return st
 
 
 def test_adafactor_state_and_a_3d_step_as_mindspores():
@@ -481,6 +487,8 @@ def test_adafactor_state_and_a_3d_step_as_mindspores():
                                                                           ("b", (4,)))}
     g = {k: jnp.asarray(rng.randn(*v.shape), jnp.float32) for k, v in w.items()}
     assert _adafactor_slots(M.adafactor(beta1=0.0).init(w)).exp_avg == ()
+    assert _adafactor_slots(M.adafactor(beta1=None).init(w)).exp_avg == ()   # 305: None is 0.0
+    M.adafactor(beta1=0, weight_decay=0)   # ints taken: 327 [int, float]; _preprocess_weight_decay
     tx = M.adafactor(beta1=0.9)
     state = tx.init(w)
     st = _adafactor_slots(state)
@@ -496,6 +504,36 @@ def test_adafactor_state_and_a_3d_step_as_mindspores():
     v = (1.0 / np.sqrt(r / r.mean(-1, keepdims=True)))[..., None] * (1.0 / np.sqrt(c))[..., None, :] * gx3
     v = v / max(np.sqrt(np.mean(v * v)) / 1.0, 1.0) * lr_u
     np.testing.assert_allclose(u["k3"], -(v * (1 - 0.9)), rtol=1e-5)   # exp_avg from 0, beta1 0.9
+
+
+@pytest.mark.parametrize("warmup_init", [False, True])
+def test_adafactor_relative_step_after_ten_thousand_steps(warmup_init):
+    """``adafactor.py`` ``construct`` (410-418): ``lr = min(min_step, 1 / sqrt(step))`` with min_step 1e-2
+    (1e-6 * step with warmup_init): 1/sqrt(step) is the smaller only past step 10^4. At step 40000 lr is
+    1/200. A 1-D leaf of ones (RMS 1: lr_u = lr) with |g| equal everywhere and no first moment: every
+    U_i = sign(g_i) / sqrt(1 - beta2t) before the clip, RMS(U) > 1, so the update is -lr * sign(g)."""
+    w = {"b": jnp.ones(4)}
+    tx = M.adafactor(beta1=0.0, warmup_init=warmup_init)
+    state = map_states(lambda _, n: n._replace(count=jnp.asarray(39999, jnp.int32)) if hasattr(n, "leaf_counts")
+                       else n, tx.init(w))
+    u, _ = tx.update({"b": jnp.array([0.5, -0.5, 0.5, -0.5])}, state, w)
+    np.testing.assert_allclose(u["b"], [-0.005, 0.005, -0.005, 0.005], rtol=1e-5)
+
+
+def test_adafactor_dynamic_lr_turns_scale_parameter_off():
+    """``adafactor.py`` 307-310 and 340-341: a learning rate that is not a float or int (a list, a
+    schedule) sets scale_lr False and then scale_parameter False: lr_u = lr, not lr * RMS(w). Step 1
+    (beta2t 0, no first moment) with |g| equal everywhere: U = sign(g), RMS 1, so w moves by -lr sign(g)
+    although RMS(w) is 2."""
+    w = {"b": jnp.full(4, 2.0)}
+    g = {"b": jnp.array([0.5, -0.5, 0.5, -0.5])}
+    tx = M.adafactor([0.01, 0.01], relative_step=False, beta1=0.0)
+    u, _ = tx.update(g, tx.init(w), w)
+    np.testing.assert_allclose(u["b"], [-0.01, 0.01, -0.01, 0.01], rtol=1e-5)
+    # a fixed 0.05 without relative_step or scale_parameter is used as given (not the relative 1e-2)
+    tx = M.adafactor(0.05, relative_step=False, scale_parameter=False, beta1=0.0)
+    u, _ = tx.update(g, tx.init(w), w)
+    np.testing.assert_allclose(u["b"], [-0.05, 0.05, -0.05, 0.05], rtol=1e-5)
 
 
 def test_dynamic_lr_list_uses_ith_value_then_last():
@@ -648,6 +686,10 @@ def test_set_hyper_changes_learning_rate_without_retrace():
     (lambda: M.adafactor(eps=1e-3), TypeError, "eps"),
     (lambda: M.adafactor(loss_scale=0.0), ValueError, "loss_scale"),
     (lambda: M.adafactor(weight_decay=-0.1), ValueError, "weight_decay"),
+    # AdaFactor.construct passes one lr to every parameter and never centralizes (adafactor.py 409-431)
+    (lambda: M.adafactor(groups=[{"params": ["w"], "lr": 0.01}]), ValueError, "per-group 'lr'"),
+    (lambda: M.adafactor(groups=[{"params": ["w"], "grad_centralization": True}]), ValueError,
+     "grad_centralization"),
     (lambda: M.lars(M.momentum(0.1, 0.9), epsilon=1), TypeError, "epsilon"),
     (lambda: M.lars("sgd"), TypeError, "optimizer"),
     # a plain tuple, and a dict (it has .update, no .init), are not transformations
