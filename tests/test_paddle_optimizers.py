@@ -539,3 +539,17 @@ def test_set_hyper_ranges_of_the_adaptive_rules_are_paddles(name, kw, hyper, tak
     for v in refused:
         with pytest.raises(ValueError, match=hyper):
             gx.set_hyper(state, **{hyper: v})
+
+
+def test_rprop_construction_bounds_are_paddles():
+    # rprop.py 130-140: '0.0 < learning_rate_range[0] <= learning_rate <= learning_rate_range[1]' and
+    # '0.0 < etas[0] < 1.0 < etas[1]'; each bound itself (run in Paddle 3.3.1 by hand: the same outcomes)
+    P.rprop(0.01, learning_rate_range=(0.01, 0.01))
+    for kw in (dict(learning_rate_range=(0.0, 1.0)), dict(learning_rate=0.01, learning_rate_range=(0.02, 1.0)),
+               dict(learning_rate=0.01, learning_rate_range=(1e-5, 0.005))):
+        with pytest.raises(ValueError, match="learning_rate_range"):
+            P.rprop(**kw)
+    P.rprop(etas=(1e-7, 1.0000001))
+    for etas in ((0.0, 1.2), (1.0, 1.2), (0.5, 1.0)):
+        with pytest.raises(ValueError, match="etas"):
+            P.rprop(etas=etas)
