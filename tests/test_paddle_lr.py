@@ -504,3 +504,79 @@ def test_another_family_given_a_paddle_scheduler_says_how_to_feed_it():
         trainer.update({"w": jnp.ones(2)}, 1)
         sched.step()
         np.testing.assert_allclose(trainer.params["w"], [want, want], rtol=1e-6)
+
+
+# Each bound of gradxform.paddle.lr's constructors itself and one step past it, as paddle/optimizer/lr.py
+# (3.3.1) checks them: LRScheduler 154-159, NoamDecay 386, PiecewiseDecay 497-503, NaturalExpDecay 600,
+# PolynomialDecay 813-820, LinearWarmup 957-970, ExponentialDecay 1092, MultiStepDecay 1200-1211, StepDecay
+# 1321-1329, ReduceOnPlateau 1562-1577 (patience, cooldown unchecked there), CosineAnnealingDecay 1789,
+# OneCycleLR 2019-2046, CyclicLR 2273-2286, LinearLR 2446-2459, CosineAnnealingWarmRestarts 2575-2578.
+# All 38 outcomes were run in Paddle 3.3.1 (the same expressions against paddle.optimizer.lr): the same.
+LR_BOUNDS = [
+    ("StepDecay(0.0, 1)", None), ("NoamDecay(0.5, 0.5)", None), ("PiecewiseDecay([2], [0.1, 0.2])", None),
+    ("PolynomialDecay(0.1, 1, power=0.5)", None), ("LinearWarmup(0.1, 1, 0.0, 0.1)", None),
+    ("ReduceOnPlateau(0.1, patience=0, cooldown=0)", None), ("CosineAnnealingDecay(0.1, 1)", None),
+    ("OneCycleLR(0.1, 1, phase_pct=0.5)", None), ("OneCycleLR(0.1, 10, phase_pct=0.49, three_phase=True)", None),
+    ("CyclicLR(0.1, 0.5, 1, 1)", None), ("LinearLR(0.1, 1, start_factor=1.0, end_factor=0.0)", None),
+    ("CosineAnnealingWarmRestarts(0.1, 1)", None), ("ExponentialDecay(0.1, 0.999)", None),
+    ("MultiStepDecay(0.1, [2, 3], gamma=0.999)", None),
+    ("StepDecay(0.1, 0)", "step_size"), ("StepDecay(0.1, 2, gamma=1.0)", "gamma"), ("NoamDecay(0, 10)", "d_model"),
+    ("PiecewiseDecay([], [0.1])", "boundaries"), ("PiecewiseDecay([2], [0.1])", "values"),
+    ("NaturalExpDecay(0.1, 0.0)", "gamma"), ("PolynomialDecay(0.1, 4, power=0.0)", "power"),
+    ("LinearWarmup('0.1', 5, 0.0, 0.1)", "learning_rate"), ("LinearWarmup(0.1, 5, 0.1, 0.1)", "end_lr"),
+    ("ExponentialDecay(0.1, 0.0)", "gamma"), ("ExponentialDecay(0.1, 1.0)", "gamma"),
+    ("MultiStepDecay(0.1, [3, 2, 5])", "milestones"), ("MultiStepDecay(0.1, [3, 3])", "milestones"),
+    ("MultiStepDecay(0.1, [2], gamma=1.0)", "gamma"), ("ReduceOnPlateau(0.1, factor=1.0)", "factor"),
+    ("ReduceOnPlateau('0.1')", "learning_rate"), ("OneCycleLR(0.1, 10, phase_pct=1.01)", "phase_pct"),
+    ("OneCycleLR(0.1, 10, phase_pct=0.5, three_phase=True)", "phase_pct"),
+    ("LinearLR(0.1, 5, start_factor=0.0)", "start_factor"), ("LinearLR(0.1, 5, start_factor=1.5)", "start_factor"),
+    ("LinearLR(0.1, 5, end_factor=1.5)", "end_factor"), ("LinearLR(0.1, 0)", "total_steps"),
+    ("CosineAnnealingWarmRestarts(0.1, 0)", "T_0"), ("CosineAnnealingWarmRestarts(0.1, 2, T_mult=0)", "T_mult"),
+]
+
+
+@pytest.mark.parametrize("expr, error", LR_BOUNDS, ids=[e for e, _ in LR_BOUNDS])
+def test_scheduler_bounds_are_paddles(expr, error):
+    ns = {n: getattr(LR, n) for n in LR.__all__}
+    if error is None:
+        eval(expr, ns)  # noqa: S307 (the table above)
+    else:
+        with pytest.raises((TypeError, ValueError), match=error):
+            eval(expr, ns)  # noqa: S307
+
+
+def test_plateau_state_and_metrics_as_paddle():
+    # lr.py 1586-1593: a fresh ReduceOnPlateau's state (Paddle 3.3.1 by hand: this dict, best None);
+    # 1633-1645: a one-element array is a metric, a string is a TypeError
+    p = LR.ReduceOnPlateau(0.1)
+    assert p.state_dict() == {"cooldown_counter": 0, "best": None, "num_bad_epochs": 0, "last_epoch": 0,
+                              "last_lr": 0.1}
+    with pytest.raises(TypeError, match="metrics"):
+        p.step("0.5")
+    p.step(np.array([0.3]))
+    assert p.best == pytest.approx(0.3) and p.num_bad_epochs == 0
+
+
+def test_unread_warning_once_where_the_user_stepped_and_set_state_dict_warns_only_for_extra_keys():
+    # gradxform's own warning (docstring of gradxform.paddle.lr): a scheduler an optimizer was built with
+    # warns, once, at the user's line, when stepped without being read; one no optimizer holds never warns
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        plain = LR.StepDecay(0.1, 1, gamma=0.5)
+        plain.step()
+        plain.step()
+        read = LR.StepDecay(0.1, 1, gamma=0.5)
+        gradxform.paddle.SGD(read)
+        read()
+        read.step()  # read since it was built: no warning
+        assert w == []
+        sched = LR.StepDecay(0.1, 1, gamma=0.5)
+        gradxform.paddle.SGD(sched)  # reads sched() at construction, then waits for the next read
+        sched.step()
+        sched.step()
+        assert [x.filename for x in w] == [__file__]
+        # Paddle lr.py 263-279: a missing key is an error, a key beyond state_keys a warning
+        sched.set_state_dict({"last_epoch": 1, "last_lr": 0.05})
+        assert len(w) == 1
+        sched.set_state_dict({"last_epoch": 1, "last_lr": 0.05, "other": 0})
+        assert [x.filename for x in w] == [__file__] * 2 and "unused values" in str(w[1].message)

@@ -516,3 +516,40 @@ def test_lamb_ratio_is_1_where_the_update_norm_underflows():
     tx = P.lamb(0.1, lamb_weight_decay=0.0, always_adapt=True)
     u, _ = jax.jit(tx.update)({"w": jnp.asarray(np.float32([1e-29, 1e-29]))}, tx.init(p), p)
     np.testing.assert_array_equal(np.asarray(p["w"] + u["w"]), np.float32([9.9999901e-19, -1.0000011e-18]))
+
+
+@pytest.mark.parametrize("name, kw, hyper, taken, refused", [
+    # rprop.py 139: '0.0 < etas[0] < 1.0 < etas[1]'; 130-135: '0.0 < learning_rate_range[0] <= ...'
+    ("rprop", {}, "eta_positive", (1.0000001, 1.5, 3.0), (1.0, 0.5)),
+    ("rprop", {}, "eta_negative", (1e-7, 0.5, 0.9999999), (0.0, 1.0)),
+    ("rprop", {}, "lr_min", (1e-9,), (0.0, -1e-5)),
+    # rmsprop.py 199-204: epsilon, momentum, rho >= 0, no upper bound
+    ("rmsprop", dict(learning_rate=0.1), "rho", (0.0, 2.0), (-1e-9,)),
+    ("rmsprop", dict(learning_rate=0.1), "momentum", (0.0, 2.0), (-1e-9,)),
+    # nadam.py 184: momentum_decay >= 0
+    ("nadam", {}, "momentum_decay", (0.0, 5.0), (-1e-9,)),
+])
+def test_set_hyper_ranges_of_the_adaptive_rules_are_paddles(name, kw, hyper, taken, refused):
+    # set_hyper checks a value against the range the family declares (paddle/_adaptive.py RANGES),
+    # which is Paddle's own check at construction
+    state = getattr(P, name)(**kw).init({"w": jnp.ones(2)})
+    for v in taken:
+        got = gx.set_hyper(state, **{hyper: v})
+        assert gx.get_hyper(got, hyper) == pytest.approx(v), (hyper, v)
+    for v in refused:
+        with pytest.raises(ValueError, match=hyper):
+            gx.set_hyper(state, **{hyper: v})
+
+
+def test_rprop_construction_bounds_are_paddles():
+    # rprop.py 130-140: '0.0 < learning_rate_range[0] <= learning_rate <= learning_rate_range[1]' and
+    # '0.0 < etas[0] < 1.0 < etas[1]'; each bound itself (run in Paddle 3.3.1 by hand: the same outcomes)
+    P.rprop(0.01, learning_rate_range=(0.01, 0.01))
+    for kw in (dict(learning_rate_range=(0.0, 1.0)), dict(learning_rate=0.01, learning_rate_range=(0.02, 1.0)),
+               dict(learning_rate=0.01, learning_rate_range=(1e-5, 0.005))):
+        with pytest.raises(ValueError, match="learning_rate_range"):
+            P.rprop(**kw)
+    P.rprop(etas=(1e-7, 1.0000001))
+    for etas in ((0.0, 1.2), (1.0, 1.2), (0.5, 1.0)):
+        with pytest.raises(ValueError, match="etas"):
+            P.rprop(etas=etas)
