@@ -443,6 +443,10 @@ def test_protocol_0_to_5_opcodes_read_as_cpython_reads_them(data):
     (b"N1.", MigrateError, "no MARK"),
     (b"c__builtin__\nbytearray\n.", UnsafePickleError, "returns builtins.bytearray itself"),
     (b"K\x01K\x02\x93.", UnsafePickleError, "non-text"),
+    (P4 + sunicode("numpy") + b"K\x02\x93.", UnsafePickleError, "non-text"),
+    (P4 + b"K\x02" + sunicode("dtype") + b"\x93.", UnsafePickleError, "non-text"),
+    (b"1.", MigrateError, "no MARK"),
+    (b"e.", MigrateError, "no MARK"),
     (b"}(K\x01K\x02K\x03u.", MigrateError, "odd SETITEMS"),
     (b"\x80\x04}(K\x01K\x02(\x91K\x03u.", MigrateError, "a dict key of type frozenset"),  # the 2nd key
     (b"\x80\x04" + b"}(K\x01K\x02\x8f(\x90K\x03u.", MigrateError, "a dict key of type set"),
