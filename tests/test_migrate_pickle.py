@@ -484,12 +484,14 @@ def test_the_budget_is_4x_the_file_and_1_mib():
         loads(data)
 
 
-@pytest.mark.parametrize("dups, ok", [(87_382, True), (87_383, False)])
-def test_the_stack_is_charged_16_bytes_a_slot(dups, ok):
+@pytest.mark.parametrize("dups, tail, ok", [(87_382, b".xx", True), (87_382, b"0.x", True),
+                                            (87_383, b".xx", False)])
+def test_the_stack_is_charged_16_bytes_a_slot(dups, tail, ok):
     """Before each opcode the stack is charged ``2 x _SLOT`` (8) bytes a slot once that exceeds what is
-    left of the budget (4 x the file's length + 1 MiB). ``N``, ``dups`` DUPs, STOP and 2 bytes after it
-    (never read): 16 x (1 + 87,382) equals 4 x 87,390 + 2**20 exactly, and is not more: read."""
-    data = P4 + b"N" + b"2" * dups + b"." + b"xx"
+    left of the budget (4 x the file's length + 1 MiB). ``N``, ``dups`` DUPs, then STOP (or POP, STOP)
+    and bytes after it (never read): 16 x (1 + 87,382) equals 4 x 87,390 (87,388) + 2**20 exactly, and
+    is not more: nothing is charged, and the POP's smaller stack is not charged either."""
+    data = P4 + b"N" + b"2" * dups + tail
     if ok:
         assert loads(data) is None
     else:
