@@ -445,6 +445,7 @@ def test_protocol_0_to_5_opcodes_read_as_cpython_reads_them(data):
     (b"K\x01K\x02\x93.", UnsafePickleError, "non-text"),
     (P4 + sunicode("numpy") + b"K\x02\x93.", UnsafePickleError, "non-text"),
     (P4 + b"K\x02" + sunicode("dtype") + b"\x93.", UnsafePickleError, "non-text"),
+    (P4 + b"\x95" + struct.pack("<Q", 3) + b"N.", MigrateError, "a frame of 3 bytes, 2 left"),
     (b"1.", MigrateError, "no MARK"),
     (b"e.", MigrateError, "no MARK"),
     (b"}(K\x01K\x02K\x03u.", MigrateError, "odd SETITEMS"),
