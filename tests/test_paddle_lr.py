@@ -571,10 +571,13 @@ def test_unread_warning_once_where_the_user_stepped_and_set_state_dict_warns_onl
         read.step()  # read since it was built: no warning
         assert w == []
         sched = LR.StepDecay(0.1, 1, gamma=0.5)
-        gradxform.paddle.SGD(sched)  # reads sched() at construction, then waits for the next read
+        gradxform.paddle.SGD(sched)  # reads sched() at construction: the first step is in time
         sched.step()
-        sched.step()
+        assert w == []
+        sched.step()  # "stepped twice without its value being read in between"
         assert [x.filename for x in w] == [__file__]
+        sched.step()
+        assert len(w) == 1  # once
         # Paddle lr.py 263-279: a missing key is an error, a key beyond state_keys a warning
         sched.set_state_dict({"last_epoch": 1, "last_lr": 0.05})
         assert len(w) == 1

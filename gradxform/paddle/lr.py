@@ -111,9 +111,13 @@ class LRScheduler:
         self._read = False
 
     def _attach(self) -> None:
-        """Called by a Paddle optimizer built with this scheduler (for the unread warning)."""
+        """Called by a Paddle optimizer built with this scheduler (for the unread warning).
+        The construction has read the rate the first update uses, so the warning
+        comes from the second ``step()`` without a read, not from the first (a
+        scheduler stepped at the start of each epoch, before any update, is read
+        in time)."""
         self._optimizers = getattr(self, "_optimizers", 0) + 1
-        self._read = False
+        self._read = True
 
     def state_keys(self) -> None:
         """What `state_dict` saves: ``self.keys = ['last_epoch', 'last_lr']`` (a subclass may change it)."""
