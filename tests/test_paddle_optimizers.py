@@ -17,6 +17,7 @@ from gradxform import paddle as P
 from gradxform import schedules as S
 from gradxform._state_paths import find_states
 from gradxform.paddle._adam import AdamState
+from gradxform.paddle._adaptive import RAdamState
 from gradxform.paddle._common import GroupState
 
 SHAPES = {"b": (4,), "w": (3, 4)}  # flatten order: b, w
@@ -553,3 +554,19 @@ def test_rprop_construction_bounds_are_paddles():
     for etas in ((0.0, 1.2), (1.0, 1.2), (0.5, 1.0)):
         with pytest.raises(ValueError, match="etas"):
             P.rprop(etas=etas)
+
+
+def test_radam_epsilon_past_the_rectifier_threshold_and_paddles_initial_state():
+    # Paddle's rho_t passes 5 at the 6th step (beta2 0.9: 5.39); epsilon 0.5 shows its place in
+    # sqrt(1 - beta2^t) / (sqrt(m2) + epsilon) (radam.py -> radam kernel; the default 1e-8 is below float32
+    # resolution there). 8 steps against the float64 transcription r_radam, rtol 1e-5 / atol 1e-7.
+    w0, gs = setup()
+    got, _ = run(P.radam(learning_rate=0.01, beta2=0.9, epsilon=0.5), w0, gs[:8])
+    want = reference(r_radam, w0, gs[:8], lr=0.01, b2=0.9, eps=0.5)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-7, err_msg=k)
+    # radam.py 213-231: beta1_pow, beta2_pow and rho accumulators start at fill_value=1.0
+    st = find_states(P.radam().init({"w": jnp.ones(2)}), RAdamState)[0]
+    assert [float(x) for x in (st.beta1_pow["w"], st.beta2_pow["w"], st.rho["w"])] == [1.0, 1.0, 1.0]
+    # rprop.py 121: learning_rate_range defaults to (1e-5, 50)
+    assert inspect.signature(P.rprop).parameters["learning_rate_range"].default == (1e-5, 50)
