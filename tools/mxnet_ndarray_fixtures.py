@@ -20,8 +20,8 @@ uint64, bfloat16: MXNet 1.9.1 refuses 8-11, "Unknown type enum 8", and loads 12)
 import os
 import struct
 
-import numpy as np
 import mxnet as mx
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests", "fixtures", "mxnet", "ndarray_raw.npz")
