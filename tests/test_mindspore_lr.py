@@ -216,6 +216,7 @@ def test_bad_arguments_raise(make, error, message):
     (lambda: nn.exponential_decay_lr(0.0, 0.9, 10, 2, 3), ValueError, "learning_rate"),
     (lambda: nn.exponential_decay_lr(0.1, 0.0, 10, 2, 3), ValueError, "decay_rate"),
     (lambda: nn.piecewise_constant_lr([2], [True]), TypeError, r"learning_rates\[0\]"),
+    (lambda: nn.piecewise_constant_lr([2], [1]), TypeError, r"learning_rates\[0\]"),
     # cosine_decay_lr 327-335: max_lr > 0 (check_positive_float), then max_lr > min_lr strictly
     (lambda: nn.cosine_decay_lr(0.0, 0.0, 4, 1, 2), ValueError, r"max_lr must be in \(0, inf\)"),
     (lambda: nn.cosine_decay_lr(0.1, 0.1, 4, 1, 2), ValueError, "greater than min_lr"),
