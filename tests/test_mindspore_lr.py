@@ -208,6 +208,41 @@ def test_bad_arguments_raise(make, error, message):
         make()
 
 
+# The dynamic_lr builders' checks as MindSpore 2.10 writes them (mindspore/nn/dynamic_lr.py:
+# piecewise_constant_lr 68-82, `_check_inputs` 90-98; `_checkparam.check_positive_int`: an int > 0,
+# not a bool; `check_positive_float`: > 0; `check_is_float`: a float, not a bool): refused rows.
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: nn.exponential_decay_lr(0.1, 0.9, True, 2, 3), TypeError, "total_step"),
+    (lambda: nn.exponential_decay_lr(0.0, 0.9, 10, 2, 3), ValueError, "learning_rate"),
+    (lambda: nn.exponential_decay_lr(0.1, 0.0, 10, 2, 3), ValueError, "decay_rate"),
+    (lambda: nn.piecewise_constant_lr([2], [True]), TypeError, r"learning_rates\[0\]"),
+    (lambda: nn.piecewise_constant_lr([2], [1]), TypeError, r"learning_rates\[0\]"),
+    # cosine_decay_lr 327-335: max_lr > 0 (check_positive_float), then max_lr > min_lr strictly
+    (lambda: nn.cosine_decay_lr(0.0, 0.0, 4, 1, 2), ValueError, r"max_lr must be in \(0, inf\)"),
+    (lambda: nn.cosine_decay_lr(0.1, 0.1, 4, 1, 2), ValueError, "greater than min_lr"),
+    # polynomial_decay_lr 409-416: learning_rate and power > 0 (check_positive_float)
+    (lambda: nn.polynomial_decay_lr(0.0, 0.0, 2, 1, 2, 1.0), ValueError, "learning_rate"),
+    (lambda: nn.polynomial_decay_lr(0.1, 0.0, 2, 1, 2, 0.0), ValueError, "power"),
+])
+def test_dynamic_lr_refuses_as_mindspore(make, error, message):
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_dynamic_lr_accepts_as_mindspore():
+    """The other side of each bound: a count of 1 (``check_positive_int``), and equal milestones
+    (``piecewise_constant_lr`` raises only for ``item < last_item``, dynamic_lr.py 79: a segment of no
+    steps)."""
+    assert nn.exponential_decay_lr(0.1, 0.5, 1, 1, 1) == [0.1]
+    assert nn.piecewise_constant_lr([2, 2, 4], [0.1, 0.2, 0.3]) == [0.1, 0.1, 0.3, 0.3]
+    # min_lr 0.0 is taken (check_non_negative_float, 327): 0.05 * (1 + cos(pi * min(i, 2) / 2))
+    assert nn.cosine_decay_lr(0.0, 0.1, 4, 1, 2) == pytest.approx([0.1, 0.05, 0.0, 0.0], abs=1e-15)
+    # end_learning_rate 0.0 (check_non_negative_float, 414): 0.1 * (1 - i / 2) ** 1.0 + 0.0
+    assert nn.polynomial_decay_lr(0.1, 0.0, 2, 1, 2, 1.0) == [0.1, 0.05]
+    # warmup_lr's learning_rate 0.0 (check_non_negative_float, 481)
+    assert nn.warmup_lr(0.0, 2, 1, 2) == [0.0, 0.0]
+
+
 # Each class's bounds as MindSpore 2.10 checks them (mindspore/nn/learning_rate_schedule.py:
 # `_check_inputs` lines 51-57, CosineDecayLR 338-344, PolynomialDecayLR 425-436, WarmUpLR 516-517;
 # `_checkparam.check_positive_int` is `> 0` and int only, `check_positive_float` `> 0`,
