@@ -205,7 +205,11 @@ def test_bit_exact_is_a_property_of_the_chain():
 # -- the helpers themselves ---------------------------------------------------------
 
 SIZES = [(5,), (4, 4, 4), (12, 4, 0, 1, 10, 2), (1, 1), (0, 3), (1000, 1, 0, 300, 256, 512, 7),
-         (256, 256, 1), (70000, 3, 257, 1, 999)]
+         (256, 256, 1), (70000, 3, 257, 1, 999),
+         # a boundary at the last element of a row (255): that row straddles two leaves
+         (255, 257, 3),
+         # 255 empty leaves inside one row: an element 256 leaves past its row's first (uint16 offsets)
+         (1,) + (0,) * 255 + (300,)]
 
 
 @pytest.mark.parametrize("sizes", SIZES)
