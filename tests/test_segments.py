@@ -209,7 +209,8 @@ SIZES = [(5,), (4, 4, 4), (12, 4, 0, 1, 10, 2), (1, 1), (0, 3), (1000, 1, 0, 300
          # a boundary at the last element of a row (255): that row straddles two leaves
          (255, 257, 3),
          # 255 empty leaves inside one row: an element 256 leaves past its row's first (uint16 offsets)
-         (1,) + (0,) * 255 + (300,)]
+         (1,) + (0,) * 255 + (300,),
+         (100, 412)]  # whole rows only (512 elements): no partial last row
 
 
 @pytest.mark.parametrize("sizes", SIZES)
