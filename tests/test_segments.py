@@ -241,6 +241,12 @@ def test_leaf_helpers_on_both_paths():
     np.testing.assert_array_equal(flags, [True] * 6 + [False] * 4 + [True])
     (same,) = seg.leaf_flags(buf, ctx, lambda n: True)
     assert same is True  # agreeing leaves stay a static bool
+    # Segments.spread/reduce (docstrings): per element of each leaf; 0-d for a buffer of one leaf
+    two = seg.Segments((0, 1), ((2,), (3,)), ("a", "b"))
+    np.testing.assert_array_equal(two.spread(jnp.asarray([1.0, 2.0])), [1.0, 1.0, 2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(two.reduce(jnp.arange(5.0)), [1.0, 1.0, 9.0, 9.0, 9.0])
+    one = seg.Segments((0,), ((3,),), ("a",))
+    assert one.spread(jnp.asarray([5.0])).shape == () and float(one.reduce(jnp.arange(3.0))) == 3.0
 
 
 def test_row_sums_count_rows_exactly():
