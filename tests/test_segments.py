@@ -205,7 +205,12 @@ def test_bit_exact_is_a_property_of_the_chain():
 # -- the helpers themselves ---------------------------------------------------------
 
 SIZES = [(5,), (4, 4, 4), (12, 4, 0, 1, 10, 2), (1, 1), (0, 3), (1000, 1, 0, 300, 256, 512, 7),
-         (256, 256, 1), (70000, 3, 257, 1, 999)]
+         (256, 256, 1), (70000, 3, 257, 1, 999),
+         # a boundary at the last element of a row (255): that row straddles two leaves
+         (255, 257, 3),
+         # 255 empty leaves inside one row: an element 256 leaves past its row's first (uint16 offsets)
+         (1,) + (0,) * 255 + (300,),
+         (100, 412)]  # whole rows only (512 elements): no partial last row
 
 
 @pytest.mark.parametrize("sizes", SIZES)
@@ -236,6 +241,12 @@ def test_leaf_helpers_on_both_paths():
     np.testing.assert_array_equal(flags, [True] * 6 + [False] * 4 + [True])
     (same,) = seg.leaf_flags(buf, ctx, lambda n: True)
     assert same is True  # agreeing leaves stay a static bool
+    # Segments.spread/reduce (docstrings): per element of each leaf; 0-d for a buffer of one leaf
+    two = seg.Segments((0, 1), ((2,), (3,)), ("a", "b"))
+    np.testing.assert_array_equal(two.spread(jnp.asarray([1.0, 2.0])), [1.0, 1.0, 2.0, 2.0, 2.0])
+    np.testing.assert_array_equal(two.reduce(jnp.arange(5.0)), [1.0, 1.0, 9.0, 9.0, 9.0])
+    one = seg.Segments((0,), ((3,),), ("a",))
+    assert one.spread(jnp.asarray([5.0])).shape == () and float(one.reduce(jnp.arange(3.0))) == 3.0
 
 
 def test_row_sums_count_rows_exactly():
