@@ -222,3 +222,34 @@ def test_float16_master_weights_and_a_named_optimizer_are_read():
     master = np.asarray([1.0001, 2.0002], np.float32) - np.float32(0.1) * (
         np.float32(0.9) * np.asarray([0.5, -0.5], np.float32) + 1)
     np.testing.assert_array_equal(np.asarray(gx.apply_updates(params, u)["w"]), master.astype(np.float16))
+
+
+def test_nested_params_find_paddles_dotted_names_and_powers_hold_one_value():
+    # Paddle names a parameter 'dense.weight'; a nested tree names it 'dense/weight', read as
+    # the dotted name unless the state's own keys use the slash name (a hand-written state)
+    sd = read_paddle_state_dict(os.path.join(FAMILY_FIX, "opt_adam_default.pdopt"))
+    flat = _family_params()
+    nested = {"dense": {"weight": flat["dense.weight"], "bias": flat["dense.bias"]}, "bn": {"gamma": flat["bn.gamma"]}}
+    tx = gx.paddle.adam()  # amsgrad off: its moment2_max is () and Paddle writes none
+    by_flat = from_paddle_state_dict(sd, flat, tx)
+    by_nested = from_paddle_state_dict(sd, nested, tx)
+    slashed = {k.replace("dense.", "dense/").replace("bn.", "bn/"): v for k, v in sd.items()}
+    by_slashed = from_paddle_state_dict(slashed, nested, tx)
+    for st in (by_nested, by_slashed):
+        adam = [s for s in jax.tree.leaves(st, is_leaf=lambda x: isinstance(x, gx.paddle._adam.AdamState))
+                if isinstance(s, gx.paddle._adam.AdamState)][0]
+        np.testing.assert_array_equal(np.asarray(adam.moment1["dense"]["weight"]), sd["dense.weight_moment1_0"])
+        np.testing.assert_array_equal(np.asarray(adam.moment2["bn"]["gamma"]), sd["bn.gamma_moment2_0"])
+        assert float(adam.beta2_pow["dense"]["bias"]) == float(sd["dense.bias_beta2_pow_acc_0"][0])
+    # the same state as the flat, dotted-name tree's (its leaves sort in the same order)
+    assert [np.asarray(x).tolist() for x in jax.tree.leaves(by_nested)] == \
+        [np.asarray(x).tolist() for x in jax.tree.leaves(by_flat)]
+    # Paddle's beta powers are one value per parameter ([1], or parameter-shaped and all equal)
+    shaped = from_paddle_state_dict(dict(sd, **{"dense.bias_beta1_pow_acc_0": np.full(3, 0.729, np.float32)}),
+                                    flat, tx)
+    adam = [s for s in jax.tree.leaves(shaped, is_leaf=lambda x: isinstance(x, gx.paddle._adam.AdamState))
+            if isinstance(s, gx.paddle._adam.AdamState)][0]
+    assert np.shape(adam.beta1_pow["dense.bias"]) == () and float(adam.beta1_pow["dense.bias"]) == np.float32(0.729)
+    for bad in (np.asarray([0.9, 0.8], np.float32), np.zeros(0, np.float32)):
+        with pytest.raises(MigrateError, match="dense.bias_beta1_pow_acc_0.*should hold one value"):
+            from_paddle_state_dict(dict(sd, **{"dense.bias_beta1_pow_acc_0": bad}), flat, tx)
