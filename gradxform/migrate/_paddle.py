@@ -163,6 +163,9 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
 
 
 def _paddle_name(g, names, keys):
+    """The Paddle name of gradxform parameter ``g``: ``names[g]``, else ``g``
+    itself when the state's keys use it, else ``g`` with '/' as '.' (a nested
+    tree's 'dense/weight' is Paddle's 'dense.weight')."""
     p = names.get(g, g)
     if g not in names and "/" in g and not any(k.startswith(p + "_") for k in keys):
         p = g.replace("/", ".")
@@ -253,9 +256,7 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
     d_vals, y_vals, counts, masters = [], [], [], []
     index = _index_accumulators(keys)
     for g, leaf in zip(gnames, leaves):
-        p = names.get(g, g)
-        if g not in names and "/" in g and not any(k.startswith(p + "_") for k in keys):
-            p = g.replace("/", ".")
+        p = _paddle_name(g, names, keys)
         acc = _accumulators(index, sd, p, g)
         for a in "dym":
             if a not in acc:
