@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import re
 import statistics
 import sys
 import time
@@ -44,7 +45,8 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 
 import gradxform  # noqa: E402
-from bench_step import B1, B2, EPS, LR, SETS, WD, flat_kernel, make_tree, memory_of, tx_step  # noqa: E402
+from bench_step import (B1, B2, EPS, LR, SETS, WD, calls_per_sample, flat_kernel, make_tree, memory_of,  # noqa: E402
+                        tx_step)  # noqa: E402
 
 
 def flat_coupled_kernel(p, g, s):
@@ -59,6 +61,15 @@ def flat_coupled_kernel(p, g, s):
     v = B2 * v + (1 - B2) * g * g
     step_size = LR * jnp.sqrt(1 - B2 ** tf) / (1 - B1 ** tf)
     return p - step_size * m / (jnp.sqrt(v) + EPS), (m, v, t)
+
+
+def kernels_of(compiled) -> int:
+    """Launches in the compiled step: the fusions, copies and library calls of its
+    entry computation (what an accelerator runs one kernel each for, unless XLA
+    batches them into a command buffer)."""
+    text = compiled.as_text()
+    entry = text[text.index("ENTRY"):]
+    return len(re.findall(r"= [^=]*? (?:fusion|copy|custom-call|all-reduce|dynamic-update-slice)\(", entry))
 
 
 def contenders(names, params):
@@ -115,25 +126,29 @@ def run_set(set_name, names, rounds, steps):
         jax.block_until_ready((p, s))
         cost = compiled.cost_analysis()
         cost = cost[0] if isinstance(cost, list) else cost
-        live[name] = [compiled, p, g, s, [], compile_s, memory_of(compiled), float(cost.get("bytes accessed", 0)) / n]
+        live[name] = [compiled, p, g, s, [], compile_s, memory_of(compiled), float(cost.get("bytes accessed", 0)) / n,
+                      kernels_of(compiled), len(jax.tree.leaves(s))]
         gc.collect()
+    chain = calls_per_sample()
     for _ in range(rounds):
         for name, entry in live.items():
             compiled, p, g, s, times = entry[:5]
             for _ in range(steps):
                 t0 = time.perf_counter()
-                p, s = compiled(p, g, s)
+                for _ in range(chain):
+                    p, s = compiled(p, g, s)
                 jax.block_until_ready((p, s))
-                times.append(time.perf_counter() - t0)
+                times.append((time.perf_counter() - t0) / chain)
             entry[1], entry[3] = p, s
     floor = statistics.median(live["flat"][4]) if "flat" in live else None
-    print(f"   {'contender':12s} {'median ms':>10s} {'/flat':>7s} {'compile s':>9s} {'XLA peak MB':>11s} {'B/param':>7s}  "
-          f"(load {os.getloadavg()[0]:.1f})")
-    for name, (_, _, _, _, times, compile_s, mem, per_param) in live.items():
+    print(f"   {'contender':12s} {'median ms':>10s} {'/flat':>7s} {'compile s':>9s} {'XLA peak MB':>11s} {'B/param':>7s} "
+          f"{'kernels':>7s} {'state leaves':>12s}  (load {os.getloadavg()[0]:.1f})")
+    for name, (_, _, _, _, times, compile_s, mem, per_param, kernels, state_leaves) in live.items():
         med = statistics.median(times)
         ratio = f"{med / floor:6.2f}x" if floor else "   -   "
         mem_s = f"{mem / 2**20:11.1f}" if mem else f"{'?':>11s}"
-        print(f"   {name:12s} {med * 1e3:10.3f} {ratio} {compile_s:9.2f} {mem_s} {per_param:7.1f}", flush=True)
+        print(f"   {name:12s} {med * 1e3:10.3f} {ratio} {compile_s:9.2f} {mem_s} {per_param:7.1f} {kernels:7d} "
+              f"{state_leaves:12d}", flush=True)
     live.clear()
     gc.collect()
 

@@ -9,7 +9,9 @@ flat kernel, the memory-bandwidth floor every other number is divided by.
 
 Every JAX contender is one jitted step ``(params, grads, state) -> (params,
 state)`` with params and state donated, timed as the median wall time of
-``--steps`` calls after 2 warm-up calls (each call waits for its result).
+``--steps`` samples after 2 warm-up calls; a sample is one call and its wait
+on CPU, 10 calls back to back and one wait on an accelerator (``CHAIN=k``
+sets it), divided by the calls.
 Needs only jax and optax (torch optional); runs unchanged on CPU and GPU.
 Peak memory: XLA's own accounting of the compiled step (arguments + outputs
 not aliased to arguments + temporaries), and, where the backend reports it,
@@ -35,6 +37,14 @@ import gradxform  # noqa: E402
 from gradxform import pieces  # noqa: E402
 
 LR, B1, B2, EPS, WD = 1e-3, 0.9, 0.999, 1e-8, 1e-2
+
+
+def calls_per_sample() -> int:
+    """Calls timed back to back per sample, then one wait: 1 on CPU, where a
+    step takes milliseconds; 10 on an accelerator (``CHAIN`` overrides), where
+    waiting after every call would time the host's launch and sync latency
+    (tens of microseconds) rather than the device's step."""
+    return int(os.environ.get("CHAIN", 1 if jax.default_backend() == "cpu" else 10))
 
 
 # -- parameter sets ------------------------------------------------------------
@@ -153,12 +163,13 @@ def time_jax(step, p, g, s, steps, warmup=2):
     for _ in range(warmup):
         p, s = compiled(p, g, s)
         jax.block_until_ready((p, s))
-    times = []
+    times, chain = [], calls_per_sample()
     for _ in range(steps):
         t0 = time.perf_counter()
-        p, s = compiled(p, g, s)
+        for _ in range(chain):
+            p, s = compiled(p, g, s)
         jax.block_until_ready((p, s))
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0) / chain)
     peak = device_peak()
     del p, s
     return statistics.median(times), compile_s, mem, peak
@@ -182,12 +193,13 @@ def time_torch(shapes, params_np, grads_np, steps, impl, warmup=2):
     for _ in range(warmup):
         opt.step()
     sync()
-    times = []
+    times, chain = [], calls_per_sample()
     for _ in range(steps):
         t0 = time.perf_counter()
-        opt.step()
+        for _ in range(chain):
+            opt.step()
         sync()
-        times.append(time.perf_counter() - t0)
+        times.append((time.perf_counter() - t0) / chain)
     return statistics.median(times), None
 
 

@@ -112,7 +112,7 @@ def contenders(layers: int, width: int, batch_size: int):
                                     devices=jax.devices()[:DEVICES[0]], fused=fused)
         run = trainer.compile_step(mlp_loss)
         run(batch, batch_size)  # compiles
-        program = trainer._programs[("compiled", mlp_loss, False)]
+        program = trainer._programs[("compiled", mlp_loss, False, None)]  # private: XLA memory only
         rescale = np.float32(1.0 / batch_size)
         split = gradxform.trainer.split_batch(batch, DEVICES[0])
         mem = xla_bytes(program.lower(trainer._params, trainer._state, trainer._residual, split,
