@@ -512,6 +512,9 @@ def test_another_family_given_a_paddle_scheduler_says_how_to_feed_it():
 # 1321-1329, ReduceOnPlateau 1562-1577 (patience, cooldown unchecked there), CosineAnnealingDecay 1789,
 # OneCycleLR 2019-2046, CyclicLR 2273-2286, LinearLR 2446-2459, CosineAnnealingWarmRestarts 2575-2578.
 # All 38 outcomes were run in Paddle 3.3.1 (the same expressions against paddle.optimizer.lr): the same.
+# NoamDecay's warmup_steps is unchecked in Paddle, whose first get_lr (lr.py 398, `warmup_steps**-1.5`)
+# raises ZeroDivisionError for 0 ("0.0 cannot be raised to a negative power", run in Paddle 3.3.1);
+# gradxform refuses it at the argument instead.
 LR_BOUNDS = [
     ("StepDecay(0.0, 1)", None), ("NoamDecay(0.5, 0.5)", None), ("PiecewiseDecay([2], [0.1, 0.2])", None),
     ("PolynomialDecay(0.1, 1, power=0.5)", None), ("LinearWarmup(0.1, 1, 0.0, 0.1)", None),
@@ -532,6 +535,7 @@ LR_BOUNDS = [
     ("LinearLR(0.1, 5, start_factor=0.0)", "start_factor"), ("LinearLR(0.1, 5, start_factor=1.5)", "start_factor"),
     ("LinearLR(0.1, 5, end_factor=1.5)", "end_factor"), ("LinearLR(0.1, 0)", "total_steps"),
     ("CosineAnnealingWarmRestarts(0.1, 0)", "T_0"), ("CosineAnnealingWarmRestarts(0.1, 2, T_mult=0)", "T_mult"),
+    ("NoamDecay(16, 0)", "warmup_steps"),
 ]
 
 
@@ -583,3 +587,47 @@ def test_unread_warning_once_where_the_user_stepped_and_set_state_dict_warns_onl
         assert len(w) == 1
         sched.set_state_dict({"last_epoch": 1, "last_lr": 0.05, "other": 0})
         assert [x.filename for x in w] == [__file__] * 2 and "unused values" in str(w[1].message)
+
+
+def test_one_element_arrays_in_state_dict_become_floats_as_paddles_tensors():
+    # lr.py 239-245 (Paddle 3.3.1): a Tensor state value must hold one element and is saved as
+    # float(value), else AssertionError "numel of Tensor in state_dict must be 1" (both run in Paddle
+    # 3.3.1 with a subclass holding paddle.to_tensor(0.25) and paddle.to_tensor([0.25, 0.5])); here an
+    # array plays the Tensor's part
+    class Holds(LR.LRScheduler):
+        def __init__(self, extra):
+            self.extra = extra
+            super().__init__(0.1)
+
+        def state_keys(self):
+            self.keys = ["last_epoch", "last_lr", "extra"]
+
+        def get_lr(self):
+            return self.base_lr
+
+    for one in (jnp.asarray(0.25), np.array([0.25])):
+        sd = Holds(one).state_dict()
+        assert sd == {"last_epoch": 0, "last_lr": 0.1, "extra": 0.25} and type(sd["extra"]) is float
+    with pytest.raises(ValueError, match="extra"):
+        Holds(jnp.asarray([0.25, 0.5])).state_dict()
+
+
+def test_one_cycle_base_lr_is_the_initial_rate_as_paddle():
+    # lr.py 2039 `initial_lr = max_learning_rate / float(divide_factor)`, 2093
+    # `super().__init__(initial_lr, ...)`: base_lr 0.02 and 0.05 (printed by Paddle 3.3.1)
+    assert LR.OneCycleLR(0.5, 40).base_lr == 0.5 / 25.0
+    assert LR.OneCycleLR(0.5, 50, divide_factor=10.0, phase_pct=0.25, three_phase=True).base_lr == 0.05
+
+
+def test_warm_restarts_step_with_an_epoch_at_t_mult_3_as_paddle():
+    # lr.py 2623-2639 (Paddle 3.3.1): from epoch >= T_0, n = int(log(epoch / T_0 * (T_mult - 1) + 1, T_mult)),
+    # T_cur = epoch - T_0 (T_mult ** n - 1) / (T_mult - 1), T_i = T_0 T_mult ** n. The recorded cases
+    # have T_mult 1 and 2, where `/ (T_mult - 1)` and `* (T_mult - 1)` agree. (epoch, T_cur, T_i,
+    # lr) printed by Paddle 3.3.1 for CosineAnnealingWarmRestarts(0.5, 3, T_mult=3, eta_min=0.01):
+    want = [(4, 1.0, 9, 0.48522469209254754), (13, 1.0, 27, 0.49834339764677604), (2, 2, 3, 0.13250000000000006),
+            (40, 1.0, 81, 0.49981574836353637), (12, 0.0, 27, 0.5), (3, 0.0, 9, 0.5), (39, 0.0, 81, 0.5)]
+    s = LR.CosineAnnealingWarmRestarts(0.5, 3, T_mult=3, eta_min=0.01)
+    for epoch, t_cur, t_i, lr in want:
+        s.step(epoch=epoch)
+        assert (s.T_cur, s.T_i, s.last_epoch) == (t_cur, t_i, epoch)
+        assert s() == pytest.approx(lr, rel=1e-12) == cos_closed(0.5, t_i, 0.01, t_cur)
