@@ -305,6 +305,7 @@ HAND_REFUSED = {
     "slices_dims": "slices of 'w' disagree on dims or type",
     "slices_type": "slices of 'w' disagree on dims or type",
     "maptensor_unknown_field": "entry 'm' is a MapTensor",  # a field MapTensorProto lacks: kept as unknown
+    "maptensor_corrupt": "not a readable MindSpore checkpoint",  # its field 1 holds 3 of 5 bytes
 }
 
 

@@ -19,7 +19,7 @@ Writes tests/fixtures/mindspore/reader/ (no ``opt.ckpt`` there, so it is not a m
     hand_<case>.ckpt  files MindSpore never writes, encoded here by hand (protobuf wire format) from
                       checkpoint.proto: numeric dims [0], dims [3, 0], dims [2, -1], 32 and 33 dims,
                       an empty tag, slices of one tag disagreeing on dims or type, a MapTensor entry
-                      holding a field MapTensorProto lacks; what ms.load_checkpoint makes of each (the
+                      holding a field MapTensorProto lacks, one whose field 1 is cut short; what ms.load_checkpoint makes of each (the
                       arrays, or the first line of its error) is in meta["hand"]
     expected.npz      meta (json): MindSpore's version, each tag's kind/dtype/shape (or string value)
                       in the order ms.load_checkpoint returns them, its message for empty_crc.ckpt;
@@ -98,6 +98,7 @@ HAND = {
     "slices_dims": _entry("w", _tensor([2, 1], "Float32", _F32)) + _entry("w", _tensor([2, 2], "Float32", _F32)),
     "slices_type": _entry("w", _tensor([2], "Float32", _F32)) + _entry("w", _tensor([2], "Int32", _F32)),
     "maptensor_unknown_field": _entry("w", _tensor([], "Float32", _F32)) + _entry("m", _ld(2, b"\xff\xff"), 3),
+    "maptensor_corrupt": _entry("w", _tensor([], "Float32", _F32)) + _entry("m", b"\x0a\x05abc", 3),
 }
 
 
