@@ -253,7 +253,7 @@ def test_reader_refuses_what_mindspore_cannot_load_or_numpy_cannot_hold():
     """A checkpoint of no tensors with a CRC trailer (MindSpore writes exactly the 17 trailer bytes; its
     loader refuses it: 'The loaded parameter dict is empty ...') is 'no tensors', not an unreadable
     file; a BFloat16 tensor (MindSpore loads it; numpy has no bfloat16) is refused naming its type."""
-    z, meta = reader_expected()
+    _, meta = reader_expected()
     assert meta["empty_crc_error"].startswith("The loaded parameter dict is empty")
     path = os.path.join(READER, "empty_crc.ckpt")
     assert os.path.getsize(path) == 17
@@ -311,7 +311,7 @@ HAND_REFUSED = {
 
 @pytest.mark.parametrize("case", ["dims0", "dims3x0", "dims32", *HAND_REFUSED])
 def test_handwritten_files_against_mindspore(case):
-    z, meta = reader_expected()
+    _, meta = reader_expected()
     ms = meta["hand"][case]
     path = os.path.join(READER, f"hand_{case}.ckpt")
     if case in HAND_REFUSED:
@@ -384,7 +384,7 @@ def test_no_supported_state_names_the_prefixes_found():
     """A checkpoint of weights only (values.ckpt) has no state prefix: 'none'. MindSpore AdaFactor
     (adafactor.ckpt, written by MindSpore: afactor_step, exp_avg.<p>, exp_avg_sq_row_<p>, ...) is not
     migrated: its prefixes are named, AdaFactor's step among them."""
-    z, meta = reader_expected()
+    _, meta = reader_expected()
     tx = gx.create("mindspore.momentum", learning_rate=0.1, momentum=0.9)
     with pytest.raises(MigrateError, match=r"state prefixes found: none\); supported: Momentum"):
         from_mindspore_checkpoint(os.path.join(READER, "values.ckpt"), {"t.float32.v": jnp.zeros(3)}, tx)
@@ -413,3 +413,32 @@ def test_the_beta_power_warning_points_at_the_call():
     with pytest.warns(UserWarning, match="beta1_power") as caught:
         from_mindspore_checkpoint(ckpt("adam"), params_at(z, meta, 4), make_tx(meta, beta1=0.8))
     assert [w.filename for w in caught if "beta1_power" in str(w.message)] == [__file__]
+
+
+def test_a_tag_that_is_the_gradxform_name_wins_over_the_dotted_reading():
+    """'a/b' reads as 'a.b' only when no tag is 'a/b' itself: here the weight 'a/b' and its state
+    'moments.a/b' are in the file, beside an unrelated weight 'c.a.b' (which ends with '.a.b')."""
+    w, m = np.arange(3, dtype=np.float32), np.array([0.5, -1.0, 2.0], np.float32)
+    data = _encode({"global_step": np.array([5], np.int32), "learning_rate": np.array(0.1, np.float32),
+                    "momentum": np.array(0.9, np.float32), "a/b": w, "c.a.b": np.zeros(2, np.float32),
+                    "moments.a/b": m})
+    state = from_mindspore_checkpoint(io.BytesIO(data), {"a": {"b": jnp.asarray(w)}},
+                                      gx.create("mindspore.momentum", learning_rate=0.1, momentum=0.9))
+    assert sum(np.array_equal(np.asarray(x), m) for x in jax.tree.leaves(state)) == 1
+
+
+def test_a_state_entry_of_another_shape_is_named_without_the_weights():
+    """Without the weights beside it (which are checked too), a state entry of another shape than its
+    parameter is refused naming the entry; so is one that is text."""
+    z, meta = load("adam")
+    params, tx = params_at(z, meta, 4), make_tx(meta)
+    entries = {t: z["ckpt_" + t] for t in meta["ckpt_entries"] if t not in meta["names"]}
+    other = dict(params, **{"dense2.weight": jnp.zeros((3, 3), jnp.float32)})
+    with pytest.raises(MigrateError, match=r"'moment1.dense2.weight' has shape \(2, 3\) but parameter "
+                                           r"'dense2.weight' has shape \(3, 3\)"):
+        from_mindspore_checkpoint(io.BytesIO(_encode(entries)), other, tx)
+    text = _encode({t: a for t, a in entries.items() if t != "moment2.dense1.bias"}) + _entry(
+        "moment2.dense1.bias", _tensor([0], "str", "abc".encode("utf-32-le")))
+    with pytest.raises(MigrateError, match=r"'moment2.dense1.bias' has shape \(\) but parameter 'dense1.bias' has "
+                                           r"shape \(3,\)"):
+        from_mindspore_checkpoint(io.BytesIO(text), params, tx)

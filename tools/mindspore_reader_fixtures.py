@@ -19,8 +19,9 @@ Writes tests/fixtures/mindspore/reader/ (no ``opt.ckpt`` there, so it is not a m
     hand_<case>.ckpt  files MindSpore never writes, encoded here by hand (protobuf wire format) from
                       checkpoint.proto: numeric dims [0], dims [3, 0], dims [2, -1], 32 and 33 dims,
                       an empty tag, slices of one tag disagreeing on dims or type, a MapTensor entry
-                      holding a field MapTensorProto lacks, one whose field 1 is cut short; what ms.load_checkpoint makes of each (the
-                      arrays, or the first line of its error) is in meta["hand"]
+                      holding a field MapTensorProto lacks, one whose field 1 is cut short; what
+                      ms.load_checkpoint makes of each (the arrays, or the first line of its error)
+                      is in meta["hand"]
     expected.npz      meta (json): MindSpore's version, each tag's kind/dtype/shape (or string value)
                       in the order ms.load_checkpoint returns them, its message for empty_crc.ckpt;
                       a_<tag>: ms.load_checkpoint(values.ckpt)[tag].asnumpy()
