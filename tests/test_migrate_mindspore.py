@@ -11,6 +11,7 @@ import glob
 import io
 import json
 import os
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -442,3 +443,26 @@ def test_a_state_entry_of_another_shape_is_named_without_the_weights():
     with pytest.raises(MigrateError, match=r"'moment2.dense1.bias' has shape \(\) but parameter 'dense1.bias' has "
                                            r"shape \(3,\)"):
         from_mindspore_checkpoint(io.BytesIO(text), params, tx)
+
+
+def test_a_beta_power_is_one_number():
+    """MindSpore keeps ``beta1_power`` as one float32 (mindspore/nn/optim/adam.py line 718: shape ();
+    line 1197, AdamOffload: (1,)). Beside a state that has none (AdamWeightDecay, MindSpore's default
+    beta1=0.9), a ``beta1_power`` in the file is still checked against tx's beta1 after
+    ``global_step`` (5) steps: one number of either shape is read, and a warning names it when it is
+    not 0.9**5; two numbers are refused, as they are beside Adam's state."""
+    z, meta = load("adamweightdecay")
+    params, tx = params_at(z, meta, 4), make_tx(meta)
+    entries = {t: z["ckpt_" + t] for t in meta["ckpt_entries"]}
+
+    def with_power(p):
+        return io.BytesIO(_encode(dict(entries, beta1_power=np.asarray(p, np.float32))))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_mindspore_checkpoint(with_power([0.9 ** 5]), params, tx)
+    with pytest.warns(UserWarning, match=r"beta1_power is 0.5 in the checkpoint but tx's beta1=0.9 gives "
+                                         r"0\.5904\d* after 5 steps"):
+        from_mindspore_checkpoint(with_power(0.5), params, tx)
+    with pytest.raises(MigrateError, match="cannot reshape array of size 2"):
+        from_mindspore_checkpoint(with_power([0.9 ** 5, 0.5]), params, tx)

@@ -308,7 +308,7 @@ def _check_beta_powers(ckpt, state, step):
         power = ckpt.get(f"{b}_power")
         if power is None or b not in hyper:
             continue
-        have = float(np.asarray(power).reshape(-1)[0])
+        have = float(np.asarray(power).reshape(()))  # one number, as for the Adam kinds above
         want = float(np.float64(hyper[b]) ** step)
         if not np.isclose(have, want, rtol=1e-4, atol=1e-12):
             warn_at_caller(f"{WHO}: {b}_power is {have:.7g} in the checkpoint but tx's {b}={hyper[b]:g} "
