@@ -8,8 +8,10 @@ after every step: float32 rtol 1e-5 (atol 1e-6 for entries near zero).
 """
 import binascii
 import glob
+import io
 import json
 import os
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -219,3 +221,248 @@ def test_fuzz_checkpoint_refused_or_sane(tmp_path, request):
                 tracemalloc.stop()
             assert peak < budget, (case, i, peak)
     assert outcomes["refused"] > 0, outcomes
+
+
+READER = os.path.join(ROOT, "reader")  # tools/mindspore_reader_fixtures.py, MindSpore 2.10.0
+
+
+def reader_expected():
+    z = np.load(os.path.join(READER, "expected.npz"))
+    return z, json.loads(str(z["meta"]))
+
+
+@pytest.mark.parametrize("name", ["values.ckpt", "values_crc.ckpt"])
+def test_reader_reads_what_mindspore_loads_every_dtype_rank_and_string(name):
+    """ms.save_checkpoint of one tensor per dtype the reader supports (float16/32/64, int8-64, uint8-64,
+    bool) at ranks 0, 1, 2 and 5, append_dict strings (ASCII, non-ASCII, empty: MindSpore writes dims [0]
+    and UTF-32 text) and Python scalars, without and with the crc_num trailer: the tags in MindSpore's
+    order, and each value as ms.load_checkpoint returned it (dtype, shape, every byte; strings equal)."""
+    z, meta = reader_expected()
+    got = read_mindspore_checkpoint(os.path.join(READER, name))
+    assert list(got) == [e["tag"] for e in meta["entries"]]
+    for e in meta["entries"]:
+        v = got[e["tag"]]
+        if e["kind"] == "str":
+            assert isinstance(v, str) and v == e["value"], e
+        else:
+            want = z["a_" + e["tag"]]
+            assert isinstance(v, np.ndarray) and v.dtype == want.dtype and v.shape == want.shape, e
+            assert v.tobytes() == want.tobytes(), e
+
+
+def test_reader_refuses_what_mindspore_cannot_load_or_numpy_cannot_hold():
+    """A checkpoint of no tensors with a CRC trailer (MindSpore writes exactly the 17 trailer bytes; its
+    loader refuses it: 'The loaded parameter dict is empty ...') is 'no tensors', not an unreadable
+    file; a BFloat16 tensor (MindSpore loads it; numpy has no bfloat16) is refused naming its type."""
+    _, meta = reader_expected()
+    assert meta["empty_crc_error"].startswith("The loaded parameter dict is empty")
+    path = os.path.join(READER, "empty_crc.ckpt")
+    assert os.path.getsize(path) == 17
+    with pytest.raises(MigrateError, match="holds no tensors"):
+        read_mindspore_checkpoint(path)
+    assert meta["bfloat16"]["dtype"] == "BFloat16"
+    with pytest.raises(MigrateError, match="'bf' has tensor type 'BFloat16', which is not supported"):
+        read_mindspore_checkpoint(os.path.join(READER, "bfloat16.ckpt"))
+
+
+# Protobuf written by hand (the wire format, https://protobuf.dev/programming-guides/encoding/) for
+# files MindSpore never writes: the schema is mindspore/train/checkpoint.proto (Checkpoint.value = 1;
+# Value.tag = 1, .tensor = 2, .maptensor = 3; TensorProto.dims = 1, .tensor_type = 2, .tensor_content = 3;
+# MapTensorProto.tensor = 1).
+def _varint(n: int) -> bytes:
+    n &= (1 << 64) - 1  # int64: a negative number is its 10-byte two's complement
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _ld(field: int, payload: bytes) -> bytes:  # a length-delimited field
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _tensor(dims, ttype: str, content: bytes) -> bytes:
+    return b"".join(_varint(1 << 3) + _varint(d) for d in dims) + _ld(2, ttype.encode()) + _ld(3, content)
+
+
+def _entry(tag: str, body: bytes, field: int = 2) -> bytes:  # one Checkpoint.value
+    return _ld(1, _ld(1, tag.encode()) + _ld(field, body))
+
+
+def _read_bytes(data: bytes):
+    return read_mindspore_checkpoint(io.BytesIO(data))
+
+
+# hand_<case>.ckpt (tools/mindspore_reader_fixtures.py): files MindSpore never writes; what MindSpore 2.10's
+# ms.load_checkpoint made of each is meta["hand"][case]. Read where MindSpore reads the same array;
+# refused where it refuses (or crashes); refused where it reads what is not there (slices disagreeing: it
+# takes the last slice's dims and type for the joined bytes) or loads a tag that names nothing.
+HAND_REFUSED = {
+    "dims_negative": r"'w' has dims \(2, -1\); not an array shape",
+    "dims33": "'w' has 33 dims; not an array shape",
+    "empty_tag": "an entry's tag is '', not a parameter name",
+    "slices_dims": "slices of 'w' disagree on dims or type",
+    "slices_type": "slices of 'w' disagree on dims or type",
+    "maptensor_unknown_field": "entry 'm' is a MapTensor",  # a field MapTensorProto lacks: kept as unknown
+    "maptensor_corrupt": "not a readable MindSpore checkpoint",  # its field 1 holds 3 of 5 bytes
+}
+
+
+@pytest.mark.parametrize("case", ["dims0", "dims3x0", "dims32", *HAND_REFUSED])
+def test_handwritten_files_against_mindspore(case):
+    _, meta = reader_expected()
+    ms = meta["hand"][case]
+    path = os.path.join(READER, f"hand_{case}.ckpt")
+    if case in HAND_REFUSED:
+        assert "error" in ms or case in ("empty_tag", "slices_dims", "slices_type"), ms
+        with pytest.raises(MigrateError, match=HAND_REFUSED[case]):
+            read_mindspore_checkpoint(path)
+        return
+    got = read_mindspore_checkpoint(path)
+    assert list(got) == list(ms["loaded"])
+    for tag, want in ms["loaded"].items():
+        assert str(got[tag].dtype) == want["dtype"] and list(got[tag].shape) == want["shape"], tag
+        assert got[tag].tobytes().hex() == want["hex"], tag
+
+
+def test_the_budget_is_800_bytes_an_entry_and_twice_its_data():
+    """Each entry is charged 800 bytes (``_ENTRY_BYTES``: its Python objects) and twice its data against
+    4 x the file's length + 2**20: 1,600 scalar Float32 entries (27 bytes each in the file) charge
+    1,600 x (800 + 2 x 4); one entry's tag is lengthened until the budget is at least that and less
+    than it + 4: read; a tag one character shorter (the budget 4 bytes smaller): refused."""
+    n, f32 = 1_600, np.float32(0.25).tobytes()
+    charge = n * (800 + 2 * len(f32))
+
+    rest = b"".join(_entry(f"e{i:05d}", _tensor([], "Float32", f32)) for i in range(1, n))
+
+    def file(pad):
+        return _entry("e00000" + "x" * pad, _tensor([], "Float32", f32)) + rest
+
+    pad = 0
+    while 4 * len(file(pad)) + (1 << 20) < charge:
+        pad += 1 + max(0, (charge - 4 * len(file(pad)) - (1 << 20)) // 4 - 8)  # close in, then by one
+    data = file(pad)
+    assert charge <= 4 * len(data) + (1 << 20) < charge + 4
+    got = _read_bytes(data)
+    assert len(got) == n and np.array_equal(np.stack(list(got.values())), np.full(n, 0.25, np.float32))
+    short = file(pad - 1)
+    with pytest.raises(MigrateError, match=f"more than the {4 * len(short) + (1 << 20)} bytes"):
+        _read_bytes(short)
+
+
+# mindspore/train/serialization.py lines 87-89 (_tensor_to_np_type), read backwards
+_MS_TYPE = {np.dtype(np_type): name for name, np_type in [
+    ("Int8", np.int8), ("UInt8", np.uint8), ("Int16", np.int16), ("UInt16", np.uint16), ("Int32", np.int32),
+    ("UInt32", np.uint32), ("Int64", np.int64), ("UInt64", np.uint64), ("Float16", np.float16),
+    ("Float32", np.float32), ("Float64", np.float64), ("Bool", np.bool_)]}
+
+
+def _encode(arrays: dict) -> bytes:
+    """A checkpoint of ``arrays`` as MindSpore writes one (dims = the shape, [] for a scalar)."""
+    return b"".join(_entry(t, _tensor(a.shape, _MS_TYPE[a.dtype], a.tobytes())) for t, a in arrays.items())
+
+
+def test_the_weights_are_optional_and_checked_when_present():
+    """``save_checkpoint(opt)`` stores the weights beside the state; a checkpoint of the state alone
+    (the Adam fixture's entries, as ms.load_checkpoint gave them, less the four weights) gives the same
+    state; a weight of another shape than its parameter is refused naming it."""
+    z, meta = load("adam")
+    params, tx = params_at(z, meta, 4), make_tx(meta)
+    entries = {tag: z["ckpt_" + tag] for tag in meta["ckpt_entries"]}
+    full = from_mindspore_checkpoint(ckpt("adam"), params, tx)
+    state_only = from_mindspore_checkpoint(
+        io.BytesIO(_encode({t: a for t, a in entries.items() if t not in meta["names"]})), params, tx)
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(state_only)))
+    other = dict(entries, **{"dense1.weight": np.zeros((2, 2), np.float32)})
+    with pytest.raises(MigrateError, match=r"the checkpoint's weight 'dense1.weight' has shape \(2, 2\) but "
+                                           r"parameter 'dense1.weight' has shape \(3, 4\)"):
+        from_mindspore_checkpoint(io.BytesIO(_encode(other)), params, tx)
+
+
+def test_no_supported_state_names_the_prefixes_found():
+    """A checkpoint of weights only (values.ckpt) has no state prefix: 'none'. MindSpore AdaFactor
+    (adafactor.ckpt, written by MindSpore: afactor_step, exp_avg.<p>, exp_avg_sq_row_<p>, ...) is not
+    migrated: its prefixes are named, AdaFactor's step among them."""
+    _, meta = reader_expected()
+    tx = gx.create("mindspore.momentum", learning_rate=0.1, momentum=0.9)
+    with pytest.raises(MigrateError, match=r"state prefixes found: none\); supported: Momentum"):
+        from_mindspore_checkpoint(os.path.join(READER, "values.ckpt"), {"t.float32.v": jnp.zeros(3)}, tx)
+    assert "afactor_step" in meta["adafactor_tags"] and "exp_avg_sq_row_weight" in meta["adafactor_tags"]
+    params = {"weight": jnp.zeros((3, 4)), "bias": jnp.zeros(3)}
+    with pytest.raises(MigrateError, match=r"state prefixes found: \['afactor_step', 'exp_avg'\]\)"):
+        from_mindspore_checkpoint(os.path.join(READER, "adafactor.ckpt"), params, tx)
+
+
+def test_missing_state_names_both_names():
+    """The message for a missing state entry gives the MindSpore name, noting when it is the
+    gradxform name itself."""
+    z, meta = load("adam")
+    params = params_at(z, meta, 4)
+    more = dict(params, a={"weight": jnp.zeros((2, 2), jnp.float32)})
+    with pytest.raises(MigrateError, match=r"no 'moment1.a/weight' for parameter 'a/weight' \(MindSpore name\)\.$"):
+        from_mindspore_checkpoint(ckpt("adam"), more, make_tx(meta))
+    with pytest.raises(MigrateError, match=r"no 'moment1.dense9.weight' for parameter 'a/weight' "
+                                           r"\(MindSpore name 'dense9.weight'\)\.$"):
+        from_mindspore_checkpoint(ckpt("adam"), more, make_tx(meta), names={"a/weight": "dense9.weight"})
+
+
+def test_the_beta_power_warning_points_at_the_call():
+    """Like every migration warning, the beta-power mismatch is attributed to the caller's line."""
+    z, meta = load("adam")
+    with pytest.warns(UserWarning, match="beta1_power") as caught:
+        from_mindspore_checkpoint(ckpt("adam"), params_at(z, meta, 4), make_tx(meta, beta1=0.8))
+    assert [w.filename for w in caught if "beta1_power" in str(w.message)] == [__file__]
+
+
+def test_a_tag_that_is_the_gradxform_name_wins_over_the_dotted_reading():
+    """'a/b' reads as 'a.b' only when no tag is 'a/b' itself: here the weight 'a/b' and its state
+    'moments.a/b' are in the file, beside an unrelated weight 'c.a.b' (which ends with '.a.b')."""
+    w, m = np.arange(3, dtype=np.float32), np.array([0.5, -1.0, 2.0], np.float32)
+    data = _encode({"global_step": np.array([5], np.int32), "learning_rate": np.array(0.1, np.float32),
+                    "momentum": np.array(0.9, np.float32), "a/b": w, "c.a.b": np.zeros(2, np.float32),
+                    "moments.a/b": m})
+    state = from_mindspore_checkpoint(io.BytesIO(data), {"a": {"b": jnp.asarray(w)}},
+                                      gx.create("mindspore.momentum", learning_rate=0.1, momentum=0.9))
+    assert sum(np.array_equal(np.asarray(x), m) for x in jax.tree.leaves(state)) == 1
+
+
+def test_a_state_entry_of_another_shape_is_named_without_the_weights():
+    """Without the weights beside it (which are checked too), a state entry of another shape than its
+    parameter is refused naming the entry; so is one that is text."""
+    z, meta = load("adam")
+    params, tx = params_at(z, meta, 4), make_tx(meta)
+    entries = {t: z["ckpt_" + t] for t in meta["ckpt_entries"] if t not in meta["names"]}
+    other = dict(params, **{"dense2.weight": jnp.zeros((3, 3), jnp.float32)})
+    with pytest.raises(MigrateError, match=r"'moment1.dense2.weight' has shape \(2, 3\) but parameter "
+                                           r"'dense2.weight' has shape \(3, 3\)"):
+        from_mindspore_checkpoint(io.BytesIO(_encode(entries)), other, tx)
+    text = _encode({t: a for t, a in entries.items() if t != "moment2.dense1.bias"}) + _entry(
+        "moment2.dense1.bias", _tensor([0], "str", "abc".encode("utf-32-le")))
+    with pytest.raises(MigrateError, match=r"'moment2.dense1.bias' has shape \(\) but parameter 'dense1.bias' has "
+                                           r"shape \(3,\)"):
+        from_mindspore_checkpoint(io.BytesIO(text), params, tx)
+
+
+def test_a_beta_power_is_one_number():
+    """MindSpore keeps ``beta1_power`` as one float32 (mindspore/nn/optim/adam.py line 718: shape ();
+    line 1197, AdamOffload: (1,)). Beside a state that has none (AdamWeightDecay, MindSpore's default
+    beta1=0.9), a ``beta1_power`` in the file is still checked against tx's beta1 after
+    ``global_step`` (5) steps: one number of either shape is read, and a warning names it when it is
+    not 0.9**5; two numbers are refused, as they are beside Adam's state."""
+    z, meta = load("adamweightdecay")
+    params, tx = params_at(z, meta, 4), make_tx(meta)
+    entries = {t: z["ckpt_" + t] for t in meta["ckpt_entries"]}
+
+    def with_power(p):
+        return io.BytesIO(_encode(dict(entries, beta1_power=np.asarray(p, np.float32))))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_mindspore_checkpoint(with_power([0.9 ** 5]), params, tx)
+    with pytest.warns(UserWarning, match=r"beta1_power is 0.5 in the checkpoint but tx's beta1=0.9 gives "
+                                         r"0\.5904\d* after 5 steps"):
+        from_mindspore_checkpoint(with_power(0.5), params, tx)
+    with pytest.raises(MigrateError, match="cannot reshape array of size 2"):
+        from_mindspore_checkpoint(with_power([0.9 ** 5, 0.5]), params, tx)

@@ -10,6 +10,7 @@ import io
 import os
 import pickle
 import struct
+import sys
 import tracemalloc
 import warnings
 
@@ -536,3 +537,112 @@ def test_containers_are_charged_twice_their_growth():
         loads(pickle.dumps([None] * 300_000, 4))
     far = b"".join(b"r" + struct.pack("<I", (1 << 20) + i) for i in range(10_000))
     assert loads(P4 + b"N" + far + b"0j" + struct.pack("<I", (1 << 20) + 9_999) + b".") is None
+
+
+
+# The reader's charges, transcribed from the module docstring of gradxform/migrate/_pickle.py ("every
+# Python object by its sys.getsizeof, every element added to a container by the container's growth",
+# "each opcode by a stack slot"): sizes come from CPython objects of the same layout, never from the
+# reader's accounting. Protocol 2, no FRAME.
+def _growth(container, add_one, n):
+    """2 x what ``container`` grows by (old and new table at a resize) over ``n`` single additions."""
+    total = 0
+    for i in range(n):
+        before = sys.getsizeof(container)
+        add_one(container, i)
+        total += 2 * max(0, sys.getsizeof(container) - before)
+    return total
+
+
+def _appends(n):
+    return _growth([], lambda c, i: c.append(None), n)
+
+
+class _SlotsOf4:  # the layout of the reader's pending object (a dtype or array between REDUCE and BUILD)
+    __slots__ = ("recipe", "args", "value", "built")
+
+
+# A filler that charges far more than its bytes allow: a 64 KiB text (memo 0) and its argument tuple
+# (memo 1), then 12 x bytearray(text, 'latin-1') (REDUCE, popped): each charged its bytes (the
+# recipe's take) and the bytearray object. 12 x 128 KiB charged for 12 x 6 bytes of file.
+_TEXT = "a" * 65_536
+_FILLER = (b"cbuiltins\nbytearray\nq\x000" + b"X" + struct.pack("<I", len(_TEXT)) + _TEXT.encode()
+           + b"\x8c\x07latin-1\x86q\x010" + b"h\x00h\x01R0" * 12)
+_FILLER_CHARGE = (sys.getsizeof(_TEXT) + sys.getsizeof("latin-1") + sys.getsizeof((_TEXT, "latin-1"))
+                  + 12 * (len(_TEXT) + sys.getsizeof(bytearray(_TEXT.encode("latin-1")))))
+
+
+def _budget_case(case, n=16):
+    """(stream, its charge, the result): the filler, a case's prefix, then ``]`` + ``n`` x an item
+    (each making one object, then APPEND) + STOP. Charged: the filler, the memo's growth (a list while
+    its indices come in order), the outer list, each item and the list's growth, and the final walk's
+    bookkeeping entry (``_ENTRY``, 64 bytes) for each container, record or pending object in the result."""
+    far = range(3, n + 3)  # past the in-order memo (0, 1): the far memo (a dict)
+    item, memo, prefix, extra, result = {
+        # empty lists: each its size
+        "lists": (b"]a", 2, b"", sys.getsizeof([]), [[]] * n),
+        # one-item tuples: each its size (1 level deep: no depth entry)
+        "flat tuples": (b"N\x85a", 2, b"", sys.getsizeof((None,)), [(None,)] * n),
+        # numpy.dtype('f8'): the pending object + _ARRAY_HEADER (112); the global and its argument
+        # tuple are made once (memo 2, 3) and fetched (BINGET) for each
+        "dtypes": (b"h\x02h\x03Ra", 4, b"cnumpy\ndtype\nq\x020X\x02\x00\x00\x00f8\x85q\x030",
+                   sys.getsizeof(_SlotsOf4()) + 112, [np.dtype("f8")] * n),
+    }.get(case, (None, 2, b"", 0, None))
+    charge = _FILLER_CHARGE + _appends(memo) + sys.getsizeof([]) + 64
+    if case == "far memo":  # n BINPUTs of the empty list: the dict's growth + 32 (the key) each
+        stream = b"]" + b"".join(b"r" + struct.pack("<I", k) for k in far)
+        charge += _growth({}, lambda c, i: c.__setitem__(far[i], None), n) + 32 * n
+        result = []
+    else:
+        stream = prefix + b"]" + item * n
+        charge += {"dtypes": sys.getsizeof("f8") + sys.getsizeof(("f8",))}.get(case, 0)
+        charge += n * (extra + 64) + _appends(n)
+    return b"\x80\x02" + _FILLER + stream + b".", charge, result
+
+
+def _on_the_budget(stream, charge):
+    """``stream`` padded after STOP (bytes never read, which count in the file's length) so that the
+    budget, 4 x the length + 2**20, is at least ``charge`` and less than ``charge`` + 4."""
+    pad = -(-(charge - (1 << 20)) // 4) - len(stream)
+    assert pad >= 1, pad  # the stream charges more than its own bytes allow
+    data = stream + b"x" * pad
+    assert charge <= 4 * len(data) + (1 << 20) < charge + 4
+    return data
+
+
+def _read_on_the_budget_and_not_4_bytes_less(data, check):
+    check(loads(data))
+    with pytest.raises(MigrateError, match=f"more than the {4 * (len(data) - 1) + (1 << 20)} bytes"):
+        loads(data[:-1])  # one padding byte less: the budget 4 bytes smaller
+
+
+@pytest.mark.parametrize("case", ["lists", "flat tuples", "far memo", "dtypes"])
+def test_charges_land_exactly_on_the_budget(case):
+    """Each stream is padded so that the budget is at least the charge transcribed above and less than
+    it + 4: read; one padding byte less: refused. So each charge is exact to the budget's granularity:
+    a constant a few bytes off for 16 objects (a bookkeeping entry, an array header, a far memo entry,
+    a flat tuple's depth entry, an item added, an append that does not resize) reads or refuses."""
+    stream, charge, expected = _budget_case(case)
+    _read_on_the_budget_and_not_4_bytes_less(_on_the_budget(stream, charge),
+                                             lambda got: (got == expected) or pytest.fail(f"{got!r}"))
+
+
+
+def test_a_records_charge_is_its_object_and_both_its_dicts():
+    """A framework record (16 mxnet ``SGD`` of no arguments) is charged its object, its ``__dict__`` and
+    its attribute dict, and a walk entry (64); their common argument ``()`` is walked once (64). CPython
+    3.11 sizes a fresh instance's ``__dict__`` by its class's shared keys, which shrink with each
+    instance made until a floor (measured: 296, 288, ..., 88 bytes over the first 27), so the sizes are
+    measured on records read after 48 others, all equal; then the exact budget reads and 4 bytes less
+    refuses."""
+    n = 16
+    stream = b"\x80\x02" + _FILLER + b"cmxnet.optimizer\nSGD\nq\x020]" + b"h\x02)Ra" * n + b"."
+    for _ in range(4):
+        got = loads(stream + b"x" * (1 << 20))
+    assert len(got) == n and all(r.cls_path == "mxnet.optimizer.optimizer.SGD" and r.args == () for r in got)
+    sizes = {sys.getsizeof(r) + sys.getsizeof(r.__dict__) + sys.getsizeof(r.attrs) for r in got}
+    assert len(sizes) == 1, sizes
+    charge = (_FILLER_CHARGE + _appends(3) + sys.getsizeof([]) + 64 + n * (sizes.pop() + 64) + _appends(n)
+              + 64)
+    _read_on_the_budget_and_not_4_bytes_less(_on_the_budget(stream, charge),
+                                             lambda got: len(got) == n or pytest.fail(f"{got!r}"))

@@ -28,6 +28,7 @@ import jax
 import numpy as np
 
 from .._tree import param_names
+from .._warn import warn_at_caller
 from ..mindspore._adam import AmsgradState, BetaPowerState, LambState
 from ..mindspore._adaptive import AccumState, MindSporeFtrlState, RMSPropState
 from ..mindspore._momentum import SGDMomentumState
@@ -302,16 +303,13 @@ def _fill(ckpt, params, tx, names):
 
 
 def _check_beta_powers(ckpt, state, step):
-    import warnings  # noqa: PLC0415
-
     hyper = tree_hyper(state)
     for b in ("beta1", "beta2"):
         power = ckpt.get(f"{b}_power")
         if power is None or b not in hyper:
             continue
-        have = float(np.asarray(power).reshape(-1)[0])
+        have = float(np.asarray(power).reshape(()))  # one number, as for the Adam kinds above
         want = float(np.float64(hyper[b]) ** step)
         if not np.isclose(have, want, rtol=1e-4, atol=1e-12):
-            warnings.warn(f"{WHO}: {b}_power is {have:.7g} in the checkpoint but tx's {b}={hyper[b]:g} "
-                          f"gives {want:.7g} after {step} steps; tx's {b} differs from the run's.",
-                          UserWarning, stacklevel=3)
+            warn_at_caller(f"{WHO}: {b}_power is {have:.7g} in the checkpoint but tx's {b}={hyper[b]:g} "
+                           f"gives {want:.7g} after {step} steps; tx's {b} differs from the run's.")
