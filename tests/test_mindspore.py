@@ -1,6 +1,8 @@
 """gradxform.mindspore against NumPy transcriptions of the seed's formulas
 (TinyMS/MindSpore docs, ../shared/seeds/003), 12 steps each, float32,
 rtol 1e-5 / atol 1e-6; plus argument checks, names, hyperparameters, offload."""
+import typing
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -734,6 +736,33 @@ def test_lars_over_a_transformation_without_weight_decay_or_loss_scale():
     tx = M.lars(optax.sgd(1.0), coefficient=0.5, epsilon=0.5, weight_decay=0.1, decay_filter=None)
     out, _ = tx.update(g, tx.init(w), w)
     np.testing.assert_allclose(out["w"], [-1.125, -1.5], rtol=1e-6)
+
+
+class _ScaledSgdState(typing.NamedTuple):
+    hyper: dict
+
+
+def test_lars_takes_over_a_loss_scale_kept_beside_other_hyperparameters():
+    """lars.py 138-139, 158, 184-185: LARS unscales the gradient with the wrapped optimizer's
+    reciprocal_scale and sets that optimizer's reciprocal_scale to 1.0, whatever else it holds. A
+    wrapped rule whose hyperparameter dict keeps loss_scale beside its learning rate (as THOR's
+    ThorState keeps damping): -lr * g / loss_scale, loss scale 4. |w| = 5, |g / 4| = 1: ratio
+    0.5 * 5 / (1 + 0.5) = 5/3, so the rule emits -5/3 * g / 4 with its loss scale switched to 1 for the
+    update, and its state keeps 4 (a second step is the same)."""
+    def init(params):
+        return _ScaledSgdState({"learning_rate": jnp.asarray(1.0), "loss_scale": jnp.asarray(4.0)})
+
+    def update(g, state, params=None, **extra_args):
+        h = state.hyper
+        return jax.tree.map(lambda x: -h["learning_rate"] * x / h["loss_scale"], g), state
+
+    w, g = {"w": jnp.array([3.0, 4.0])}, {"w": jnp.array([2.4, 3.2])}
+    tx = M.lars(optax.GradientTransformation(init, update), coefficient=0.5, epsilon=0.5)
+    state = tx.init(w)
+    for _ in range(2):
+        out, state = tx.update(g, state, w)
+        np.testing.assert_allclose(out["w"], [-1.0, -4.0 / 3.0], rtol=1e-6)
+        assert float(state.inner.hyper["loss_scale"]) == 4.0
 
 
 def test_lars_ratio_is_0_where_the_denominator_underflows_to_0():

@@ -270,6 +270,23 @@ def test_row_sums_count_rows_exactly():
     np.testing.assert_array_equal(jax.jit(two.row_sums)(jnp.asarray(x)), np.repeat(x.reshape(7, 2).sum(1), 2))
 
 
+def test_present_rows_a_row_with_any_nonzero_on_both_paths():
+    """`present_rows` (docstring; MXNet's row_sparse keeps a row with any nonzero): per leaf one
+    flag per row (first axis), each element of a 1-D leaf its own row; under `fused` the same flag
+    at every element of the row. Rows with some zeros and some nonzeros are present."""
+    tree = {"m": jnp.asarray([[0.0, 1.0], [0.0, 0.0], [2.0, 3.0]]),
+            "t": jnp.asarray([[[0.0, 0.0], [0.0, 4.0]], [[0.0, 0.0], [0.0, 0.0]]]),
+            "v": jnp.asarray([0.0, 5.0])}
+    rows = jax.jit(lambda t: seg.present_rows(t, {}))(tree)  # one compile per path, not one per operation
+    want = {"m": [True, False, True], "t": [True, False], "v": [False, True]}
+    for k in want:
+        np.testing.assert_array_equal(rows[k], want[k], err_msg=k)
+    segs = (seg.Segments((0, 1, 2), ((3, 2), (2, 2, 2), (2,)), ("m", "t", "v")),)
+    ctx = {CONTEXT_KEY: {seg.SEGMENTS_KEY: segs}}
+    flat = jax.jit(lambda b: seg.present_rows((b,), ctx)[0])(jnp.concatenate([x.reshape(-1) for x in tree.values()]))
+    np.testing.assert_array_equal(flat, [1, 1, 0, 0, 1, 1] + [1] * 4 + [0] * 4 + [0, 1])
+
+
 def test_segments_are_static_values_and_a_0d_shard_is_itself():
     """`Segments` and `ShardedSegments` describe a layout (static): immutable and hashable, equal
     layouts equal. ``chunk`` is each device's ceil(length / num_shards) elements; `shard_of`
