@@ -287,10 +287,12 @@ def test_present_rows_a_row_with_any_nonzero_on_both_paths():
     np.testing.assert_array_equal(flat, [1, 1, 0, 0, 1, 1] + [1] * 4 + [0] * 4 + [0, 1])
 
 
-def test_segments_are_static_values_and_a_0d_shard_is_itself():
+def test_segments_are_static_values_and_shard_of_pads_with_the_last_element():
     """`Segments` and `ShardedSegments` describe a layout (static): immutable and hashable, equal
-    layouts equal. ``chunk`` is each device's ceil(length / num_shards) elements; `shard_of`
-    returns a 0-d value (a one-leaf buffer's spread or sum) and an empty buffer as they are."""
+    layouts equal. ``chunk`` is each device's ceil(length / num_shards) elements; `shard_of` gives
+    device i elements [i * chunk, (i + 1) * chunk), the last shard padded with copies of the last
+    element (its docstring), and returns a 0-d value (a one-leaf buffer's spread or sum) and an empty
+    buffer as they are."""
     a = seg.Segments((0, 1), ((7, 5), (3,)), ("w", "b"))
     b = seg.Segments((0, 1), ((7, 5), (3,)), ("w", "b"))
     sharded = seg.ShardedSegments(a, "data", 4)
@@ -303,6 +305,10 @@ def test_segments_are_static_values_and_a_0d_shard_is_itself():
     assert seg.ShardedSegments(a, "data", 2).chunk == 19
     assert float(seg.shard_of(jnp.asarray(2.5), "data", 4)) == 2.5
     assert seg.shard_of(jnp.zeros((0,)), "data", 4).shape == (0,)
+    for n, want in ((10, [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 9, 9]]), (8, [[0, 1], [2, 3], [4, 5], [6, 7]])):
+        x = jnp.arange(n, dtype=jnp.float32)
+        shards = jax.jit(jax.vmap(lambda i: seg.shard_of(x, "data", 4), axis_name="data"))(jnp.arange(4))
+        np.testing.assert_array_equal(shards, want)
 
 
 def _norm_scaling(reductions):
