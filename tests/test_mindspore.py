@@ -1,6 +1,8 @@
 """gradxform.mindspore against NumPy transcriptions of the seed's formulas
 (TinyMS/MindSpore docs, ../shared/seeds/003), 12 steps each, float32,
 rtol 1e-5 / atol 1e-6; plus argument checks, names, hyperparameters, offload."""
+import typing
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -237,6 +239,20 @@ def test_lamb_clipped_nan_ratio_is_zero():
     p = {"w": jnp.asarray([np.inf, 1.0], jnp.float32)}
     u, _ = tx.update({"w": jnp.asarray([0.5, 0.5], jnp.float32)}, tx.init(p), p)
     assert float(u["w"][1]) == 0.0
+
+
+def test_lamb_clipped_ratio_is_1_where_only_the_ratio_vector_is_0():
+    """trust_ratio='clipped': the ratio's vector m^/sqrt(v^ + eps) + wd w (epsilon inside the root)
+    can be exactly 0 where the update m^/(sqrt(v^) + eps) + wd w is not; the kernel's rule
+    (``lamb_gpu_kernel.h`` CalcTrustRatio: ``w_norm > 0 ? (g_norm > 0 ? w_norm / g_norm : 1) : 1``)
+    then takes ratio 1, not |w| / 1. First step from zero moments with beta1 = beta2 = 0.5, eps = 3,
+    wd = 0.5, w = 1, g = -1 (all exact in float32): m^ = -1, v^ = 1, the ratio's vector
+    -1 / sqrt(4) + 0.5 = 0, the update -1 / (1 + 3) + 0.5 = 0.25, so w moves by -lr * 1 * 0.25."""
+    lr = 0.1
+    tx = M.lamb(lr, beta1=0.5, beta2=0.5, eps=3.0, weight_decay=0.5, trust_ratio="clipped")
+    p = {"w": jnp.ones(2, jnp.float32)}
+    u, _ = jax.jit(tx.update)({"w": jnp.full(2, -1.0, jnp.float32)}, tx.init(p), p)  # one compile
+    np.testing.assert_array_equal(np.asarray(u["w"]), np.full(2, -lr * 0.25, np.float32))
 
 
 @pytest.mark.parametrize("use_clip", [False, True])
@@ -720,6 +736,44 @@ def test_lars_over_a_transformation_without_weight_decay_or_loss_scale():
     tx = M.lars(optax.sgd(1.0), coefficient=0.5, epsilon=0.5, weight_decay=0.1, decay_filter=None)
     out, _ = tx.update(g, tx.init(w), w)
     np.testing.assert_allclose(out["w"], [-1.125, -1.5], rtol=1e-6)
+
+
+class _ScaledSgdState(typing.NamedTuple):
+    hyper: dict
+
+
+def test_lars_takes_over_a_loss_scale_kept_beside_other_hyperparameters():
+    """lars.py 138-139, 158, 184-185: LARS unscales the gradient with the wrapped optimizer's
+    reciprocal_scale and sets that optimizer's reciprocal_scale to 1.0, whatever else it holds. A
+    wrapped rule whose hyperparameter dict keeps loss_scale beside its learning rate (as THOR's
+    ThorState keeps damping): -lr * g / loss_scale, loss scale 4. |w| = 5, |g / 4| = 1: ratio
+    0.5 * 5 / (1 + 0.5) = 5/3, so the rule emits -5/3 * g / 4 with its loss scale switched to 1 for the
+    update, and its state keeps 4 (a second step is the same)."""
+    def init(params):
+        return _ScaledSgdState({"learning_rate": jnp.asarray(1.0), "loss_scale": jnp.asarray(4.0)})
+
+    def update(g, state, params=None, **extra_args):
+        h = state.hyper
+        return jax.tree.map(lambda x: -h["learning_rate"] * x / h["loss_scale"], g), state
+
+    w, g = {"w": jnp.array([3.0, 4.0])}, {"w": jnp.array([2.4, 3.2])}
+    tx = M.lars(optax.GradientTransformation(init, update), coefficient=0.5, epsilon=0.5)
+    state = tx.init(w)
+    for _ in range(2):
+        out, state = tx.update(g, state, w)
+        np.testing.assert_allclose(out["w"], [-1.0, -4.0 / 3.0], rtol=1e-6)
+        assert float(state.inner.hyper["loss_scale"]) == 4.0
+
+
+def test_lars_ratio_is_0_where_the_denominator_underflows_to_0():
+    """epsilon 0, no decay, and a gradient whose float32 squares underflow (1e-30^2 = 1e-60 is 0 in
+    float32, so |g| = 0): the denominator |g| + wd |w| + epsilon is 0. ``LARSUpdate`` divides by it
+    (coefficient |w| / 0 = inf, times g: inf), the exact-arithmetic ratio would be 0.5 * 5 / 1.4e-30;
+    gradxform's rule (the docstring's footnote) is ratio 0 there: sgd(1.0) emits exactly 0, finite."""
+    w = {"w": jnp.array([3.0, 4.0], jnp.float32)}
+    tx = M.lars(optax.sgd(1.0), coefficient=0.5, epsilon=0.0)
+    out, _ = tx.update({"w": jnp.array([1e-30, -1e-30], jnp.float32)}, tx.init(w), w)
+    np.testing.assert_array_equal(np.asarray(out["w"]), [0.0, 0.0])
 
 
 def test_lars_refuses_a_weight_decay_inside_the_wrapped_rule():

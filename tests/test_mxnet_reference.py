@@ -407,6 +407,27 @@ def test_sgld_drift_and_noise_as_mxnet():
     assert not np.allclose(noise[0][:3], noise[1])   # a key per leaf
 
 
+def test_sgld_noise_is_the_documented_stream_of_its_seed():
+    # MXNet draws SGLD's noise from its global generator (optimizer.py SGLD.update:
+    # normal(0, sqrt(lr), shape)), which JAX cannot reproduce; gradxform's stream is fixed instead
+    # (`_langevin_noise`'s docstring): key(seed); each step key, sub = split(key), leaf i's noise
+    # sqrt(lr) * normal(split(sub, leaves)[i]). The expected draws come from jax.random alone. One
+    # leaf, the default seed 0, two steps, under jax_threefry_partitionable off: with it on (JAX's
+    # default) split(sub, 1) and split(sub, 2) share their first key, so that setting could not tell
+    # a one-leaf tree's key from another split's; the recipe is the same under both.
+    lr, g = 0.04, np.asarray([0.5, -1.0, 2.0], np.float32)
+    with jax.threefry_partitionable(False):
+        tx = gx.mxnet.sgld(lr)
+        state, update = tx.init({"w": jnp.zeros(3)}), jax.jit(tx.update)  # one compile, not one per operation
+        key = jax.random.key(0)
+        for _ in range(2):
+            got, state = update({"w": jnp.asarray(g)}, state, {"w": jnp.zeros(3)})
+            key, sub = jax.random.split(key)
+            draw = np.asarray(jax.random.normal(jax.random.split(sub, 1)[0], (3,), jnp.float32), np.float64)
+            want = -lr / 2 * g.astype(np.float64) + np.sqrt(lr) * draw
+            np.testing.assert_allclose(np.asarray(got["w"]), want, rtol=1e-6, atol=1e-7)
+
+
 # -- the adaptive rules' own defaults and edges (gradxform/mxnet/_adaptive.py) ------------------
 
 def test_adam_by_default_updates_a_row_whose_gradient_is_zero():

@@ -286,6 +286,19 @@ def test_one_cycle_boundary_step_stays_in_the_ending_phase_exactly_as_paddle():
     assert s() == Z["v_" + key][23] == (0.05 - 0.5) * 1.0 + 0.5 != 0.05
 
 
+def test_cyclic_peak_of_a_cycle_that_is_nearly_all_rise_float32():
+    """lr.py 2224-2229 (`if pct_per_cycle <= self.step_up_pct`): at the peak t = step_size_up,
+    CyclicLR(0.001, 0.5, 1000, 1) has float32 pct == float32(1000 / 1001) exactly, and the rising
+    branch gives factor 1 (x / x). The falling branch there, (1 - pct) / float32(1 / 1001), is 2.7e-5
+    off 1 (1 - float32(sup) is not float32(1 - sup) so near 1), beyond the float32 path's rtol 5e-6.
+    The float64 transcription (`cyclic_ref`); Paddle 3.3.1 by hand at t = 999, 1000, 1001:
+    [0.49950099999999986, 0.49999999999999994, 0.001], the transcription's numbers exactly."""
+    ref = cyclic_ref(0.001, 0.5, 1000.0, 1.0, lambda x: 1.0, True)
+    t = np.arange(999, 1002)
+    got = jax.jit(S.CyclicLR(0.001, 0.5, 1000, 1))(jnp.asarray(t))
+    np.testing.assert_allclose(got, [ref(int(k)) for k in t], rtol=5e-6, atol=1e-9)  # float32
+
+
 def test_warm_restarts_state_dict_keeps_only_last_epoch_and_last_lr_as_paddle():
     """Paddle saves last_epoch and last_lr only: a fresh object restored midway restarts its cosine."""
     want = restarts_ref(0.5, 5, 2, 0.01, steps=20)

@@ -556,6 +556,30 @@ def test_rprop_construction_bounds_are_paddles():
             P.rprop(etas=etas)
 
 
+def test_radam_rho_t_of_exactly_5_is_not_rectified():
+    # radam_kernel_impl.h 74-108 (Paddle 3.3.1, T = float32): rho_inf = 2 / (1 - beta2) - 1, the rho
+    # recurrence, rho_t = rho_inf - 2 rho; `if (rho_t > 5)` rectifies, else w -= lr * m1^. With beta2 =
+    # float32 0.76780677 the kernel's float32 rho_t at step 7 is exactly 5.0 (its float64 value with that
+    # beta2 is 4.9999999), so step 7 is not rectified and step 8 is. Run in Paddle by hand (w = [1, -2,
+    # 0.5], g_t = t [0.3, -0.2, 0.1], lr 0.1): step 7 moved w by [-0.132527828, 0.0883518457,
+    # -0.0441759229], lr * m1^, as the float64 transcription r_radam. rtol 1e-5 / atol 1e-7.
+    f = np.float32
+    b2, rho, pw = f(0.76780677), f(1), f(1)
+    for _ in range(7):
+        pw = pw * b2
+        rho = (rho * (b2 - pw) + pw) / (f(1) - pw)
+    assert f(2) / (f(1) - b2) - f(1) - f(2) * rho == f(5)
+    w0 = {"w": np.asarray([1.0, -2.0, 0.5], np.float32)}
+    gs = [{"w": np.asarray([0.3, -0.2, 0.1], np.float32) * t} for t in range(1, 9)]
+    for steps in (7, 8):
+        got, _ = run(P.radam(learning_rate=0.1, beta2=float(b2)), w0, gs[:steps])
+        want = reference(r_radam, w0, gs[:steps], lr=0.1, b2=float(b2))
+        np.testing.assert_allclose(got["w"], want["w"], rtol=1e-5, atol=1e-7)
+    want6 = reference(r_radam, w0, gs[:6], lr=0.1, b2=float(b2))["w"]
+    np.testing.assert_allclose(reference(r_radam, w0, gs[:7], lr=0.1, b2=float(b2))["w"] - want6,
+                               [-0.132527828, 0.0883518457, -0.0441759229], rtol=1e-6)
+
+
 def test_radam_epsilon_past_the_rectifier_threshold_and_paddles_initial_state():
     # Paddle's rho_t passes 5 at the 6th step (beta2 0.9: 5.39); epsilon 0.5 shows its place in
     # sqrt(1 - beta2^t) / (sqrt(m2) + epsilon) (radam.py -> radam kernel; the default 1e-8 is below float32

@@ -12,6 +12,7 @@ steps), which is what `_assert_close` checks; `fused.bit_exact` is False for
 exactly these chains, and the helpers' own building blocks (spreading values,
 integer row counts) are checked bit for bit.
 """
+import dataclasses
 import warnings
 
 import jax
@@ -210,7 +211,10 @@ SIZES = [(5,), (4, 4, 4), (12, 4, 0, 1, 10, 2), (1, 1), (0, 3), (1000, 1, 0, 300
          (255, 257, 3),
          # 255 empty leaves inside one row: an element 256 leaves past its row's first (uint16 offsets)
          (1,) + (0,) * 255 + (300,),
-         (100, 412)]  # whole rows only (512 elements): no partial last row
+         (100, 412),  # whole rows only (512 elements): no partial last row
+         # 65,535 empty leaves inside one row: an element 65,536 leaves past its row's first (int32
+         # offsets: uint16 would wrap it to 0)
+         (1,) + (0,) * 65535 + (300,)]
 
 
 @pytest.mark.parametrize("sizes", SIZES)
@@ -260,6 +264,51 @@ def test_row_sums_count_rows_exactly():
         np.repeat(x.reshape(x.shape[0], -1).sum(1), int(np.prod(x.shape[1:]))) if x.ndim >= 2 else x.reshape(-1)
         for x in leaves])
     np.testing.assert_array_equal(got, want)
+    # every leaf 2-D with rows of 2: no row is a single element, so no element is its own row sum
+    two = seg.Segments((0, 1), ((3, 2), (4, 2)), ("a", "b"))
+    x = np.arange(14, dtype=np.int32) % 3
+    np.testing.assert_array_equal(jax.jit(two.row_sums)(jnp.asarray(x)), np.repeat(x.reshape(7, 2).sum(1), 2))
+
+
+def test_present_rows_a_row_with_any_nonzero_on_both_paths():
+    """`present_rows` (docstring; MXNet's row_sparse keeps a row with any nonzero): per leaf one
+    flag per row (first axis), each element of a 1-D leaf its own row; under `fused` the same flag
+    at every element of the row. Rows with some zeros and some nonzeros are present."""
+    tree = {"m": jnp.asarray([[0.0, 1.0], [0.0, 0.0], [2.0, 3.0]]),
+            "t": jnp.asarray([[[0.0, 0.0], [0.0, 4.0]], [[0.0, 0.0], [0.0, 0.0]]]),
+            "v": jnp.asarray([0.0, 5.0])}
+    rows = jax.jit(lambda t: seg.present_rows(t, {}))(tree)  # one compile per path, not one per operation
+    want = {"m": [True, False, True], "t": [True, False], "v": [False, True]}
+    for k in want:
+        np.testing.assert_array_equal(rows[k], want[k], err_msg=k)
+    segs = (seg.Segments((0, 1, 2), ((3, 2), (2, 2, 2), (2,)), ("m", "t", "v")),)
+    ctx = {CONTEXT_KEY: {seg.SEGMENTS_KEY: segs}}
+    flat = jax.jit(lambda b: seg.present_rows((b,), ctx)[0])(jnp.concatenate([x.reshape(-1) for x in tree.values()]))
+    np.testing.assert_array_equal(flat, [1, 1, 0, 0, 1, 1] + [1] * 4 + [0] * 4 + [0, 1])
+
+
+def test_segments_are_static_values_and_shard_of_pads_with_the_last_element():
+    """`Segments` and `ShardedSegments` describe a layout (static): immutable and hashable, equal
+    layouts equal. ``chunk`` is each device's ceil(length / num_shards) elements; `shard_of` gives
+    device i elements [i * chunk, (i + 1) * chunk), the last shard padded with copies of the last
+    element (its docstring), and returns a 0-d value (a one-leaf buffer's spread or sum) and an empty
+    buffer as they are."""
+    a = seg.Segments((0, 1), ((7, 5), (3,)), ("w", "b"))
+    b = seg.Segments((0, 1), ((7, 5), (3,)), ("w", "b"))
+    sharded = seg.ShardedSegments(a, "data", 4)
+    assert hash(a) == hash(b) and a == b and hash(sharded) == hash(seg.ShardedSegments(b, "data", 4))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.names = ("x", "y")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        sharded.num_shards = 2
+    assert (sharded.length, sharded.chunk) == (38, 10)  # 35 + 3 elements over 4 devices: ceil 9.5
+    assert seg.ShardedSegments(a, "data", 2).chunk == 19
+    assert float(seg.shard_of(jnp.asarray(2.5), "data", 4)) == 2.5
+    assert seg.shard_of(jnp.zeros((0,)), "data", 4).shape == (0,)
+    for n, want in ((10, [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 9, 9]]), (8, [[0, 1], [2, 3], [4, 5], [6, 7]])):
+        x = jnp.arange(n, dtype=jnp.float32)
+        shards = jax.jit(jax.vmap(lambda i: seg.shard_of(x, "data", 4), axis_name="data"))(jnp.arange(4))
+        np.testing.assert_array_equal(shards, want)
 
 
 def _norm_scaling(reductions):

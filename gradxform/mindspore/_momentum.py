@@ -218,7 +218,7 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
         g = g / loss_scale
         for parameters with lars_filter(name):          (others: g unchanged, no decay)
             wd = the parameter's weight decay (0 where its decay flag is off)
-            lam = coefficient * |w| / (|g| + wd * |w| + epsilon)   (0 if the denominator is 0)
+            lam = coefficient * |w| / (|g| + wd * |w| + epsilon)   (0 if the denominator is 0 (*))
             lam = min(lam / lr, 1)  if use_clip              (lr: the parameter's learning rate)
             g = lam * (g + wd * w)
         w = optimizer(g)
@@ -262,6 +262,11 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     have no LARSUpdate kernel: checked against a float64 transcription. The
     wrapped optimizer already went through `finalize`, so this wrapper does
     not repeat it.
+
+    (*) The denominator is 0 only with epsilon 0, no decay and a gradient
+    whose float32 norm is 0 (g = 0, or every ``g^2`` underflows: |g| below
+    about 3.7e-23); the kernel divides by it (inf * g, NaN for g = 0), so
+    gradxform takes ratio 0 there: no update.
     """
     owner = registered_name(lars)
     if not (isinstance(optimizer, tuple) and hasattr(optimizer, "init") and hasattr(optimizer, "update")):
@@ -374,8 +379,9 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
             w32, g32 = w.astype(jnp.float32), g.astype(jnp.float32)
             w_norm, g_norm = jnp.sqrt(w_sq), jnp.sqrt(g_sq)
             den = g_norm + d * w_norm + h["epsilon"]
-            # lars_v2_update has no guard; a zero denominator (g = 0, no decay, epsilon 0)
-            # has g + wd * w = 0 as well, so the ratio there is 0, not 0/0
+            # lars_v2_update has no guard; the denominator is 0 only with epsilon 0, no decay and
+            # |g| = 0 in float32 (g = 0, or every g^2 underflows: |g| < 3.7e-23), where the kernel
+            # gives inf * g (NaN for g = 0): the ratio there is 0, no update, instead
             ratio = jnp.where(den > 0, h["coefficient"] * w_norm / jnp.where(den > 0, den, 1.0), 0.0)
             if use_clip:
                 ratio = jnp.clip(ratio / jnp.asarray(lr_, jnp.float32), 0.0, 1.0)

@@ -302,7 +302,12 @@ class NoiseState(NamedTuple):
 def _langevin_noise(seed):
     """SGLD's own piece: adds ``N(0, lr)`` noise (std ``sqrt(lr)``); the PRNG key
     lives in the state, so a step is a pure function and a resumed run draws
-    the same noise."""
+    the same noise. The stream (fixed: a seed gives the same run in every
+    version)::
+
+        state = key(seed)
+        state, sub = split(state);  k_i = split(sub, number of leaves)[i]
+        noise_i = sqrt(lr_i) * normal(k_i, shape_i, dtype_i)     (added: u_i + noise_i)"""
 
     def init(params):
         del params
