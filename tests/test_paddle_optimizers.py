@@ -580,6 +580,28 @@ def test_radam_rho_t_of_exactly_5_is_not_rectified():
                                [-0.132527828, 0.0883518457, -0.0441759229], rtol=1e-6)
 
 
+def test_radam_rho_recurrence_is_rounded_as_paddles_kernel_under_jit():
+    # beta2 = float32 0.8397686: Paddle's float32 kernel (each product stored, so rounded, before the
+    # next operation) gets rho_t == 5.0 exactly at step 6 and takes the plain step; Paddle 3.3.1 by hand
+    # (w = [1, -2, 0.5], g_t = t [0.3, -0.2, 0.1], lr 0.1): step 6 moved w[0] by -0.11415654. A jitted
+    # update whose products XLA:CPU contracted into fused multiply-adds got rho_t an ulp above 5 and
+    # rectified (-0.027378). Both the jitted and the op-by-op update must give Paddle's step.
+    f = np.float32
+    b2, rho, pw = f(0.8397686), f(1), f(1)
+    for _ in range(6):
+        pw = pw * b2
+        rho = (rho * (b2 - pw) + pw) / (f(1) - pw)
+    assert f(2) / (f(1) - b2) - f(1) - f(2) * rho == f(5)
+    tx = P.radam(learning_rate=0.1, beta2=float(b2))
+    for update in (tx.update, jax.jit(tx.update)):
+        p = {"w": jnp.asarray([1.0, -2.0, 0.5], jnp.float32)}
+        s = tx.init(p)
+        for t in range(1, 7):
+            u, s = update({"w": jnp.asarray([0.3, -0.2, 0.1], jnp.float32) * t}, s, p)
+            p = gx.apply_updates(p, u)
+        np.testing.assert_allclose(float(u["w"][0]), -0.11415654, rtol=1e-6)
+
+
 def test_radam_epsilon_past_the_rectifier_threshold_and_paddles_initial_state():
     # Paddle's rho_t passes 5 at the 6th step (beta2 0.9: 5.39); epsilon 0.5 shows its place in
     # sqrt(1 - beta2^t) / (sqrt(m2) + epsilon) (radam.py -> radam kernel; the default 1e-8 is below float32
