@@ -205,6 +205,9 @@ def test_record_class_is_one_class_per_path():
     assert a(()).class_name == "FactorScheduler" and a.cls_path == "mxnet.lr_scheduler.FactorScheduler"
     with pytest.raises(AttributeError, match="no attribute 'lr'"):
         a(()).lr
+    # the class name is the path's last part: all of it when it has no dot
+    plain = record_class("Plain")
+    assert plain.__name__ == "Plain" and plain(()).class_name == "Plain" and repr(plain(())) == "<pickled Plain>"
 
 
 # -- numpy dtypes ------------------------------------------------------------------------------
