@@ -10,6 +10,7 @@ import glob
 import json
 import os
 import pickle
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -253,3 +254,149 @@ def test_nested_params_find_paddles_dotted_names_and_powers_hold_one_value():
     for bad in (np.asarray([0.9, 0.8], np.float32), np.zeros(0, np.float32)):
         with pytest.raises(MigrateError, match="dense.bias_beta1_pow_acc_0.*should hold one value"):
             from_paddle_state_dict(dict(sd, **{"dense.bias_beta1_pow_acc_0": bad}), flat, tx)
+
+
+# -- the scheduler entry, partial master weights and ASGD's step counts (issue 28 item 2) ------
+
+def _step_state(state):
+    (step,) = [n for n in jax.tree.leaves(state, is_leaf=lambda n: type(n).__name__ == "StepState")
+               if type(n).__name__ == "StepState"]
+    return step
+
+
+def test_uneven_asgd_counts_are_paddles_and_agree_with_the_scheduler():
+    """``asgd_uneven_counts`` (Paddle 3.3.1): linear_1 had no gradient at steps 1 and 3, so Paddle
+    skipped it (``Optimizer._apply_optimize`` updates only parameters with a gradient) and its
+    ``m`` is 3 where linear_0's is 5; the StepDecay was stepped 5 times. The position is the
+    largest count (track_step's ``count = max(count, leaf_counts[i])``), which agrees with
+    Paddle's ``last_epoch``: no warning. (test_resume_matches_paddle continues this run.)"""
+    z, meta = load("asgd_uneven_counts")
+    assert [int(z[f"sd_{n}_m_0"][0]) for n in meta["names"]] == [5, 5, 3, 3]
+    assert meta["state_keys"]["LR_Scheduler"]["last_epoch"] == 5
+    params = params_at(z, meta, meta["k"] - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        step = _step_state(from_paddle_state_dict(pdopt("asgd_uneven_counts"), params, make_tx(meta)))
+    assert int(step.count) == 5
+    assert [int(step.leaf_counts[n]) for n in meta["names"]] == [5, 5, 3, 3]
+
+
+def test_a_scheduler_out_of_step_with_the_optimizer_warns_at_the_callers_line():
+    z, meta = load("asgd_batch3_wd_stepdecay")
+    params, sd = params_at(z, meta, meta["k"] - 1), read_paddle_state_dict(pdopt("asgd_batch3_wd_stepdecay"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as Paddle wrote it: last_epoch 5 over 5 steps
+        from_paddle_state_dict(sd, params, make_tx(meta))
+    sd["LR_Scheduler"] = dict(sd["LR_Scheduler"], last_epoch=3)
+    with pytest.warns(UserWarning, match="stepped 3 times over 5 optimizer steps") as rec:
+        state = from_paddle_state_dict(sd, params, make_tx(meta))
+    assert [w.filename for w in rec] == [__file__]
+    assert int(_step_state(state).count) == 3  # the schedule continues from the scheduler's position
+    # the other optimizers have no count of their own to disagree with
+    sgd = os.path.join(FAMILY_FIX, "opt_sgd_l2_float_stepdecay.pdopt")
+    assert read_paddle_state_dict(sgd)["LR_Scheduler"]["last_epoch"] == 10
+    tx = gx.paddle.sgd(learning_rate=paddle_lr.StepDecay(learning_rate=0.1, step_size=4, gamma=0.5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert int(_step_state(from_paddle_state_dict(sgd, _family_params(), tx)).count) == 10
+
+
+@pytest.mark.parametrize("entry", [{}, {"last_lr": 0.1}, 5, "last_epoch"])
+def test_a_scheduler_entry_without_last_epoch_is_refused(entry):
+    tx = gx.paddle.sgd(learning_rate=paddle_lr.StepDecay(learning_rate=0.1, step_size=4))
+    with pytest.raises(MigrateError, match="'LR_Scheduler' should be a scheduler state dict with 'last_epoch'"):
+        from_paddle_state_dict({"LR_Scheduler": entry}, _family_params(), tx)
+
+
+def _plateau(state):
+    (node,) = [n for n in jax.tree.leaves(state, is_leaf=lambda n: type(n).__name__ == "PlateauState")
+               if type(n).__name__ == "PlateauState"]
+    return {f: np.asarray(getattr(node, f)).item() for f in ("last_lr", "best", "has_best", "num_bad_epochs",
+                                                                "cooldown_counter")}
+
+
+def test_a_plateau_state_before_its_first_metric_is_a_fresh_one():
+    """``plateau_before_metric.pdopt`` (Paddle 3.3.1, tools/paddle_migration_fixtures.py plateau):
+    Momentum + ReduceOnPlateau after two steps and no ``step(metric)``: Paddle writes ``best: None``
+    and its ``__init__``'s counters (paddle/optimizer/lr.py lines 1586-1588: cooldown_counter 0,
+    best None, num_bad_epochs 0). No best yet is ``has_best`` 0 with ``best`` 0, the fresh state's."""
+    path = os.path.join(FAMILY_FIX, "plateau_before_metric.pdopt")
+    sd = read_paddle_state_dict(path)
+    assert sd["LR_Scheduler"] == {"cooldown_counter": 0, "best": None, "num_bad_epochs": 0, "last_epoch": 0,
+                                  "last_lr": 0.1}
+    params = {"linear_0.w_0": jnp.zeros((3, 2)), "linear_0.b_0": jnp.zeros(2)}
+    tx = gx.paddle.momentum(learning_rate=gx.schedules.ReduceOnPlateau(learning_rate=0.1, patience=1, cooldown=2))
+    fresh = {"last_lr": np.float32(0.1).item(), "best": 0.0, "has_best": 0, "num_bad_epochs": 0,
+             "cooldown_counter": 0}
+    assert _plateau(from_paddle_state_dict(path, params, tx)) == fresh == _plateau(tx.init(params))
+    # an entry without the counters (Paddle always writes them) reads them as Paddle's __init__ sets them
+    sd["LR_Scheduler"] = {"last_epoch": 0, "last_lr": 0.1, "best": 2.5}
+    assert _plateau(from_paddle_state_dict(sd, params, tx)) == dict(fresh, best=2.5, has_best=1)
+
+
+def test_the_missing_accumulator_message_names_paddles_name_when_it_differs():
+    z, meta = load("asgd_batch3")
+    flat = dict(params_at(z, meta, 4), **{"linear_2.w_0": jnp.zeros((2, 2), jnp.float32)})
+    with pytest.raises(MigrateError, match=r"for parameter 'linear_2.w_0'; pass names") as err:
+        from_paddle_state_dict(pdopt("asgd_batch3"), flat, make_tx(meta))
+    assert "(Paddle name" not in str(err.value)
+    nested = {"linear_0": {"w_0": flat["linear_0.w_0"], "b_0": flat["linear_0.b_0"]},
+              "linear_1": {"w_0": flat["linear_1.w_0"], "b_0": flat["linear_1.b_0"]},
+              "linear_2": {"w_0": flat["linear_2.w_0"]}}
+    with pytest.raises(MigrateError, match=r"for parameter 'linear_2/w_0' \(Paddle name 'linear_2.w_0'\); pass"):
+        from_paddle_state_dict(pdopt("asgd_batch3"), nested, make_tx(meta))
+
+
+@pytest.mark.parametrize("m", [np.asarray([5, 5], np.int64), np.asarray([5.0], np.float32),
+                               np.zeros(0, np.int64), np.asarray([[5]], np.float64)])
+def test_asgd_m_must_be_one_integer(m):
+    """Paddle's ``m`` accumulator is int64 of shape [1] (paddle/optimizer/asgd.py line 185)."""
+    z, meta = load("asgd_batch3")
+    sd = read_paddle_state_dict(pdopt("asgd_batch3"))
+    sd["linear_1.b_0_m_0"] = m
+    with pytest.raises(MigrateError, match=r"'linear_1.b_0_m_0' should be one integer step count"):
+        from_paddle_state_dict(sd, params_at(z, meta, 4), make_tx(meta))
+
+
+def test_an_asgd_state_of_no_parameters_has_taken_no_steps():
+    tx = gx.create("paddle.asgd", learning_rate=0.1)
+    assert int(_step_state(from_paddle_state_dict({}, {}, tx)).count) == 0
+
+
+# Paddle keeps a master weight only for a float16/bfloat16 parameter (Optimizer._is_dtype_fp16_or_bf16,
+# paddle/optimizer/optimizer.py line 2172; asgd.py line 154 and momentum.py `_create_accumulators`);
+# Paddle's CPU has no float16 kernel, so these states are written in Paddle's layout by hand.
+W16, B32 = np.asarray([1.0, 2.0], np.float16), np.asarray([0.5, -1.0], np.float32)
+MASTER = np.asarray([1.00048, 2.00096], np.float32)  # float16: [1, 2], the parameters
+G16, G32 = np.asarray([1.0, -1.0], np.float16), np.asarray([0.25, 0.5], np.float32)
+
+
+def test_master_weights_of_some_parameters_are_read_momentum():
+    params = {"b": jnp.asarray(B32), "w": jnp.asarray(W16)}
+    tx = gx.paddle.momentum(0.1, multi_precision=True)
+    v = {"b": np.asarray([0.1, 0.2], np.float32), "w": np.asarray([0.5, -0.5], np.float32)}
+    sd = {"b_velocity_0": v["b"], "w_velocity_0": v["w"], "master_weights": {"w": MASTER}}
+    st = from_paddle_state_dict(sd, params, tx)
+    new = gx.apply_updates(params, tx.update({"b": jnp.asarray(G32), "w": jnp.asarray(G16)}, st, params)[0])
+    # Paddle's momentum kernel: v = mu * v + g; p = p - lr * v, on the float32 master for 'w'
+    lr, mu = np.float32(0.1), np.float32(0.9)
+    want_w = (MASTER - lr * (mu * v["w"] + G16.astype(np.float32))).astype(np.float16)
+    want_b = B32 - lr * (mu * v["b"] + G32)
+    np.testing.assert_array_equal(np.asarray(new["w"]), want_w)
+    np.testing.assert_allclose(np.asarray(new["b"]), want_b, rtol=1e-6)
+    assert not np.array_equal(want_w, (W16.astype(np.float32) - lr * (mu * v["w"] + G16)).astype(np.float16))
+
+
+def test_master_weights_of_some_parameters_are_read_asgd():
+    params = {"b": jnp.asarray(B32), "w": jnp.asarray(W16)}
+    tx = gx.create("paddle.asgd", learning_rate=0.1, batch_num=1, multi_precision=True)
+    d = {"b": np.asarray([0.1, 0.2], np.float32), "w": np.asarray([0.5, -0.5], np.float32)}
+    sd = {f"{n}_{a}_0": x for n in ("b", "w") for a, x in (("d", d[n]), ("y", d[n][None]),
+                                                            ("m", np.asarray([3], np.int64)))}
+    sd["master_weights"] = {"w": MASTER}
+    st = from_paddle_state_dict(sd, params, tx)
+    new = gx.apply_updates(params, tx.update({"b": jnp.asarray(G32), "w": jnp.asarray(G16)}, st, params)[0])
+    # Paddle's asgd_ kernel with batch_num 1: d = d - y[0] + g = g; p = p - lr * d / min(m + 1, 1)
+    lr = np.float32(0.1)
+    np.testing.assert_array_equal(np.asarray(new["w"]), (MASTER - lr * G16.astype(np.float32)).astype(np.float16))
+    np.testing.assert_allclose(np.asarray(new["b"]), B32 - lr * G32, rtol=1e-6)

@@ -5,6 +5,9 @@ Run with the Paddle venv (never imported by tests):
 
     /work/venvs/paddle/bin/python tools/paddle_migration_fixtures.py
 
+    /work/venvs/paddle/bin/python tools/paddle_migration_fixtures.py asgd_uneven_counts   # some cases
+    /work/venvs/paddle/bin/python tools/paddle_migration_fixtures.py plateau   # plateau_before_metric.pdopt
+
 Each case runs in its own subprocess (fresh unique-name counters -> parameter names
 linear_0.w_0, linear_0.b_0, linear_1.w_0, linear_1.b_0 and accumulator keys '<param>_d_0' ...).
 
@@ -31,6 +34,12 @@ CASES = {
     "asgd_batch3_wd_stepdecay": dict(
         kwargs=dict(batch_num=3, weight_decay=0.01),
         sched={"type": "StepDecay", "kwargs": dict(learning_rate=0.1, step_size=3, gamma=0.5)}),
+    # linear_1 gets no gradient at steps 1 and 3 (it is in no loss term, and clear_grad(set_to_zero=False)
+    # leaves its grad None): Paddle's optimizer skips it, so its m is 3 where linear_0's is 5
+    "asgd_uneven_counts": dict(
+        kwargs=dict(batch_num=3),  # m 5 and 3 are different ring slots ((m - 1) % 3) at the next step
+        sched={"type": "StepDecay", "kwargs": dict(learning_rate=0.1, step_size=2, gamma=0.5)},
+        no_grad={1: ["linear_1.w_0", "linear_1.b_0"], 3: ["linear_1.w_0", "linear_1.b_0"]}),
 }
 
 
@@ -63,12 +72,15 @@ def run_case(case):
     for t in range(N):
         out["lr_%d" % t] = np.array(opt.get_lr(), np.float64)
         loss = None
+        skipped = spec.get("no_grad", {}).get(t, [])
         for p, g in zip(params, grads[t]):
+            if p.name in skipped:
+                continue
             term = (p * paddle.to_tensor(g)).sum()
             loss = term if loss is None else loss + term
         loss.backward()
         opt.step()
-        opt.clear_grad()
+        opt.clear_grad(set_to_zero="no_grad" not in spec)
         if sched is not None:
             sched.step()
         for n_, g, p in zip(names, grads[t], params):
@@ -87,6 +99,7 @@ def run_case(case):
                 state_keys[key] = {"dtype": str(a.dtype), "shape": list(a.shape)}
     meta = {
         "optimizer": "ASGD", "kwargs": spec["kwargs"], "lr_schedule": spec["sched"], "names": names,
+        "no_grad": {str(t): ns for t, ns in spec.get("no_grad", {}).items()},
         "shapes": {n_: list(p0[n_].shape) for n_ in names}, "k": K, "n": N,
         "framework": "paddle", "framework_version": paddle.__version__, "state_keys": state_keys,
         "network": "paddle.nn.Sequential(Linear(4, 3), Linear(3, 2)); weight shape (in, out)",
@@ -98,12 +111,31 @@ def run_case(case):
     np.savez_compressed(os.path.join(d, "trajectory.npz"), **out)
 
 
+def plateau_before_metric():
+    """``plateau_before_metric.pdopt``: Momentum with a ReduceOnPlateau learning rate after two
+    ``opt.step()`` and no ``scheduler.step(metric)`` yet: Paddle writes ``best: None``."""
+    import paddle
+    paddle.set_device("cpu")
+    lin = paddle.nn.Linear(3, 2)
+    sched = paddle.optimizer.lr.ReduceOnPlateau(learning_rate=0.1, patience=1, cooldown=2)
+    opt = paddle.optimizer.Momentum(learning_rate=sched, parameters=lin.parameters())
+    for _ in range(2):
+        lin(paddle.ones([4, 3])).sum().backward()
+        opt.step()
+        opt.clear_grad()
+    paddle.save(opt.state_dict(), os.path.join(OUT, "plateau_before_metric.pdopt"))
+    print(opt.state_dict()["LR_Scheduler"], [p.name for p in lin.parameters()])
+
+
 def main():
     args = sys.argv[1:]
+    if args == ["plateau"]:
+        plateau_before_metric()
+        return
     if args and args[0] == "--case":
         run_case(args[1])
         return
-    for case in CASES:
+    for case in (args or CASES):
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--case", case],
                            capture_output=True, text=True)
         if r.returncode == 0:

@@ -19,7 +19,6 @@ with the restricted unpickler: only numpy arrays, dtypes and scalars.
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Any, Mapping
 
 import jax
@@ -27,6 +26,7 @@ import numpy as np
 
 from .._state_paths import find_states, state_paths
 from .._tree import param_names
+from .._warn import warn_at_caller
 from ..paddle._adam import AdamaxState, AdamState, LambState
 from ..paddle._adaptive import AdadeltaState, AdagradState, NAdamState, RAdamState, RMSPropState, RpropState
 from ..paddle._asgd import ASGDState
@@ -225,10 +225,10 @@ def _scheduler_slots(sd, position, n_leaves) -> dict:
             raise MigrateError(f"{WHO}: 'LR_Scheduler' should be a scheduler state dict with 'last_epoch'.")
         last_epoch = checked_count(sched["last_epoch"], f"{WHO}: LR_Scheduler last_epoch")
         if position is not None and last_epoch != position:
-            warnings.warn(f"{WHO}: the LRScheduler was stepped {last_epoch} times over {position} optimizer "
-                          "steps; gradxform advances a schedule once per update, so the learning rate "
-                          "continues from the scheduler's position but then moves once per update.",
-                          UserWarning, stacklevel=4)
+            # at the user's line (a fixed stacklevel 4 pointed into at_boundary's wrapper in _state.py)
+            warn_at_caller(f"{WHO}: the LRScheduler was stepped {last_epoch} times over {position} optimizer "
+                           "steps; gradxform advances a schedule once per update, so the learning rate "
+                           "continues from the scheduler's position but then moves once per update.")
         position = last_epoch
         if "best" in sched:  # ReduceOnPlateau: each value checked (issue 27 item 5) before it is stored
             best = sched.get("best")
@@ -297,7 +297,9 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
         per_leaf[Slot(MasterWeightsState, "master")] = masters
     count = np.asarray(counts, np.int32)
     position = int(count.max()) if len(count) else 0
-    whole = {Slot(StepState, "leaf_counts"): count}
-    whole.update(_scheduler_slots(sd, position, len(gnames)))
+    whole = _scheduler_slots(sd, position, len(gnames))
+    # each parameter's own m (a parameter without a gradient at a step is skipped by Paddle and not
+    # counted), not the position's: _scheduler_slots fills every leaf with the position
+    whole[Slot(StepState, "leaf_counts")] = count
     hint = "was tx made with gradxform.create('paddle.asgd', ...) (and the run's LRScheduler)?"
     return fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
