@@ -498,3 +498,40 @@ def test_defaults_neither_clip_nor_skip_nor_scale():
     u, _ = tx.update(g, tx.init(g), jax.tree.map(jnp.ones_like, g))
     np.testing.assert_array_equal(-np.asarray(u["big"]), [3.0, 4.0])
     np.testing.assert_array_equal(-np.asarray(u["nan"]), [np.nan, 1.0])
+
+
+def test_capture_linen_conv_options_and_refusals():
+    """`capture_linen`'s Conv handling, by shapes (jax.eval_shape: nothing compiles): int, per-side and
+    pair paddings, strides None (flax: 1), a (1, 1) dilation are taken, each giving one row of ``a``
+    per output position (``a`` and ``D`` agree on every axis but the last); 1-D, grouped and dilated
+    convolutions and other padding strings are refused, as the docstring says."""
+    nn = pytest.importorskip("flax.linen")
+
+    class Net(nn.Module):
+        conv: tuple
+
+        @nn.compact
+        def __call__(self, x):
+            return nn.Conv(4, **dict(self.conv))(x)
+
+    def stats(x, **conv):
+        net = Net(tuple(sorted(conv.items())))
+        params = jax.eval_shape(net.init, jax.random.PRNGKey(0), x)["params"]
+        _, _, st = jax.eval_shape(lambda p, x: capture_linen(lambda q: jnp.sum(net.apply({"params": q}, x)), p),
+                                  params, x)
+        return st["Conv_0/kernel"]["a"].shape, st["Conv_0/kernel"]["D"].shape
+
+    x = jax.ShapeDtypeStruct((2, 6, 6, 3), jnp.float32)
+    for conv, rows in [(dict(padding=1), (2, 6, 6)), (dict(padding=((1, 1), (0, 0))), (2, 6, 4)),
+                       (dict(padding=(1, 1)), (2, 6, 6)), (dict(strides=None), (2, 6, 6)),
+                       (dict(strides=2), (2, 3, 3)), (dict(kernel_dilation=(1, 1)), (2, 6, 6))]:
+        a, d = stats(x, kernel_size=(3, 3), **conv)
+        assert (a, d) == (rows + (27,), rows + (4,)), conv
+    for x, conv, match in [
+            (jax.ShapeDtypeStruct((2, 6, 3), jnp.float32), dict(kernel_size=(3,)), "only 2-D convolutions"),
+            (jax.ShapeDtypeStruct((2, 6, 6, 4), jnp.float32), dict(kernel_size=(3, 3), feature_group_count=2),
+             "only 2-D convolutions"),
+            (x, dict(kernel_size=(3, 3), kernel_dilation=2), "only 2-D convolutions without dilation"),
+            (x, dict(kernel_size=(3, 3), padding="CIRCULAR"), "padding 'CIRCULAR' is not supported")]:
+        with pytest.raises(ValueError, match=match):
+            stats(x, **conv)
