@@ -527,11 +527,11 @@ def test_capture_linen_conv_options_and_refusals():
                        (dict(strides=2), (2, 3, 3)), (dict(kernel_dilation=(1, 1)), (2, 6, 6))]:
         a, d = stats(x, kernel_size=(3, 3), **conv)
         assert (a, d) == (rows + (27,), rows + (4,)), conv
-    for x, conv, match in [
+    for xs, conv, match in [
             (jax.ShapeDtypeStruct((2, 6, 3), jnp.float32), dict(kernel_size=(3,)), "only 2-D convolutions"),
             (jax.ShapeDtypeStruct((2, 6, 6, 4), jnp.float32), dict(kernel_size=(3, 3), feature_group_count=2),
              "only 2-D convolutions"),
             (x, dict(kernel_size=(3, 3), kernel_dilation=2), "only 2-D convolutions without dilation"),
             (x, dict(kernel_size=(3, 3), padding="CIRCULAR"), "padding 'CIRCULAR' is not supported")]:
         with pytest.raises(ValueError, match=match):
-            stats(x, **conv)
+            stats(xs, **conv)
