@@ -359,6 +359,21 @@ def test_update_without_statistics_names_what_to_pass():
     (dict(layers={"l1/kernel": "lstm"}), ValueError, "kinds must be one of"),
     (dict(layout="oi"), ValueError, "layout=...): must be 'in_out' or 'out_in'"),
     (dict(block_size=0), ValueError, "block_size=...): must be None or a positive int"),
+    # issue 28 (mutants of the checks): each bound's other side, and the cases an `and`/`any` lets through
+    (dict(block_size=True), ValueError, "block_size=...): must be None or a positive int"),
+    (dict(block_size=2.5), ValueError, "block_size=...): must be None or a positive int"),
+    (dict(batch_size=0), ValueError, "batch_size=...): must be a positive int"),
+    (dict(batch_size=True), ValueError, "batch_size=...): must be a positive int"),
+    (dict(batch_size=2.5), ValueError, "batch_size=...): must be a positive int"),
+    (dict(split_indices=[-1]), TypeError, "split_indices=...): must be None or a list of ints >= 0"),
+    (dict(split_indices=[0, -1]), TypeError, "split_indices=...): must be None or a list of ints >= 0"),
+    (dict(split_indices=[True]), TypeError, "split_indices=...): must be None or a list of ints >= 0"),
+    (dict(split_indices=[1.5]), TypeError, "split_indices=...): must be None or a list of ints >= 0"),
+    (dict(layers={1: "dense"}), TypeError, "layers=...): must map parameter names or glob patterns"),
+    (dict(layers={"l1/kernel": "dense", 2: "dense"}), TypeError, "layers=...): must map parameter names"),
+    (dict(damping=[[0.1, 0.2]]), ValueError, "a damping array must be a non-empty 0-D or 1-D"),
+    (dict(damping=[]), ValueError, "a damping array must be a non-empty 0-D or 1-D"),
+    (dict(damping=[0.1, float("nan")]), ValueError, "every value must be a finite number >= 0"),
 ])
 def test_construction_errors(kwargs, err, match):
     base = dict(learning_rate=0.1, damping=0.1, momentum=0.9, layers=MLP["layers"])
@@ -411,3 +426,112 @@ def test_statistics_with_no_rows_are_refused_at_trace_time():
     step = jax.jit(lambda s, st: tx.update(params, s, params, layer_stats=st))
     with pytest.raises(ValueError, match=r"layer_stats\['w'\]\['D'\]: has no rows"):
         step(state, empty)
+
+
+# -- issue 28 (mutation testing of _thor.py): edges the runs above do not reach --------------------
+
+def _ms(**kw):
+    return gx.create("mindspore.thor", **{**dict(learning_rate=0.1, damping=0.1, momentum=0.9, layers={"w": "dense"}),
+                                          **kw})
+
+
+def test_bounds_themselves_are_accepted():
+    """Each documented bound is inclusive: block_size 1, split_indices of ints >= 0 (0 and an empty
+    list included), a damping list holding 0, a 0-D damping array read as its number."""
+    params = {"w": jnp.zeros((5, 3))}
+    for kw in (dict(block_size=1), dict(split_indices=[0, 3]), dict(split_indices=()), dict(damping=[0.0, 0.5])):
+        _ms(**kw).init(params)
+    assert float(find(_ms(damping=np.array(0.25)).init(params), "hyper")["damping"]) == 0.25
+    # a schedule without a reference value (a plain function) is read as it is: base 1
+    # (schedules/_common.py: "exactly 1 with the reference value itself")
+    assert float(find(_ms(damping=lambda step: 0.25 + 0.0 * step).init(params), "hyper")["damping"]) == 1.0
+
+
+def test_glob_patterns_select_layers_and_an_exact_name_wins():
+    params = MLP["init"](jax.random.PRNGKey(0))
+    state = _ms(layers={"*/kernel": "dense"}).init(params)   # the biases are 1-D: not matched
+    assert sorted(find(state, "a_inv")) == ["l1/kernel", "l2/kernel"]
+    state = _ms(layers={"*/kernel": "dense", "l1/kernel": "layernorm"}).init(params)
+    assert sorted(find(state, "a_inv")) == ["l2/kernel"]
+
+
+def test_one_sample_statistics_and_malformed_ones():
+    """A 1-D ``a`` and ``D`` are one row (``(..., n_in)``): A = a a^T, G = D D^T bs^2 / ls^2, each
+    + damping I, at batch_size 1 (its bound). Malformed statistics are refused naming the entry."""
+    rng = np.random.default_rng(2)
+    a, d, g, lam = rng.normal(size=5), rng.normal(size=3), rng.normal(size=(5, 3)), 0.25
+    tx = _ms(learning_rate=1.0, damping=lam, momentum=0.0, batch_size=1)
+    p = {"w": jnp.zeros((5, 3))}
+    state = tx.init(p)
+    u, _ = tx.update({"w": jnp.asarray(g)}, state, p, layer_stats={"w": {"a": jnp.asarray(a), "D": jnp.asarray(d)}})
+    want = np.linalg.inv(np.outer(a, a) + lam * np.eye(5)) @ g @ np.linalg.inv(np.outer(d, d) + lam * np.eye(3))
+    np.testing.assert_allclose(-np.asarray(u["w"]), want, rtol=1e-10, atol=1e-14)
+    a20, d20 = jnp.asarray(rng.normal(size=(20, 5))), jnp.asarray(rng.normal(size=(20, 3)))
+    for st, match in [({"a": a20, "D": d20[:, :2]}, r"\['D'\]: the last axis must be the layer's 3 outputs"),
+                      ({"a": a20.T, "D": d20}, r"\['a'\]: must be 20 rows of the layer's 5 inputs"),
+                      ({"a": a20[:19], "D": d20}, r"\['a'\]: must be 20 rows of the layer's 5 inputs")]:
+        with pytest.raises(ValueError, match=match):
+            tx.update({"w": jnp.asarray(g)}, state, p, layer_stats={"w": st})
+    te = _ms(layers={"e": "embedding"})
+    pe = {"e": jnp.zeros((6, 3))}
+    with pytest.raises(ValueError, match=r"\['a'\]: an embedding's 'a' are its integer ids, one per row of D \(20\)"):
+        te.update(pe, te.init(pe), pe, layer_stats={"e": {"a": jnp.zeros((4, 5)), "D": jnp.zeros((4, 5, 3))}})
+
+
+def test_enable_clip_grad_clips_each_leaf_to_norm_one():
+    """MindSpore's ``clip_gradient`` (mindspore/nn/optim/thor.py lines 67-105: GRADIENT_CLIP_TYPE 1,
+    GRADIENT_CLIP_VALUE 1.0, each gradient through ``nn.ClipByNorm``): X unchanged when ||X|| <= 1,
+    else clip_norm * X / ||X|| (mindspore/nn/layer/basic.py, ClipByNorm's docstring)."""
+    g = {"big": jnp.asarray([3.0, 4.0]), "mid": jnp.asarray([0.9, 1.2]), "small": jnp.asarray([0.3, 0.4])}
+    tx = _ms(learning_rate=1.0, momentum=0.0, enable_clip_grad=True, layers={})
+    u, _ = tx.update(g, tx.init(g), jax.tree.map(jnp.zeros_like, g))
+    for n, want in (("big", [0.6, 0.8]), ("mid", [0.6, 0.8]), ("small", [0.3, 0.4])):
+        np.testing.assert_allclose(-np.asarray(u[n]), want, rtol=1e-15, err_msg=n)
+
+
+def test_defaults_neither_clip_nor_skip_nor_scale():
+    """MindSpore's defaults (thor(..., weight_decay=0.0, loss_scale=1.0, enable_clip_grad=False)) with
+    momentum 0 and lr 1: the update is -g, a big or non-finite gradient included (ThorGpu.construct
+    has no skip: gradxform's skip_nonfinite is off by default)."""
+    g = {"big": jnp.asarray([3.0, 4.0]), "nan": jnp.asarray([np.nan, 1.0])}
+    tx = _ms(learning_rate=1.0, momentum=0.0, layers={})
+    u, _ = tx.update(g, tx.init(g), jax.tree.map(jnp.ones_like, g))
+    np.testing.assert_array_equal(-np.asarray(u["big"]), [3.0, 4.0])
+    np.testing.assert_array_equal(-np.asarray(u["nan"]), [np.nan, 1.0])
+
+
+def test_capture_linen_conv_options_and_refusals():
+    """`capture_linen`'s Conv handling, by shapes (jax.eval_shape: nothing compiles): int, per-side and
+    pair paddings, strides None (flax: 1), a (1, 1) dilation are taken, each giving one row of ``a``
+    per output position (``a`` and ``D`` agree on every axis but the last); 1-D, grouped and dilated
+    convolutions and other padding strings are refused, as the docstring says."""
+    nn = pytest.importorskip("flax.linen")
+
+    class Net(nn.Module):
+        conv: tuple
+
+        @nn.compact
+        def __call__(self, x):
+            return nn.Conv(4, **dict(self.conv))(x)
+
+    def stats(x, **conv):
+        net = Net(tuple(sorted(conv.items())))
+        params = jax.eval_shape(net.init, jax.random.PRNGKey(0), x)["params"]
+        _, _, st = jax.eval_shape(lambda p, x: capture_linen(lambda q: jnp.sum(net.apply({"params": q}, x)), p),
+                                  params, x)
+        return st["Conv_0/kernel"]["a"].shape, st["Conv_0/kernel"]["D"].shape
+
+    x = jax.ShapeDtypeStruct((2, 6, 6, 3), jnp.float32)
+    for conv, rows in [(dict(padding=1), (2, 6, 6)), (dict(padding=((1, 1), (0, 0))), (2, 6, 4)),
+                       (dict(padding=(1, 1)), (2, 6, 6)), (dict(strides=None), (2, 6, 6)),
+                       (dict(strides=2), (2, 3, 3)), (dict(kernel_dilation=(1, 1)), (2, 6, 6))]:
+        a, d = stats(x, kernel_size=(3, 3), **conv)
+        assert (a, d) == (rows + (27,), rows + (4,)), conv
+    for xs, conv, match in [
+            (jax.ShapeDtypeStruct((2, 6, 3), jnp.float32), dict(kernel_size=(3,)), "only 2-D convolutions"),
+            (jax.ShapeDtypeStruct((2, 6, 6, 4), jnp.float32), dict(kernel_size=(3, 3), feature_group_count=2),
+             "only 2-D convolutions"),
+            (x, dict(kernel_size=(3, 3), kernel_dilation=2), "only 2-D convolutions without dilation"),
+            (x, dict(kernel_size=(3, 3), padding="CIRCULAR"), "padding 'CIRCULAR' is not supported")]:
+        with pytest.raises(ValueError, match=match):
+            stats(xs, **conv)
