@@ -556,6 +556,17 @@ def test_rprop_construction_bounds_are_paddles():
             P.rprop(etas=etas)
 
 
+def _kernel_rho_t(b2, steps):
+    """Paddle's float32 RAdam kernel's rho_t after ``steps`` (radam_kernel_impl.h 74-108): every
+    product stored, so rounded, before the next operation (NumPy float32 scalars do the same)."""
+    f = np.float32
+    rho, pw = f(1), f(1)
+    for _ in range(steps):
+        pw = pw * b2
+        rho = (rho * (b2 - pw) + pw) / (f(1) - pw)
+    return f(2) / (f(1) - b2) - f(1) - f(2) * rho
+
+
 def test_radam_rho_t_of_exactly_5_is_not_rectified():
     # radam_kernel_impl.h 74-108 (Paddle 3.3.1, T = float32): rho_inf = 2 / (1 - beta2) - 1, the rho
     # recurrence, rho_t = rho_inf - 2 rho; `if (rho_t > 5)` rectifies, else w -= lr * m1^. With beta2 =
@@ -563,12 +574,8 @@ def test_radam_rho_t_of_exactly_5_is_not_rectified():
     # beta2 is 4.9999999), so step 7 is not rectified and step 8 is. Run in Paddle by hand (w = [1, -2,
     # 0.5], g_t = t [0.3, -0.2, 0.1], lr 0.1): step 7 moved w by [-0.132527828, 0.0883518457,
     # -0.0441759229], lr * m1^, as the float64 transcription r_radam. rtol 1e-5 / atol 1e-7.
-    f = np.float32
-    b2, rho, pw = f(0.76780677), f(1), f(1)
-    for _ in range(7):
-        pw = pw * b2
-        rho = (rho * (b2 - pw) + pw) / (f(1) - pw)
-    assert f(2) / (f(1) - b2) - f(1) - f(2) * rho == f(5)
+    b2 = np.float32(0.76780677)
+    assert _kernel_rho_t(b2, 7) == 5.0
     w0 = {"w": np.asarray([1.0, -2.0, 0.5], np.float32)}
     gs = [{"w": np.asarray([0.3, -0.2, 0.1], np.float32) * t} for t in range(1, 9)]
     for steps in (7, 8):
@@ -586,12 +593,8 @@ def test_radam_rho_recurrence_is_rounded_as_paddles_kernel_under_jit():
     # (w = [1, -2, 0.5], g_t = t [0.3, -0.2, 0.1], lr 0.1): step 6 moved w[0] by -0.11415654. A jitted
     # update whose products XLA:CPU contracted into fused multiply-adds got rho_t an ulp above 5 and
     # rectified (-0.027378). Both the jitted and the op-by-op update must give Paddle's step.
-    f = np.float32
-    b2, rho, pw = f(0.8397686), f(1), f(1)
-    for _ in range(6):
-        pw = pw * b2
-        rho = (rho * (b2 - pw) + pw) / (f(1) - pw)
-    assert f(2) / (f(1) - b2) - f(1) - f(2) * rho == f(5)
+    b2 = np.float32(0.8397686)
+    assert _kernel_rho_t(b2, 6) == 5.0
     tx = P.radam(learning_rate=0.1, beta2=float(b2))
     for update in (tx.update, jax.jit(tx.update)):
         p = {"w": jnp.asarray([1.0, -2.0, 0.5], jnp.float32)}
