@@ -373,3 +373,18 @@ def test_gluon_nadam_m_schedule_is_checked_on_load(value):
     from_gluon_states(io.BytesIO(data), params, tx)
     with pytest.raises(MigrateError, match=r"m_schedule is .*\(0, 1\]"):
         from_gluon_states(io.BytesIO(forged), params, tx)
+
+
+def test_short_cuts_a_value_at_the_documented_limits():
+    """``migrate._errors.short``: 60 characters, 6 items, 3 levels (its docstring; issue 28 mutants
+    60 -> 61, 6 -> 7, 3 -> 4). The cut forms are `reprlib`'s (Python's Lib/reprlib.py)."""
+    from gradxform.migrate._errors import short  # noqa: PLC0415
+    assert short("a" * 1000) == "'" + "a" * 27 + "..." + "a" * 28 + "'"  # 60 characters in all
+    assert len(short(b"x" * 1000)) == 60  # an object's own repr (maxother)
+    assert short(list(range(7))) == "[0, 1, 2, 3, 4, 5, ...]"
+    assert short({i: i for i in range(7)}) == "{0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, ...}"
+    assert short([[[[1]]]]) == "[[[[...]]]]" and short([[[1]]]) == "[[[1]]]"
+    graph = ()
+    for _ in range(64):  # shared nodes: a full repr would take 2**64 steps
+        graph = (graph, graph)
+    assert short(graph) == "((((...), (...)), ((...), (...))), (((...), (...)), ((...), (...))))"

@@ -8,6 +8,7 @@ step vs allreduce_grads + update, resume vs uninterrupted) are compared bit
 for bit. Measured: 4 vs 1 device max |diff| 1.2e-7 (step, compiled) and
 6.4e-10 (clipped); compiled vs step 0.
 """
+import dataclasses
 import warnings
 
 import jax
@@ -19,7 +20,8 @@ import pytest
 import gradxform
 from gradxform import lr_scheduler
 from gradxform.checkpoint import CheckpointError
-from gradxform.trainer import Trainer, per_device_grads, replicate, split_batch, unreplicate
+from gradxform.trainer import Compression, Trainer, per_device_grads, replicate, split_batch, unreplicate
+from gradxform.trainer._compression import parse_compression
 
 TOL = dict(rtol=1e-5, atol=1e-6)
 DEV1 = jax.devices()[:1]
@@ -784,3 +786,75 @@ def test_every_program_donates_the_trainers_arrays_never_the_callers(devices):
     t.set_learning_rate(0.01)
     assert donated(before)
     assert jax.tree.map(np.shape, (t._params, t._state, t._residual)) == shapes
+
+
+# Recorded from MXNet 1.9.1 (/work/venvs/mxnet): kv = mx.kv.create('device'),
+# kv.set_gradient_compression(params), kv.init(0, nd.zeros(6)), then twice: kv.push(0, [TWO_BIT_G[0] on
+# cpu(0), TWO_BIT_G[1] on cpu(1)]) and kv.pull(0, out). The same sums with {'type': '2bit', 'threshold': 0.5}
+# and with {'type': '2bit'} (GradientCompressionParam: threshold set_default(0.5)).
+TWO_BIT_G = np.array([[0.5, -0.5, 0.25, -0.25, 0.49, 0.0],
+                      [0.5, -0.5, 0.25, -0.25, -0.49, 0.0]], np.float32)
+MXNET_TWO_BIT_SUMS = [[1.0, -1.0, 0.0, 0.0, 0.0, 0.0], [1.0, -1.0, 1.0, -1.0, 0.0, 0.0]]
+
+
+@pytest.mark.parametrize("params", [{"type": "2bit", "threshold": 0.5}, {"type": "2bit"}])
+def test_two_bit_compression_at_the_threshold_and_by_default_as_mxnet(params):
+    """MXNet's quantize_2bit (src/kvstore/gradient_compression-inl.h) sends +t where ``residual >= t``
+    and -t where ``residual <= -t``: a residual exactly at the threshold is sent (issue 28 mutants of
+    ``trainer/_compression.py``: > for >=, < for <=, the default 0.5 -> 1.5). Eager, per device."""
+    comp = parse_compression(params)
+    assert comp == Compression("2bit", 0.5)
+    want, want_res = _two_bit_reference(TWO_BIT_G.astype(np.float64), 0.5, 2)
+    np.testing.assert_array_equal(want, MXNET_TWO_BIT_SUMS)  # the transcription is MXNet's numbers
+    res = [jnp.zeros(6, jnp.float32)] * 2
+    for sums in MXNET_TWO_BIT_SUMS:
+        pairs = [comp.quantize(jnp.asarray(g), r) for g, r in zip(TWO_BIT_G, res)]
+        res = [r for _, r in pairs]
+        np.testing.assert_array_equal(np.asarray(pairs[0][0]) + np.asarray(pairs[1][0]), sums)
+    np.testing.assert_allclose(np.stack(res), want_res, rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("params, error, match", [
+    ({"threshold": 0.5}, ValueError, "'type' key"),  # MXNet: "Required parameter type ... not presented"
+    ("2bit", ValueError, "'type' key"),
+    ({"type": "2bit", "threshold": 0}, ValueError, "> 0 for 2bit"),  # MXNet: "Check failed: threshold > 0"
+    ({"type": "2bit", "threshold": -0.5}, ValueError, "> 0 for 2bit"),
+    ({"type": "2bit", "threshold": float("nan")}, ValueError, "finite"),
+    ({"type": "2bit", "threshold": float("inf")}, ValueError, "finite"),
+    ({"type": "1bit", "threshold": float("-inf")}, ValueError, "finite"),
+    ({"type": "2bit", "threshold": 0.5, "tresh": 1}, ValueError, "unknown key 'tresh'"),
+    ({"type": "2bit", "threshold": "high"}, TypeError, "threshold must be a number"),
+])
+def test_compression_params_refused_at_the_boundary(params, error, match):
+    with pytest.raises(error, match=match):
+        parse_compression(params)
+
+
+def test_compression_accepts_what_mxnet_accepts_and_is_immutable():
+    # 1bit takes any finite threshold, 0 and below included (MXNet 2.x SetParams checks > 0 for 2bit only)
+    assert parse_compression({"type": "1bit", "threshold": -0.25}) == Compression("1bit", -0.25)
+    assert parse_compression({"type": "2bit", "threshold": 1e-6}) == Compression("2bit", 1e-6)
+    # the compiled programs read the threshold once: a Trainer's Compression cannot be changed later
+    comp = Compression("2bit", 0.5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        comp.threshold = 0.1
+    assert hash(comp) == hash(Compression("2bit", 0.5))
+
+
+def test_one_bit_compression_default_threshold_is_mxnets():
+    """MXNet 2.x (apache/mxnet b84609d3fc): src/kvstore/gradient_compression.h declares one
+    ``GradientCompressionParam`` with ``threshold`` ``set_default(0.5)``, and ``SetParams`` passes it to
+    ``SetOneBitCompression`` unchanged (gradient_compression.cc:44-45): ``{'type': '1bit'}`` runs at 0.5.
+    quantize_1bit (gradient_compression-inl.h:69-80): ``residual += grad``; +1 and ``residual -= 1``
+    where ``residual > threshold``, else -1 and ``residual += 1``. A float64 transcription, eager."""
+    comp = parse_compression({"type": "1bit"})
+    assert comp == Compression("1bit", 0.5)
+    g = np.array([0.5, 0.75, -0.2, 0.25], np.float32)  # 0.5: exactly at the threshold, sent as -1
+    res, res64 = jnp.zeros(4, jnp.float32), np.zeros(4)
+    for _ in range(3):
+        res64 = res64 + g
+        want = np.where(res64 > 0.5, 1.0, -1.0)
+        res64 = res64 - want
+        q, res = comp.quantize(jnp.asarray(g), res)
+        np.testing.assert_array_equal(np.asarray(q), want)
+        np.testing.assert_allclose(np.asarray(res), res64, rtol=0, atol=1e-6)

@@ -241,3 +241,16 @@ def test_constructor_defaults_and_choices_as_the_docstring_states(monkeypatch):
     monkeypatch.setattr(_flat.Layout, "pack_host", lambda self, *a: packed.append(1) or real(self, *a))
     t.step(t.grads(loss_fn, BATCHES[0]), 8)
     assert packed == []  # below the threshold the step packs inside the program
+
+
+def test_kvstore_warnings_point_at_the_users_trainer_line():
+    """Issue 28 mutants of ``trainer/_kvstore.py`` (stacklevel 3 -> 4): the two "no kvstore" warnings
+    name the line that built the Trainer (Python prints that line), not a line inside gradxform."""
+    comp = {"type": "2bit", "threshold": 0.05}
+    for kw, match in (({"kvstore": None, "compression_params": comp}, "no gradient compression"),
+                      ({"kvstore": None, "update_on_kvstore": True}, "no kvstore to update on")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            Trainer({"w": jnp.zeros(3)}, *SGD, **kw)
+        (w,) = [w for w in caught if match in str(w.message)]
+        assert (w.filename, w.category) == (__file__, UserWarning), (w.filename, kw)

@@ -324,3 +324,28 @@ def test_checkpoint_with_per_leaf_counts_resumes_in_every_layout(tmp_path, opt):
             assert_equal(runs[0].state, ref.state)
         else:
             assert_within_eps((runs[0].params, runs[0].state), (ref.params, ref.state))
+
+
+def test_a_group_of_zero_size_parameters_shards_as_an_empty_buffer():
+    """A group whose leaves are all of size 0 (here by their own lr_mult) has a flat buffer of
+    length 0: XLA refuses to all-gather a zero-length axis, so it stays whole (empty) on every
+    device, in the step and in ``trainer.state``. Fixed with issue 28's mutants of
+    ``trainer/_zero.py`` (``n < 0`` -> ``n <= 0``: before, the sharded step did not compile).
+    The reference is the unsharded fused Trainer (whose numbers the rest of this file relates)."""
+    params = {"w": jnp.arange(5.0), "e": jnp.zeros((0,)), "f": jnp.zeros((0, 3)), "s": jnp.ones(1)}
+    opt = ("adam", {"learning_rate": 0.1, "lr_mult": {"e": 2.0, "f": 2.0, "s": 3.0}})
+    sharded, whole = Trainer(params, *opt, update_on_kvstore=True), Trainer(params, *opt)
+    assert sharded._zero is not None
+    # an empty buffer, and a one-element one (its shards: the element and three padding copies)
+    assert {0, 1} <= set(jax.tree.leaves(sharded._zero.lengths(sharded._state.layout)))
+
+    def loss(p, batch):
+        return jnp.sum((p["w"] * batch) ** 2) + jnp.sum(p["e"]) + jnp.sum(p["f"]) + 2.0 * jnp.sum(p["s"])
+
+    for t in (sharded, whole):
+        t.step(t.grads(loss, jnp.ones((8, 5))), 8)
+    assert_equal(sharded.params, whole.params)
+    assert_equal(sharded.state, whole.state)
+    assert jax.tree.map(np.shape, sharded.state) == jax.tree.map(np.shape, whole.state)
+    assert float(jnp.abs(sharded.params["w"] - params["w"]).max()) > 0.05  # one Adam step moved it
+    assert float(sharded.params["s"][0]) < 0.9  # 1 - 0.1 * 3 * (about 1): the one-element group moved

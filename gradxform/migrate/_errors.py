@@ -26,7 +26,9 @@ _REPR.maxtuple = _REPR.maxlist = _REPR.maxdict = _REPR.maxset = _REPR.maxfrozens
 def short(value) -> str:
     """A repr of ``value`` costing at most a few hundred characters of work,
     whatever the file made it (nested a million deep, or a graph of shared
-    tuples whose full repr would take 2**64 steps)."""
+    tuples whose full repr would take 2**64 steps): `reprlib` with at most 60
+    characters of a string or of an object's own repr (bytes included), 6
+    items of a container and 3 levels of nesting, each cut marked ``...``."""
     try:
         return _REPR.repr(value)
     except Exception:  # noqa: BLE001 -- a message must never fail

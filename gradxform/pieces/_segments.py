@@ -234,8 +234,8 @@ class ShardedSegments:
 
     def gather(self, x: jax.Array) -> jax.Array:
         """The whole buffer from every device's shard ``x``."""
-        if jnp.ndim(x) == 0:
-            return x
+        if jnp.ndim(x) == 0 or self.length == 0:  # XLA refuses to all-gather a zero-length axis
+            return x[:0] if jnp.ndim(x) else x
         return jax.lax.all_gather(x, self.axis, tiled=True)[:self.length]
 
     def local(self, x) -> jax.Array:

@@ -15,7 +15,9 @@ src/kvstore/gradient_compression-inl.h), with threshold ``t > 0``::
     r -= q
 
 ``'1bit'`` (MXNet 2.x ``quantize_1bit`` / ``dequantize_1bit``), with a
-threshold ``t`` (any float; default 0)::
+threshold ``t`` (any finite float; default 0.5, as 2bit: MXNet's one
+``GradientCompressionParam`` declares ``threshold`` with ``set_default(0.5)``
+for every type, src/kvstore/gradient_compression.h)::
 
     r += g
     q  = +1 where r > t;  -1 elsewhere
@@ -57,8 +59,8 @@ class Compression:
 
 def parse_compression(params) -> Compression | None:
     """Checks ``compression_params`` as MXNet does: a dict with ``type``
-    ('2bit' or '1bit') and an optional ``threshold`` (2bit: > 0, default 0.5,
-    MXNet's default; 1bit: default 0)."""
+    ('2bit' or '1bit') and an optional ``threshold`` (default 0.5 for both,
+    MXNet's ``GradientCompressionParam``; 2bit: > 0, as MXNet's ``SetParams``)."""
     if params is None:
         return None
     if not isinstance(params, dict) or "type" not in params:
@@ -72,7 +74,7 @@ def parse_compression(params) -> Compression | None:
     if kind not in ("2bit", "1bit"):
         raise ValueError(f"Trainer(compression_params=...): type must be '2bit' or '1bit'; "
                          f"got {params['type']!r}.")
-    threshold = params.get("threshold", 0.5 if kind == "2bit" else 0.0)
+    threshold = params.get("threshold", 0.5)
     try:
         threshold = float(threshold)
     except (TypeError, ValueError):

@@ -64,7 +64,7 @@ def compression_in_kvstore(compression, kvstore, num_local_devices: int):
     return compression
 
 
-def scaled_loss(loss_fn, has_aux: bool = False):
+def scaled_loss(loss_fn, has_aux: bool):
     """``(params, (batch, state)) -> loss * loss_scale(state)`` (with
     ``has_aux``: ``(scaled loss, aux)``) for `Trainer.grads`."""
     def scaled(params, batch_and_state):

@@ -116,7 +116,9 @@ class ShardedState:
     def gather_state(self, state: FusedState) -> FusedState:
         """The whole fused state on every device (for checkpoints and ``trainer.state``)."""
         lengths = self.lengths_of(state)
-        inner = jax.tree.map(lambda x, n: x if n < 0 else jax.lax.all_gather(x, ar.AXIS, tiled=True)[:n],
+        # a zero-length buffer (a group of zero-size leaves) is whole on every device, and XLA
+        # refuses to all-gather a zero-length axis
+        inner = jax.tree.map(lambda x, n: x if n <= 0 else jax.lax.all_gather(x, ar.AXIS, tiled=True)[:n],
                              state.inner, lengths)
         return FusedState(inner, state.layout)
 
