@@ -235,7 +235,7 @@ class ShardedSegments:
     def gather(self, x: jax.Array) -> jax.Array:
         """The whole buffer from every device's shard ``x``."""
         if jnp.ndim(x) == 0 or self.length == 0:  # XLA refuses to all-gather a zero-length axis
-            return x[:0] if jnp.ndim(x) else x
+            return x  # length 0: chunk is 0, so the shard is already the whole (empty) buffer
         return jax.lax.all_gather(x, self.axis, tiled=True)[:self.length]
 
     def local(self, x) -> jax.Array:
