@@ -8,7 +8,9 @@ Contenders, each a donated jitted step ``params, state <- step(params, state, gr
 ``optax.adam``; ``optax.apply_if_finite(optax.adam)`` (checks the gradients
 only); ``gx.adam`` (MXNet Adam, ``gradxform.create('adam')``); ``gx.adam+guard``
 (``skip_nonfinite=True``: gradients, updates and the new state checked);
-``gx.adam+guard(grads)`` (the guard checking the gradients only, as optax's).
+``gx.adam+guard(grads)`` (the guard checking the gradients only, as optax's);
+``gx.adam+loss_scale`` (``dynamic_loss_scale``: gradients unscaled, then
+checked as ``skip_nonfinite`` does) and ``gx.adam+loss_scale(grads)``.
 Times are medians over interleaved rounds; on a shared 2-core machine only
 the ratios within one run mean anything.
 """
@@ -33,6 +35,9 @@ def contenders():
         "gx.adam+guard": gradxform.create("adam", learning_rate=1e-3, skip_nonfinite=True),
         "gx.adam+guard(grads)": gradxform.pieces.skip_nonfinite(gradxform.create("adam", learning_rate=1e-3),
                                                                 check_updates=False, check_state=False),
+        "gx.adam+loss_scale": gradxform.pieces.dynamic_loss_scale(gradxform.create("adam", learning_rate=1e-3)),
+        "gx.adam+loss_scale(grads)": gradxform.pieces.dynamic_loss_scale(
+            gradxform.create("adam", learning_rate=1e-3), check_updates=False, check_state=False),
     }
 
 

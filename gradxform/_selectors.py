@@ -28,6 +28,11 @@ else a regex if it holds syntax no glob has (``| ( ) + ^ $ \\ { }``); else a
 glob if the glob matches some name; else a regex (``'.*bias'`` matches no
 glob, since no name starts with a dot). A string that selects nothing is the
 caller's error to report (almost always a typo).
+
+Flax's names: nnx's trailing ``/value`` is never part of a name
+(`gradxform.param_names`); linen's leading ``params/`` may be written or
+left out, whether the tree is linen's whole ``variables`` or its ``params``
+subtree (`Selector.select`).
 """
 from __future__ import annotations
 
@@ -127,12 +132,17 @@ class Selector:
     def select(self, names: Sequence[str], shapes: Sequence[tuple] | None = None) -> np.ndarray:
         """One bool per name. Under Flax linen's ``{'params': ...}`` a name is
         also read without its leading ``params/`` (``'dense/kernel'`` selects
-        ``params/dense/kernel``; so does the full name)."""
+        ``params/dense/kernel``; so does the full name). The other way round,
+        a string key written with linen's ``params/`` (copied from the
+        variables' paths) also selects in the ``params`` subtree alone (a
+        ``TrainState``'s, whose names have no such prefix)."""
         names = list(names)
         out = self._select(names, shapes)
         if any(n.startswith(_LINEN_PREFIX) for n in names):
             out |= self._select([n[len(_LINEN_PREFIX):] if n.startswith(_LINEN_PREFIX) else n for n in names],
                                 shapes)
+        elif isinstance(self.spec, str) and self.spec.startswith(_LINEN_PREFIX):
+            out |= Selector(self.spec[len(_LINEN_PREFIX):], what=self.what)._select(names, shapes)
         return out
 
     def _select(self, names: list[str], shapes: Sequence[tuple] | None) -> np.ndarray:

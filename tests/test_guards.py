@@ -501,3 +501,28 @@ def test_guard_status_of_stacked_copies_reports_the_worst():
                                guard=stacked.guard._replace(tripped=jnp.array([0, 1], jnp.int32)))
     status = gx.guard_status(stacked)[0]
     assert status["tripped"] and status["loss_scale"] == 2.0
+
+
+@pytest.mark.parametrize("guard", ["skip_nonfinite", "dynamic_loss_scale"])
+@pytest.mark.parametrize("checks", [True, False], ids=["default", "grads_only"])
+def test_guard_holds_no_more_xla_temporaries_than_optax_apply_if_finite(guard, checks):
+    """XLA's own memory analysis of a donated step (machine-independent, not a
+    timing): a guard may hold what optax.apply_if_finite holds (the updates the
+    `cond` returns) and nothing more. The loss scaler once unscaled the
+    gradients outside its `cond`, which stored them whole: twice optax's."""
+    import optax  # noqa: PLC0415
+
+    params = {f"w{i}": jnp.full((256, 256), 0.5, jnp.float32) for i in range(3)}
+
+    def temporaries(tx):
+        def step(p, s, g):
+            u, s = tx.update(g, s, p)
+            return optax.apply_updates(p, u), s
+        state = jax.tree.map(jnp.copy, tx.init(params))
+        compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, state, params).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    wrap = skip_nonfinite if guard == "skip_nonfinite" else dynamic_loss_scale
+    ours = temporaries(wrap(gx.create("adam", learning_rate=1e-3), check_updates=checks, check_state=checks))
+    theirs = temporaries(optax.apply_if_finite(optax.adam(1e-3), 10))
+    assert ours <= theirs + 1024, (ours, theirs)  # a few scalars of slack

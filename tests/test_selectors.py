@@ -50,6 +50,25 @@ def test_linen_params_prefix_optional(key, want):
     assert {n for n, f in frozen.items() if f} == want
 
 
+@pytest.mark.parametrize("key, want", [
+    ("params/layers_0/kernel", {"layers_0/kernel"}),  # a path copied from the variables
+    ("layers_0/kernel", {"layers_0/kernel"}),
+    ("params/*/bias", {"layers_0/bias", "layers_1/bias"}),
+])
+def test_linen_params_prefix_in_the_key_selects_in_the_params_subtree(key, want):
+    # a TrainState holds variables['params']: its names have no params/ prefix
+    params = linen.Sequential([linen.Dense(3), linen.Dense(1)]).init(jax.random.key(0), jnp.ones((1, 2)))["params"]
+    frozen = _frozen_where(params, gradxform.create("sgd", learning_rate=0.1, lr_mult={key: 0.0}))
+    assert {n for n, f in frozen.items() if f} == want
+
+
+def test_only_a_literal_params_prefix_is_read_off_the_key():
+    # a regex that happens to match "params/..." is not read against prefixed names
+    names = ["dense/kernel", "proj/kernel"]
+    assert Selector("^p.*").select(names).tolist() == [False, True]
+    assert Selector("params/proj/*").select(names).tolist() == [False, True]
+
+
 def test_a_key_matching_nothing_still_says_so_under_linen():
     variables = {"params": {"dense": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)}}}
     tx = gradxform.create("sgd", learning_rate=0.1, lr_mult={"dense/kernl": 0.0})

@@ -148,7 +148,7 @@ def _finite_by_position(grads, *trees) -> jax.Array:
 
 
 def step_is_finite(grads, updates, new_state, *, check_updates: bool = True,
-                   check_state: bool = True, extra_args: dict | None = None) -> jax.Array:
+                   check_state: bool = True, extra_args: dict | None = None, also=()) -> jax.Array:
     """The one test both guards apply to a step: a scalar bool, True when the
     gradients, the inner updates (if ``check_updates``) and every floating leaf
     of the inner transformation's new state (if ``check_state``) are finite.
@@ -157,8 +157,11 @@ def step_is_finite(grads, updates, new_state, *, check_updates: bool = True,
     finite updates but ``g * g`` = +Inf in an accumulator of squares, which
     would stay Inf (or turn NaN) for the rest of the run. Under a sharded
     step (``extra_args``' context) the answer covers every device's shard.
+    ``also``: more trees shaped like ``grads`` (the loss scaler's unscaled
+    gradients), checked in the same loops.
     """
-    ok = _finite_by_position(grads, updates if check_updates else None, new_state if check_state else None)
+    ok = _finite_by_position(grads, *also, updates if check_updates else None,
+                             new_state if check_state else None)
     return on_every_shard(ok, extra_args)
 
 
@@ -183,7 +186,7 @@ def _guard_step(g: GuardState, ok) -> GuardState:
                       g.max_consecutive, tripped)
 
 
-def _run_if(ok_of, inner, grads, inner_state, params, extra_args):
+def _run_if(ok_of, inner, grads, inner_state, params, extra_args, prepare=None):
     """``(ok, (updates, new_state))``: the inner step where ``ok_of(updates',
     state')`` holds, else zero updates and ``inner_state`` unchanged.
 
@@ -196,15 +199,22 @@ def _run_if(ok_of, inner, grads, inner_state, params, extra_args):
     6 MiB this way, as optax.apply_if_finite (benchmarks/bench_guard.py).
     XLA compiles the branch apart from the unguarded step, so a finite step's
     numbers equal the unguarded step's up to FMA contraction (within 2
-    float32 ulp per update, tests/test_guards.py), not bit for bit."""
-    new_updates, new_state = run_inner(inner, grads, inner_state, params, **extra_args)
+    float32 ulp per update, tests/test_guards.py), not bit for bit.
+
+    ``prepare`` (elementwise, e.g. the loss scaler's unscaling) is applied to
+    ``grads`` in each trace, not once outside: a value computed outside the
+    ``cond`` and read inside it is an operand of the ``cond``, stored whole
+    (24 MiB of temporaries for 24 MiB of gradients), where each trace's own
+    copy fuses into the loops that read it."""
+    prepared = (lambda: grads) if prepare is None else (lambda: prepare(grads))
+    new_updates, new_state = run_inner(inner, prepared(), inner_state, params, **extra_args)
     ok = ok_of(new_updates, new_state)
     ctx = StepContext.of(extra_args)
     again = extra_args if ctx is None else {**extra_args, CONTEXT_KEY: ctx.isolated()}
     # the barrier keeps XLA from merging the second trace into the first (whose
     # outputs would then be stored whole for the select)
     def step():
-        return run_inner(inner, grads, inner_state, params, **again)
+        return run_inner(inner, prepared(), inner_state, params, **again)
 
     def skip():
         return (jax.tree.map(jnp.zeros_like, new_updates),
@@ -321,12 +331,12 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
     @declare(inner=(inner,), fusion=Fusion(reductions=("whole",)))
     def update(updates, state, params=None, **extra_args):
         h = state.hyper
-        grads = jax.tree.map(lambda g: unscale(g, state.scale), updates)
+        unscaled = lambda tree: jax.tree.map(lambda g: unscale(g, state.scale), tree)  # noqa: E731
         # the gradients as received and unscaled (a scale below 1 can overflow a finite one)
         ok, (new_updates, new_inner) = _run_if(
-            lambda u, s: step_is_finite((updates, grads), u, s, check_updates=check_updates,
-                                        check_state=check_state, extra_args=extra_args),
-            inner, grads, state.inner, params, extra_args)
+            lambda u, s: step_is_finite(updates, u, s, check_updates=check_updates, check_state=check_state,
+                                        extra_args=extra_args, also=(unscaled(updates),)),
+            inner, updates, state.inner, params, extra_args, prepare=unscaled)
         good = state.good_steps + 1
         grow = ok & (good.astype(jnp.float32) >= h["growth_interval"])
         grown = state.scale * h["growth_factor"]
