@@ -526,3 +526,17 @@ def test_guard_holds_no_more_xla_temporaries_than_optax_apply_if_finite(guard, c
     ours = temporaries(wrap(gx.create("adam", learning_rate=1e-3), check_updates=checks, check_state=checks))
     theirs = temporaries(optax.apply_if_finite(optax.adam(1e-3), 10))
     assert ours <= theirs + 1024, (ours, theirs)  # a few scalars of slack
+
+
+def test_loss_scale_below_one_skips_a_gradient_its_unscaling_overflows_even_checking_gradients_only():
+    # 3e38 is finite; unscaled by a scale of 0.5 it is 6e38 = +Inf in float32. The unscaled
+    # gradients are checked beside the raw ones, so the step is skipped with no update or
+    # state check to catch what the rule would make of the Inf.
+    tx = dynamic_loss_scale(gx.create("sgd", learning_rate=0.1), init_scale=0.5,
+                            check_updates=False, check_state=False)
+    step = make_step(tx)
+    g = poisoned(0, 3e38)
+    p, s, u = step(PARAMS, tx.init(PARAMS), g)
+    assert_same(p, PARAMS)
+    status = gx.guard_status(s)[0]
+    assert status["skipped"] == 1 and status["loss_scale"] == 0.25
