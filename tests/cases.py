@@ -54,6 +54,9 @@ class Case:
     # extra keyword arguments of ``update`` that the optimizer needs, from the
     # params (THOR's ``layer_stats``); `create` supplies them where a caller gives none
     update_args: Any = None
+    # learning_rate may be a schedule object (False where the framework takes a number only: MindSpore
+    # FTRL's float, Paddle Rprop, whose kernel reads its own per-element rates)
+    takes_schedule: bool = True
 
 
 DEFAULT = Case()
@@ -93,7 +96,8 @@ TABLE.update({
                                    fuses=False),
     "mindspore.adam_weight_decay": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
     # FTRL's closed form sets w = 0 where |u| <= l1.
-    "mindspore.ftrl": Case(dict(learning_rate=0.1, l1=1e-3, weight_decay=1e-3), _MS_WD, False, fuses=True),
+    "mindspore.ftrl": Case(dict(learning_rate=0.1, l1=1e-3, weight_decay=1e-3), _MS_WD, False, fuses=True,
+                           takes_schedule=False),
     "mindspore.lamb": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True, bit_exact=False),
     "mindspore.lars": Case(dict(optimizer=gradxform.create("mindspore.momentum", learning_rate=0.1, momentum=0.9),
                                 weight_decay=1e-3), _MS_WD, True, fuses=True, bit_exact=False),
@@ -131,7 +135,7 @@ TABLE.update({
     "paddle.nadam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
     "paddle.radam": Case(dict(learning_rate=0.05, weight_decay=1e-3), _MS_WD, True, fuses=True),
     # Rprop steps by sign(g) * per-element rates: a zero gradient keeps w; no weight decay
-    "paddle.rprop": Case(dict(learning_rate=0.01), {}, True, fuses=True),
+    "paddle.rprop": Case(dict(learning_rate=0.01), {}, True, fuses=True, takes_schedule=False),
 })
 
 # -- issue 24: the optimizers the recorded versions have and gradxform lacked --------------

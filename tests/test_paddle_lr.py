@@ -436,8 +436,7 @@ def test_own_jitted_step_equals_paddle_without_recompiling(case):
         return gradxform.apply_updates(params, updates), state
 
     logged = []
-    for t in range(12):
-        state = opt.sync_lr(state)  # the one call: scheduler() into the state
+    for t in range(12):  # as Paddle's script: no call between the scheduler's step and the update
         params, state = train_step(params, state, {f"p{i}": jnp.asarray(g) for i, g in enumerate(GRADS[t])})
         logged.append(opt.get_lr(state))  # Paddle's optimizer.get_lr(): what the scheduler holds now
         if (t + 1) % E2E[case]["every"] == 0:
@@ -491,7 +490,7 @@ def test_get_updater_reads_the_scheduler_before_each_update(case):
             np.testing.assert_allclose(weights[i], _want(case, t)[i], **E2E_TOL, err_msg=f"update {t}")
 
 
-def test_set_lr_refused_and_a_forgotten_sync_warns():
+def test_set_lr_refused_and_sync_lr_kept_for_older_loops():
     sched = LR.StepDecay(0.1, 1, gamma=0.5)
     opt = gradxform.paddle.SGD(sched)
     state = opt.init({"w": jnp.ones(2)})
@@ -499,18 +498,29 @@ def test_set_lr_refused_and_a_forgotten_sync_warns():
         opt.set_lr(state, 0.2)
     with pytest.raises(TypeError, match="set_lr"):
         opt.set_lr(state, "0.2")
-    assert float(gradxform.get_hyper(opt.sync_lr(state), "learning_rate")) == np.float32(0.1)
     sched.step()
-    with pytest.warns(UserWarning, match="sync_lr"):
-        sched.step()  # stepped twice, never read in between: the state still holds 0.1
+    synced = opt.sync_lr(state)  # records scheduler() in the state; the update reads the scheduler anyway
+    assert float(gradxform.get_hyper(synced, "learning_rate")) == np.float32(0.05)
+    for s in (state, synced):
+        np.testing.assert_allclose(opt.update({"w": jnp.ones(2)}, s, {"w": jnp.ones(2)})[0]["w"], [-0.05, -0.05])
     with pytest.raises(ValueError, match="sync_lr"):
         gradxform.paddle.SGD(0.1).sync_lr(state)
 
 
-def test_another_family_given_a_paddle_scheduler_says_how_to_feed_it():
-    with pytest.raises(gradxform.schedules.HostScheduleError, match=r"holds the rate.*schedule\(\)"):
-        gradxform.create("mxnet.sgd", learning_rate=LR.StepDecay(0.1, 2))
-    sched = LR.StepDecay(0.1, 1, gamma=0.5)  # by name, the Trainer reads it for any family
+def test_another_family_given_a_paddle_scheduler_reads_it_in_each_update():
+    for build in (lambda s: gradxform.create("mxnet.sgd", learning_rate=s),
+                  lambda s: gradxform.create("sgd", lr_scheduler=s),
+                  lambda s: gradxform.create("mindspore.momentum", learning_rate=s, momentum=0.0)):
+        sched = LR.StepDecay(0.1, 1, gamma=0.5)
+        tx = build(sched)
+        params = {"w": jnp.zeros(2)}
+        state = tx.init(params)
+        step = jax.jit(lambda p, s: tx.update({"w": jnp.ones(2)}, s, p))
+        for want in (-0.1, -0.05, -0.025):
+            updates, state = step(params, state)
+            np.testing.assert_allclose(updates["w"], [want, want], rtol=1e-6)
+            sched.step()
+    sched = LR.StepDecay(0.1, 1, gamma=0.5)  # by name, the Trainer reads it on the host for any family
     trainer = gradxform.Trainer({"w": jnp.zeros(2)}, "mxnet.sgd", {"learning_rate": sched},
                                 devices=jax.devices()[:1])
     for want in (-0.1, -0.15, -0.175):
@@ -574,32 +584,18 @@ def test_plateau_state_and_metrics_as_paddle():
     assert p.best == pytest.approx(0.3) and p.num_bad_epochs == 0
 
 
-def test_unread_warning_once_where_the_user_stepped_and_set_state_dict_warns_only_for_extra_keys():
-    # gradxform's own warning (docstring of gradxform.paddle.lr): a scheduler an optimizer was built with
-    # warns, once, at the user's line, when stepped without being read; one no optimizer holds never warns
+def test_set_state_dict_warns_only_for_extra_keys():
     with warnings.catch_warnings(record=True) as w:
         warnings.simplefilter("always")
-        plain = LR.StepDecay(0.1, 1, gamma=0.5)
-        plain.step()
-        plain.step()
-        read = LR.StepDecay(0.1, 1, gamma=0.5)
-        gradxform.paddle.SGD(read)
-        read()
-        read.step()  # read since it was built: no warning
-        assert w == []
         sched = LR.StepDecay(0.1, 1, gamma=0.5)
-        gradxform.paddle.SGD(sched)  # reads sched() at construction: the first step is in time
+        gradxform.paddle.SGD(sched)
         sched.step()
-        assert w == []
-        sched.step()  # "stepped twice without its value being read in between"
-        assert [x.filename for x in w] == [__file__]
-        sched.step()
-        assert len(w) == 1  # once
+        sched.step()  # stepped without an update in between: nothing to warn about, each update reads it
         # Paddle lr.py 263-279: a missing key is an error, a key beyond state_keys a warning
         sched.set_state_dict({"last_epoch": 1, "last_lr": 0.05})
-        assert len(w) == 1
+        assert w == []
         sched.set_state_dict({"last_epoch": 1, "last_lr": 0.05, "other": 0})
-        assert [x.filename for x in w] == [__file__] * 2 and "unused values" in str(w[1].message)
+        assert [x.filename for x in w] == [__file__] and "unused values" in str(w[0].message)
 
 
 def test_one_element_arrays_in_state_dict_become_floats_as_paddles_tensors():

@@ -42,7 +42,7 @@ from .._selectors import as_names, check_keys, describe_names, multipliers
 from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
-from ..schedules.internal import COMPLETED, NUM_UPDATE, as_update_schedule
+from ..schedules.internal import COMPLETED, NUM_UPDATE, as_update_schedule, holds_its_rate
 
 __all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS"]
 
@@ -205,6 +205,7 @@ def parse_options(factory, given: dict) -> MXNetOptions:
         learning_rate = None
     elif o["lr_scheduler"] is not None:
         if learning_rate is not None and not callable(getattr(o["lr_scheduler"], "lr_for_update", None)) \
+                and not holds_its_rate(o["lr_scheduler"]) \
                 and isinstance(getattr(o["lr_scheduler"], "base_lr", None), (int, float)):
             o["lr_scheduler"].base_lr = learning_rate  # as MXNet's Optimizer.__init__ does
         o["lr_scheduler"] = as_update_schedule(o["lr_scheduler"], NUM_UPDATE, owner=owner, arg="lr_scheduler")

@@ -29,9 +29,10 @@ The learning rate: a number, or a `gradxform.schedules` Paddle schedule,
 read at the number of ``optimizer.step()`` calls done (Paddle's user calls
 ``scheduler.step()`` after ``opt.step()``), or a `ReduceOnPlateau` (then
 ``update`` needs ``loss=``), or a Paddle scheduler object
-(`gradxform.paddle.lr`), stepped by the user and read on the host:
-``state = opt.sync_lr(state)`` before each update. `get_lr` / `set_lr` are
-Paddle's: `set_lr` under a scheduler is a RuntimeError.
+(`gradxform.paddle.lr`), stepped by the user and read by each update
+when it runs, inside the user's jit too (`gradxform.schedules._held`).
+`get_lr` / `set_lr` are Paddle's: `set_lr` under a scheduler is a
+RuntimeError.
 """
 from __future__ import annotations
 
@@ -145,7 +146,7 @@ class PaddleOptions(Setup):
     explicit: bool              # parameters= was given: unnamed leaves are not optimized
     weight_decay: Decay | None
     grad_clip: Clip | None
-    lr_scheduler: Any = None    # a Paddle LRScheduler object: read on the host (PaddleOptimizer.sync_lr)
+    lr_scheduler: Any = None    # a Paddle LRScheduler object, read by each update (schedules._held)
 
     def slots(self, params) -> np.ndarray:
         names, owner = param_names(params), self.owner
@@ -238,9 +239,8 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
     if learning_rate is None:
         raise ValueError(f"{owner}(learning_rate=None): learning_rate is not set.")
     plateau = sched = host = None
-    if holds_its_rate(learning_rate):  # gradxform.paddle.lr: the state holds its value, sync_lr writes it
-        host, learning_rate = learning_rate, float(learning_rate())
-        getattr(host, "_attach", lambda: None)()
+    if holds_its_rate(learning_rate):  # gradxform.paddle.lr: each update reads it (schedules._held.HeldRate)
+        host = learning_rate
     if isinstance(learning_rate, ReduceOnPlateau):
         plateau, base = learning_rate, learning_rate.base_lr
     else:
@@ -303,9 +303,10 @@ class PaddleOptimizer(optax.GradientTransformationExtraArgs):
         return out
 
     def sync_lr(self, state):
-        """``state`` with the scheduler's rate now (``scheduler()``, which Paddle's
-        optimizer reads at each ``step()``) as its ``learning_rate``: call it
-        before each update (outside jit); a hyperparameter, so no recompile."""
+        """``state`` with the scheduler's rate now (``scheduler()``) recorded as
+        its ``learning_rate`` hyperparameter. Not needed: each update reads the
+        scheduler itself (`gradxform.schedules._held`); kept so that loops
+        written for gradxform 0.1 run unchanged."""
         if self.lr_scheduler is None:
             raise ValueError("sync_lr: this optimizer was not built with a Paddle LRScheduler object "
                              "(gradxform.paddle.lr); its learning rate is already in the state.")

@@ -23,12 +23,15 @@ Paddle's learning-rate tensor), so a new value never recompiles:
   `gradxform.mxnet.get_updater('paddle.sgd', {'learning_rate': sched})` read
   ``sched()`` before every update;
 * your own jitted step: build the optimizer with the scheduler
-  (``opt = gradxform.paddle.Momentum(sched)``) and call
-  ``state = opt.sync_lr(state)`` before each update (``set_hyper(state,
-  learning_rate=sched())``). A scheduler an optimizer was built with warns
-  when it is stepped twice without its value being read in between.
+  (``opt = gradxform.paddle.Momentum(sched)``, or any family's optimizer
+  with it as its learning rate) and step it as Paddle's script does: each
+  update reads ``sched()`` itself when it runs (a host callback,
+  `gradxform.schedules._held`), so no update runs at a stale rate and
+  nothing recompiles. A scheduler read so waits, before it changes, for
+  the updates already dispatched (JAX runs them asynchronously).
 
-``opt.get_lr(state)`` is ``sched()``, as Paddle's ``optimizer.get_lr()``.
+``opt.get_lr(state)`` is ``sched()``, as Paddle's ``optimizer.get_lr()``:
+between an update and ``sched.step()``, the rate that update used.
 
 The closed forms are the ones `gradxform.schedules` evaluates in float32
 inside jit (one formula, `gradxform.schedules._paddle`); Paddle's recursive
@@ -44,7 +47,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..schedules.internal import (HOST64, check_number, cosine_annealing, cyclic, cyclic_scale_fn, exponential_decay,
+from ..schedules.internal import (HOST64, check_number, wait_for_updates, cosine_annealing, cyclic, cyclic_scale_fn, exponential_decay,
                                   inverse_time_decay, linear_warmup, multi_step_decay, natural_exp_decay, noam_decay,
                                   one_cycle, one_cycle_phases, piecewise_decay, polynomial_decay, step_decay)
 from ._plateau import is_better, reduced
@@ -85,7 +88,6 @@ class LRScheduler:
 
     def __call__(self) -> float:
         """The rate the next optimizer update uses (``last_lr``)."""
-        self._read = True
         return self.last_lr
 
     def step(self, epoch=None) -> None:
@@ -103,21 +105,18 @@ class LRScheduler:
     def _announce(self, changed=True):
         if self.verbose and changed:
             print(f"Epoch {self.last_epoch}: {self.__class__.__name__} set learning rate to {self.last_lr}.")
-        if getattr(self, "_optimizers", 0) and not getattr(self, "_read", True) and not getattr(self, "_warned", 0):
-            self._warned = True
-            warnings.warn(f"{type(self).__name__}.step(): an optimizer was built with this scheduler but has not read "
-                          "it since the last step(); in your own jitted loop call state = opt.sync_lr(state) before "
-                          "each update (gradxform.Trainer and get_updater read it for you).", UserWarning, stacklevel=3)
-        self._read = False
 
-    def _attach(self) -> None:
-        """Called by a Paddle optimizer built with this scheduler (for the unread warning).
-        The construction has read the rate the first update uses, so the warning
-        comes from the second ``step()`` without a read, not from the first (a
-        scheduler stepped at the start of each epoch, before any update, is read
-        in time)."""
-        self._optimizers = getattr(self, "_optimizers", 0) + 1
-        self._read = True
+    def _hold(self) -> None:
+        """Called when an optimizer's update reads this scheduler inside jit
+        (`gradxform.schedules._held`): from now on a change to a public
+        attribute first waits for the updates in flight, so none reads a
+        value set after it was dispatched."""
+        object.__setattr__(self, "_held", True)
+
+    def __setattr__(self, name, value):
+        if not name.startswith("_") and self.__dict__.get("_held"):
+            wait_for_updates()
+        object.__setattr__(self, name, value)
 
     def state_keys(self) -> None:
         """What `state_dict` saves: ``self.keys = ['last_epoch', 'last_lr']`` (a subclass may change it)."""
@@ -146,7 +145,7 @@ class LRScheduler:
             if key not in state_dict:
                 raise RuntimeError(f"Please check whether state_dict is correct for optimizer. Can't find "
                                    f"[ {key} ] in state_dict")
-            self.__dict__[key] = state_dict[key]
+            setattr(self, key, state_dict[key])  # through __setattr__: waits for updates in flight
         if len(state_dict) > len(self.keys):
             warnings.warn("There are some unused values in state_dict. Maybe the optimizer have different "
                           "'LearningRateDecay' when invoking state_dict and set_dict", stacklevel=2)

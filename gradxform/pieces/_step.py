@@ -155,6 +155,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
     if read_lr not in ("after", "before"):
         raise ValueError(f"track_step(read_lr=...): must be 'after' or 'before'; got {read_lr!r}.")
     schedule = as_update_schedule(schedule, NUM_UPDATE)
+    held = getattr(schedule, "reads_host", False)  # a user-stepped object (schedules._held): no count enters
 
     def init(params):
         base = hyper_scalar(learning_rate)
@@ -185,7 +186,9 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
         old = jnp.asarray(state.count, jnp.int32)
         base = hyper_scalar(state.hyper["learning_rate"])
         at_old = at_new = None
-        if schedule is not None:
+        if held:
+            at_old = at_new = _usable_rate(schedule.read())  # one host read per update, whatever the count
+        elif schedule is not None:
             # A count never exceeds num_update, so leaf i reads the schedule at
             # `old` or `old + 1`: at old + 1 once some leaf up to i (after) or
             # before i (before) has bumped its count past `old`, as MXNet's
@@ -236,7 +239,8 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             lrs = rates
         else:
             lrs = [r * m for r, m in zip(rates, treedef.flatten_up_to(state.lr_mult))]
-        current = base if schedule is None else jnp.asarray(schedule.lr_for_update(num_update, base), jnp.float32)
+        current = base if schedule is None else at_new if held else \
+            jnp.asarray(schedule.lr_for_update(num_update, base), jnp.float32)
         ctx = StepContext.of(extra_args)
         if ctx is not None:
             ctx.publish(lr=treedef.unflatten(lrs), count=treedef.unflatten(new_counts),

@@ -22,10 +22,11 @@ What a schedule may be (wherever an optimizer takes one: MXNet's
 5. an object that the user steps and that holds the rate of the next
    update, Paddle's ``LRScheduler`` protocol (`holds_its_rate`: ``step()``,
    ``last_epoch``, ``last_lr``, and ``obj()`` returns the rate, as Paddle's
-   optimizer reads it at each ``optimizer.step()``). `gradxform.Trainer` and
-   `gradxform.mxnet.get_updater` read ``obj()`` before each update, whatever
-   its steps; a Paddle optimizer built with one takes the value with
-   ``state = opt.sync_lr(state)``.
+   optimizer reads it at each ``optimizer.step()``). Any family's optimizer
+   built with one reads ``obj()`` in each update, inside the user's own jit
+   (`gradxform.schedules._held.HeldRate`: a host callback; no sync call);
+   `gradxform.Trainer` and `gradxform.mxnet.get_updater` read it on the host
+   before each update and feed the value in.
 
 **Which step a bare callable counts.** MXNet's ``num_update`` is 1 on the
 first update; optax's ``count``, MindSpore's ``global_step`` and Paddle's
@@ -54,6 +55,7 @@ import numpy as np
 
 from .._ranges import NON_NEGATIVE, check_value
 from ._common import COMPLETED, NUM_UPDATE, REPLACE, SCALE, FunctionSchedule, Schedule, check_number
+from ._held import HeldRate
 
 __all__ = ["UserSchedule", "mxnet_style", "optax_style", "adapt", "HostScheduleError", "HostSchedule",
            "take_host_schedule", "holds_its_rate", "as_update_schedule", "as_schedule"]
@@ -181,9 +183,10 @@ def adapt(sched, *, default: str, owner: str, arg: str, optimizer: str | None = 
     """The schedule an optimizer uses for ``sched`` (see the module docstring),
     checked at construction: a schedule JAX cannot trace raises
     `HostScheduleError` naming the two ways out."""
-    held = holds_its_rate(sched)  # a scheduler the user steps: its value lives on the host
+    if holds_its_rate(sched):  # a scheduler the user steps: the update reads it on the host (_held)
+        return HeldRate(sched)
     out = wrap(sched, default)
-    reason = "it holds the rate you step it to" if held else untraceable_reason(out) if out is not None else None
+    reason = untraceable_reason(out) if out is not None else None
     if reason:
         name = optimizer or owner
         raise HostScheduleError(
@@ -192,8 +195,7 @@ def adapt(sched, *, default: str, owner: str, arg: str, optimizer: str | None = 
             f"gradxform.mxnet.get_updater({name!r}, {{{arg!r}: schedule, ...}}), which evaluate it on the "
             "host before each update and feed the value in as the learning rate (no recompile); or "
             "(2) build the optimizer without it and, before each jitted step, set "
-            f"state = gradxform.set_learning_rate(state, {'schedule()' if held else 'schedule(step)'}) "
-            "(a hyperparameter: no recompile).")
+            "state = gradxform.set_learning_rate(state, schedule(step)) (a hyperparameter: no recompile).")
     return out
 
 

@@ -1,0 +1,114 @@
+"""A scheduler object the user steps on the host, read by the update itself.
+
+Paddle's optimizer reads ``scheduler()`` at every ``optimizer.step()``; the
+user calls ``scheduler.step()`` after it, per batch or per epoch, and may
+subclass the scheduler with any Python. Such an object cannot be traced, and
+its value changes between calls of a jitted update that the user compiled
+once. `HeldRate` makes the update read it anyway: the learning rate is a
+host callback (`jax.experimental.io_callback`) that returns ``float32(obj())``
+when the update runs, inside the user's own ``jit``, ``scan``, ``vmap`` or
+``nnx.jit`` alike. Nothing has to be synced by hand, so no update can run at
+a stale rate.
+
+**Why a barrier.** JAX dispatches asynchronously: ``train_step(...)``
+returns before the device has run it, and the script's next line may be
+``scheduler.step()``. The callback would then read the next rate. So a
+watched object waits, before it changes, for every dispatched computation
+with host effects (`jax.effects_barrier`): `gradxform.paddle.lr.LRScheduler`
+waits in ``__setattr__`` (a subclass that writes ``self.last_lr`` in its own
+``step()`` is covered), any other object following the protocol gets an
+instance ``step`` that waits first. An update therefore reads the value the
+object held when the update was dispatched, as Paddle's eager step does.
+The barrier costs about a microsecond when nothing is in flight; with an
+update in flight it is the wait for that update.
+
+**Where it cannot run.** A host callback cannot be serialised
+(`jax.export`) and needs a backend that runs Python callbacks; there the
+trace or the call raises, it never trains on a stale value.
+`gradxform.Trainer` and `gradxform.mxnet.get_updater` read the object on
+the host themselves and feed the value in, with no callback.
+"""
+from __future__ import annotations
+
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+
+from ._common import COMPLETED, SCALE, Schedule
+
+__all__ = ["HeldRate", "watch", "wait_for_updates"]
+
+_inside = threading.local()  # set while a callback reads an object: a barrier there would wait for itself
+
+
+def wait_for_updates() -> None:
+    """Blocks until every dispatched computation with host callbacks is done
+    (so none of them reads a value changed after it was dispatched)."""
+    if not getattr(_inside, "reading", False):
+        jax.effects_barrier()
+
+
+def watch(obj) -> None:
+    """Makes ``obj`` wait for dispatched updates before it changes (see the
+    module docstring). `gradxform.paddle.lr.LRScheduler` has the hook built
+    in (``_hold``); any other object gets an instance ``step`` that waits."""
+    hold = getattr(obj, "_hold", None)
+    if callable(hold):
+        hold()
+        return
+    step = obj.step
+    if getattr(step, "_waits_for_updates", False):
+        return
+
+    def step_after_updates(*args, **kwargs):
+        wait_for_updates()
+        return step(*args, **kwargs)
+
+    step_after_updates._waits_for_updates = True
+    try:
+        obj.step = step_after_updates
+    except (AttributeError, TypeError) as err:  # __slots__ or a read-only attribute
+        raise TypeError(f"{obj!r}: a scheduler object read inside jit must let its step() be wrapped (to wait "
+                        "for updates in flight before it changes); give it to gradxform.Trainer by name, "
+                        "which reads it on the host.") from err
+
+
+class HeldRate(Schedule):
+    """The rate ``obj()`` of an object that holds it (Paddle's ``LRScheduler``
+    protocol, `gradxform.schedules.holds_its_rate`), read by the update when it
+    runs. The step count does not enter: the object is where the user stepped
+    it. ``base_lr`` is the value at construction (what a Paddle optimizer's
+    ``learning_rate`` hyperparameter records); a later ``set_hyper`` of the
+    learning rate does not rescale it (Paddle's ``set_lr`` under a scheduler
+    is an error)."""
+
+    indexed_by = COMPLETED
+    rebase = SCALE
+    reads_host = True  # gradxform.pieces.track_step reads it once per update
+
+    def __init__(self, obj):
+        self.obj = obj
+        self.base_lr = float(obj())
+        watch(obj)
+
+    def host_value(self) -> np.float32:
+        """``float32(obj())``: Paddle keeps its learning rate as a float32 tensor."""
+        _inside.reading = True
+        try:
+            return np.float32(self.obj())
+        finally:
+            _inside.reading = False
+
+    def read(self) -> jax.Array:
+        """The rate now, a float32 scalar, as a host callback in the program."""
+        return io_callback(self.host_value, jax.ShapeDtypeStruct((), jnp.float32), ordered=False)
+
+    def __call__(self, step, base_lr=None):
+        del base_lr  # the object's value, whatever the base
+        return jnp.broadcast_to(self.read(), jnp.shape(step))
+
+    def __repr__(self):
+        return f"HeldRate({self.obj!r})"
