@@ -3,8 +3,8 @@
 Each example runs as a subprocess in its fast mode (as a user would run it,
 from a scratch directory, with a time limit) and must exit 0 and print its
 result line. An example is skipped only when its optional dependency is not
-installed (the `test` extra installs them all). The README's ```python blocks
-run in order as one script. Together these take well under a minute.
+installed (the `test` extra installs them all). The README's and docs' ```python
+blocks run each by itself in `tests/test_docs.py`. Together these take well under a minute.
 """
 from __future__ import annotations
 
@@ -87,17 +87,6 @@ def test_multi_device_fast(tmp_path):
     assert "trainer.num_devices=4" in out
     diff = float(re.search(r"params\(1 device\)\| = ([\d.e+-]+)", out).group(1))
     assert diff < 1e-3, "4 devices and 1 device must agree to float32 rounding"
-
-
-def test_readme_python_blocks_run(tmp_path):
-    """Every ```python block of the README, in order, as one script."""
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert len(blocks) >= 5, "the README lost its code examples"
-    script = tmp_path / "readme_blocks.py"
-    script.write_text("\n".join(blocks))
-    out = run([str(script)], tmp_path, devices=2)
-    assert "beta1 must be in [0, 1); got 1.5." in out
 
 
 def test_readme_first_commands_are_the_run_commands():

@@ -1,5 +1,5 @@
 """gradxform.mindspore against NumPy transcriptions of the seed's formulas
-(TinyMS/MindSpore docs, ../shared/seeds/003), 12 steps each, float32,
+(TinyMS/MindSpore docs, the project's seed 003), 12 steps each, float32,
 rtol 1e-5 / atol 1e-6; plus argument checks, names, hyperparameters, offload."""
 import typing
 
@@ -584,14 +584,14 @@ FACTORY_OF = {"ASGD": "asgd", "AdaFactor": "adafactor", "AdaMax": "adamax", "Ada
 def test_factory_and_class_defaults_are_mindspores():
     """Every default of a class AND of the factory it forwards to (the class passes every
     argument, so the surface check, which reads the classes, never sees the factories' own)
-    is MindSpore 2.10's as recorded in ../shared/surface/mindspore.json (inspect.signature
+    is MindSpore 2.10's as recorded in tests/data/surface/mindspore.json (inspect.signature
     of mindspore.nn.<class>); tuples by their repr (``Rprop``'s etas and step_sizes,
     AdaFactor's eps), which the surface check leaves out. gradxform's own ``skip_nonfinite``
     is off by default: MindSpore applies a non-finite update."""
     import inspect
     import json
     import pathlib
-    surface = pathlib.Path(__file__).resolve().parents[2] / "shared" / "surface" / "mindspore.json"
+    surface = pathlib.Path(__file__).resolve().parent / "data" / "surface" / "mindspore.json"
     entries = [e for e in json.loads(surface.read_text())["entries"]
                if e["kind"] == "optimizer" and not e.get("out_of_scope")]
     assert sorted(e["mirror"].rsplit(".", 1)[1] for e in entries) == sorted(FACTORY_OF)

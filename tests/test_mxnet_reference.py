@@ -253,7 +253,7 @@ def test_aggregate_num_is_none_an_int_from_1_or_inf(agg, ok):
 
 def test_each_factorys_defaults_are_its_mxnet_classs():
     # The classes' own arguments are pinned to MXNet 1.9.1's signatures by tests/test_surface.py
-    # (../shared/surface/mxnet.json), their common keywords by test_registry's COMMON_DEFAULTS check;
+    # (tests/data/surface/mxnet.json), their common keywords by test_registry's COMMON_DEFAULTS check;
     # the lowercase factory each class calls (``dcasgd(**locals())``) must take the same defaults.
     import inspect
     for name in gx.mxnet._CLASSES:

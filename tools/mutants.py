@@ -138,14 +138,11 @@ def _compiles(source: str) -> bool:
 
 
 def _scratch(tag: str) -> str:
-    """A scratch checkout ``<tmp>/repo`` with ``<tmp>/shared`` a link to the ``../shared``
-    beside this one (where CI has it: the recorded surfaces `tests/test_surface.py` reads)."""
+    """A scratch checkout ``<tmp>/repo`` (the recorded surfaces `tests/test_surface.py` reads are
+    vendored under ``tests/data/``, so nothing beside it is needed)."""
     top = tempfile.mkdtemp(prefix=f"gx_mutants_{tag}_")
     d = os.path.join(top, "repo")
     os.mkdir(d)
-    shared = os.path.join(os.path.dirname(ROOT), "shared")
-    if os.path.isdir(shared):
-        os.symlink(shared, os.path.join(top, "shared"))
     shutil.copytree(os.path.join(ROOT, "gradxform"), os.path.join(d, "gradxform"))
     shutil.copytree(os.path.join(ROOT, "tests"), os.path.join(d, "tests"),
                     ignore=shutil.ignore_patterns("__pycache__"))
