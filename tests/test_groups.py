@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import gradxform as gx
+import cases
 from trajectories import run_jitted
 from gradxform import mindspore as M
 from gradxform.mindspore._groups import beta_gamma_filter
@@ -193,3 +194,28 @@ def test_ungrouped_frozen_where_the_chain_holds_one_group_state():
     u, _ = tx.update({"a/w": jnp.full(2, 0.5), "b/w": jnp.full(2, 0.5)}, tx.init(p), p)
     np.testing.assert_array_equal(np.asarray(u["a/w"]), [-0.25, -0.25])
     np.testing.assert_array_equal(np.asarray(u["b/w"]), [0.0, 0.0])
+
+
+def test_an_empty_group_is_refused_as_mindspore_refuses_it():
+    # MindSpore nn.Optimizer._check_group_params: "Optimizer got an empty group parameter list."
+    with pytest.raises(ValueError, match="empty group parameter list"):
+        gx.create("mindspore.momentum", params=[{"params": []}, {"params": ["a"]}], learning_rate=0.1,
+                         momentum=0.9).init({"a": jnp.ones(2)})
+
+
+PADDLE_NAMES = [n for n in cases.names() if n.startswith("paddle.")]
+
+
+@pytest.mark.parametrize("name", PADDLE_NAMES)
+def test_an_empty_paddle_group_is_taken_and_changes_nothing(name):
+    # Paddle's Optimizer._add_param_group takes {'params': []} (a config builds one when a filter
+    # matches nothing): a group of no parameters, whose options apply to nothing
+    params = {"a": jnp.array([0.5, -1.0]), "b": jnp.array([2.0, 0.25, -0.5])}
+    grads = {"a": jnp.array([0.1, 0.2]), "b": jnp.array([-0.3, 0.4, 0.05])}
+    with_empty = cases.create(name, parameters=[{"params": ["a"]}, {"params": [], "learning_rate": 0.5},
+                                                 {"params": ["b"]}])
+    without = cases.create(name, parameters=[{"params": ["a"]}, {"params": ["b"]}])
+    got, _ = with_empty.update(grads, with_empty.init(params), params)
+    want, _ = without.update(grads, without.init(params), params)
+    for k in params:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=f"{name} {k}")

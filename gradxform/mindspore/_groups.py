@@ -98,6 +98,9 @@ def parse_groups(owner: str, groups, *, allow_lr=True, allow_gc=True, list_cls=N
         if "params" not in g:
             raise ValueError(f"{owner}(groups=...): group {i} needs a 'params' selection.")
         sel = g["params"]
+        if isinstance(sel, (list, tuple)) and not sel:  # nn.Optimizer._check_group_params
+            raise ValueError(f"{owner}(groups=...): group {i}: Optimizer got an empty group parameter list "
+                             "(MindSpore refuses it; Paddle takes one).")
         try:
             Selector(sel)
         except (TypeError, ValueError):

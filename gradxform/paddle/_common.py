@@ -93,6 +93,12 @@ def check_float(owner: str, name: str, value, **range_kw) -> float:
     return float(value)
 
 
+def _NOTHING(name: str) -> bool:  # noqa: N802 (a constant predicate)
+    """The selection of an empty Paddle group: no parameter."""
+    del name
+    return False
+
+
 @dataclasses.dataclass(frozen=True)
 class _Group:
     index: int
@@ -106,6 +112,10 @@ class _Group:
         """The group's ``params`` as a `Selector` (names, globs, regexes,
         predicates, parameter objects with a ``.name``); None: every parameter."""
         spec = (lambda name: True) if self.select is None else self.select
+        if isinstance(spec, list) and not spec:
+            # Paddle's _add_param_group takes a group of no parameters (a config may build one):
+            # it optimizes nothing, and its options apply to nothing
+            spec = _NOTHING
         return Selector(spec, what=f"parameters[{self.index}]['params']")
 
 
