@@ -177,3 +177,25 @@ def test_masked_multi_transform_and_schedule_free_equal_the_optax_rule():
     got, _ = _scan(optax.contrib.schedule_free(plain, 0.1), PARAMS, 4)
     want, _ = _scan(optax.contrib.schedule_free(optax.sgd(1.0), 0.1), PARAMS, 4)
     _close(got, want, RTOL_SAME)
+
+
+@pytest.mark.parametrize("name", cases.names())
+def test_every_optimizer_object_is_an_ordinary_pytree_and_prints_in_nnx(name):
+    # jax.tree.map and _replace rebuild an optimizer from its two functions (a Paddle optimizer keeps its
+    # methods' schedule through them); nnx.Optimizer walks and prints it
+    from flax import nnx  # noqa: PLC0415 (a test extra)
+
+    tx = cases.create(name)
+    rebuilt = jax.tree.map(lambda f: f, tx)
+    assert type(rebuilt) is type(tx) and rebuilt == tx
+    assert tx._replace(update=tx.update) == tx
+    opt = nnx.Optimizer(nnx.Linear(3, 2, rngs=nnx.Rngs(0)), tx, wrt=nnx.Param)
+    assert "Optimizer" in str(opt)
+
+
+def test_a_paddle_optimizer_keeps_its_scheduler_through_tree_map_and_replace():
+    sched = gx.paddle.lr.StepDecay(0.1, 1)
+    tx = gx.create("paddle.adamw", learning_rate=sched)
+    assert jax.tree.map(lambda f: f, tx).lr_scheduler is sched
+    wrapped = tx._replace(update=lambda u, s, p=None, **kw: tx.update(u, s, p, **kw))
+    assert wrapped.lr_scheduler is sched and wrapped.get_lr(wrapped.init({"w": jnp.ones(2)})) == 0.1

@@ -37,6 +37,7 @@ RuntimeError.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any, NamedTuple
 
 import jax
@@ -63,6 +64,10 @@ from .._types import Hyper, ParamTree
 
 __all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "with_groups", "leaf_hyper", "parse", "get_lr", "set_lr", "check_bool", "check_float",
            "GroupState", "PADDLE_FP16_WARNING"]
+
+# what a PaddleOptimizer's methods read, by its init and update functions (weakly: a dropped
+# optimizer's entries go with its functions)
+_SCHEDULES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 SET_LR_UNDER_SCHEDULER = ("optimizer's learning rate can't be LRScheduler when invoke this API, because this "
                           "will lead to conflict.")
@@ -226,7 +231,7 @@ class PaddleOptions(Setup):
             tx = only_slotted(tx, _group_slots)
         tx = self.finish(tx, master_weights_inside=True, skip_nonfinite=skip_nonfinite,
                          fp16_warning=PADDLE_FP16_WARNING)
-        return PaddleOptimizer(tx, self.schedule, self.lr_scheduler)
+        return PaddleOptimizer.of(tx, self.schedule, self.lr_scheduler)
 
 
 def _group_slots(state):
@@ -296,12 +301,43 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
 class PaddleOptimizer(optax.GradientTransformationExtraArgs):
     """A Paddle optimizer: the ``(init, update)`` pair, with Paddle's
     ``get_lr(state)`` / ``set_lr(state, value)`` as methods (``opt.get_lr()``)
-    and, built with a Paddle scheduler object, ``sync_lr(state)``."""
+    and ``sync_lr(state)``.
 
-    def __new__(cls, tx, schedule=None, lr_scheduler=None):
-        self = super().__new__(cls, tx.init, tx.update)
-        self.schedule, self.lr_scheduler = schedule, lr_scheduler
-        return self
+    The pair is all it holds, so it is an ordinary optax pytree:
+    ``jax.tree.map``, ``_replace`` and ``nnx.Optimizer`` rebuild it from its
+    two functions. The schedule and the scheduler object its methods read are
+    looked up by its functions (`_SCHEDULES`), so a copy that keeps either
+    function keeps them (a wrapper ``_replace(update=...)`` keeps ``init``)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, tx, schedule=None, lr_scheduler=None) -> "PaddleOptimizer":
+        """``tx`` as a `PaddleOptimizer` whose methods read ``schedule`` and ``lr_scheduler``."""
+        out = cls(tx.init, tx.update)
+        for fn in (tx.init, tx.update):
+            _SCHEDULES[fn] = (schedule, lr_scheduler)
+        return out
+
+    def _schedules(self) -> tuple:
+        for fn in (self.update, self.init):
+            try:
+                found = _SCHEDULES.get(fn)
+            except TypeError:  # not weakly referenceable (a leaf jax.tree.map put there)
+                found = None
+            if found is not None:
+                return found
+        return (None, None)
+
+    @property
+    def schedule(self):
+        """The learning-rate `Schedule` (None for a number or a scheduler object)."""
+        return self._schedules()[0]
+
+    @property
+    def lr_scheduler(self):
+        """The Paddle scheduler object given as ``learning_rate`` (None otherwise)."""
+        return self._schedules()[1]
 
     def get_lr(self, state) -> float:
         return get_lr(state, self)
