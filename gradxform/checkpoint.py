@@ -77,6 +77,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._domains import domain_error
 from ._files import path_of, read_regular
 from ._msgpack_cost import decoded_cost as _header_cost
 from ._state_paths import former_names
@@ -169,8 +170,13 @@ def _from_bytes(buf: memoryview, dtype_name: str, shape: tuple, like_leaf):
         data = np.frombuffer(buf, np.uint32).reshape(shape + (_KEY_WORDS[impl],)).copy()
         return jax.random.wrap_key_data(jnp.asarray(data), impl=impl)
     value = np.frombuffer(buf, jnp.dtype(dtype_name)).reshape(shape).copy()
-    if isinstance(like_leaf, np.ndarray) or like_leaf is None:
-        return value
+    return _placed(value, like_leaf)
+
+
+def _placed(value, like_leaf):
+    """A host value put where ``like_leaf`` lives (its sharding; NumPy stays NumPy)."""
+    if not isinstance(value, np.ndarray) or isinstance(like_leaf, np.ndarray) or like_leaf is None:
+        return value  # a PRNG key is built on the device already
     sharding = getattr(like_leaf, "sharding", None)
     if sharding is not None:
         return jax.device_put(value, sharding)
@@ -515,8 +521,11 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
       The tree, bit-identical to what was saved.
 
     Raises:
-      CheckpointError: 'truncated', 'corrupt' or 'mismatch' (paths, shapes,
-        dtypes or meta differ from ``like``/``meta``); nothing is returned.
+      CheckpointError: 'truncated', 'corrupt' (also: an optimizer state in
+        the tree holds a value outside the domain its class declares, e.g. a
+        negative second moment, `gradxform._domains`; the message names the
+        field, the leaf and the value) or 'mismatch' (paths, shapes, dtypes
+        or meta differ from ``like``/``meta``); nothing is returned.
     """
     header, entries, payload, path = _read(path)
     file_meta = header["meta"]
@@ -561,7 +570,10 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
         if shape != want_shape or (dtype != want_dtype and not (former and (dtype, want_dtype) == _FLAG)):
             raise CheckpointError("mismatch", path, f"leaf {p} is {_fmt(shape, dtype)} in the file; "
                                                     f"expected {_fmt(want_shape, want_dtype)}.")
-    out = [_from_bytes(payload[o:o + n], d, s, leaf) for (_, s, d, o, n), leaf in zip(entries, leaves)]
+    out = [_from_bytes(payload[o:o + n], d, s, None) for (_, s, d, o, n) in entries]  # on the host first
     if former:  # a flag stored as bool then, int32 0/1 now
         out = [_as_flag(x) if d == _FLAG[0] else x for x, (_, _, d, _, _) in zip(out, entries)]
-    return jax.tree_util.tree_unflatten(treedef, out)
+    why = domain_error(jax.tree_util.tree_unflatten(treedef, out))  # what each state class declares
+    if why is not None:
+        raise CheckpointError("corrupt", path, f"it holds a value no run reaches: {why}.")
+    return jax.tree_util.tree_unflatten(treedef, [_placed(x, leaf) for x, leaf in zip(out, leaves)])

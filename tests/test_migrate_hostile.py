@@ -358,9 +358,10 @@ def test_paddle_plateau_values_are_checked_on_load(field, value, match):
         from_paddle_state_dict({"LR_Scheduler": {**good, field: value}}, {"w": jnp.zeros(2)}, tx)
 
 
-@pytest.mark.parametrize("value", [-1.0, 2.0, 0.0, float("nan")])
+@pytest.mark.parametrize("value", [-1.0, 2.0, float("nan")])
 def test_gluon_nadam_m_schedule_is_checked_on_load(value):
-    """MXNet's m_schedule is a product of momenta in (0, 1): 1.0 at the start, less after."""
+    """MXNet's m_schedule is a product of momenta in (0, 1): 1.0 at the start, less after, 0 once
+    it underflows (float64 in MXNet after ~900 updates; `NadamState.domains`)."""
     import io  # noqa: PLC0415
 
     import test_migrate_gluon as gluon  # noqa: PLC0415
@@ -371,7 +372,7 @@ def test_gluon_nadam_m_schedule_is_checked_on_load(value):
     forged = data[:i] + struct.pack(">d", value) + data[i + 8:]
     params, tx = gluon.params_at(z, meta, meta["k"] - 1), gluon.make_tx(meta)
     from_gluon_states(io.BytesIO(data), params, tx)
-    with pytest.raises(MigrateError, match=r"m_schedule is .*\(0, 1\]"):
+    with pytest.raises(MigrateError, match=r"m_schedule is .*\[0, 1\]"):
         from_gluon_states(io.BytesIO(forged), params, tx)
 
 

@@ -1,6 +1,6 @@
 """gradxform.trainer._resume: what Trainer.load_states accepts besides its own bytes. The values a
 loaded state may hold, at the bounds `_resume.value_error` states (step counts in [0, 2**31 - 2],
-MXNet Nadam's m_schedule, a product of momenta, in (0, 1]); a migrated state tree of the
+MXNet Nadam's m_schedule, a product of momenta, in [0, 1]: 0 once it underflows); a migrated state tree of the
 Trainer's structure but another shape. Files are forged from the Trainer's own with every
 checksum recomputed (`test_checkpoint._forge`), so only the value tells them apart."""
 import jax
@@ -25,9 +25,10 @@ def trainer(name="nadam", **kw):
 
 @pytest.mark.parametrize("leaf, value, loads", [
     # MXNet's Nadam (mxnet/optimizer/optimizer.py, Nadam.update): m_schedule starts at 1.0 and is
-    # multiplied by momentum_t = beta1 * (1 - 0.5 * 0.96 ** (t * schedule_decay)) in (0, 1) each step
-    (".m_schedule", 1.0, True), (".m_schedule", 0.5, True), (".m_schedule", 0.0, False),
-    (".m_schedule", 1.5, False),
+    # multiplied by momentum_t = beta1 * (1 - 0.5 * 0.96 ** (t * schedule_decay)) in (0, 1) each step,
+    # so it reaches float32's 0 after ~110 steps (tests/test_state_domains.py); above 1 never
+    (".m_schedule", 1.0, True), (".m_schedule", 0.5, True), (".m_schedule", 0.0, True),
+    (".m_schedule", 1.5, False), (".m_schedule", -0.5, False),
     # step counts: 0 before the first step; 2**31 - 2 the last from which the next update still fits
     # int32 (gradxform.migrate._state.MAX_COUNT); 2**31 - 1 not
     ("[0].count", 0, True), ("[0].count", 2**31 - 2, True), ("[0].count", 2**31 - 1, False),

@@ -33,7 +33,6 @@ from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
 from ._errors import short
 from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
-from .._ranges import Range
 from ._state import (Slot, at_boundary, checked_count, checked_value, fill_state, has_slot, resolve_order,
                      warn_hyper_mismatch)
 from .._warn import warn_at_caller
@@ -309,8 +308,10 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
         whole[_NUM_UPDATE] = np.asarray(checked_count(_attr(opt, "num_update", begin), f"{WHO}: num_update"),
                                         np.int32)
         if name == "nadam":
-            whole[Slot(NadamState, "m_schedule")] = np.asarray(checked_value(  # a product of momenta in (0, 1)
-                _attr(opt, "m_schedule", 1.0), f"{WHO}: m_schedule", Range(0.0, 1.0, low_open=True)), np.float32)
+            # a product of momenta in (0, 1): 1 at the start, and 0 once it underflows (MXNet's
+            # float64 after ~900 updates; gradxform's float32 after ~110), `NadamState.domains`
+            whole[Slot(NadamState, "m_schedule")] = np.asarray(checked_value(
+                _attr(opt, "m_schedule", 1.0), f"{WHO}: m_schedule", NadamState.domains["m_schedule"]), np.float32)
         if name == "lbsgd":
             _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole)
     else:

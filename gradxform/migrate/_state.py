@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._domains import MAX_COUNT, domain_error
 from .._state_paths import get_path, replace_fields, state_paths
 from .._tree import param_names
 from .._files import PathTypeError
@@ -69,8 +70,11 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
     parameter leaf, in leaf order. ``whole[slot]``: one array replacing the
     field (cast to the field's dtype; the shape must match). Raises
     `MigrateError` naming the slot when it is missing or ambiguous in
-    ``state`` (``hint`` says which optimizer ``tx`` should be), and naming the
-    parameter when a shape does not fit.
+    ``state`` (``hint`` says which optimizer ``tx`` should be), naming the
+    parameter when a shape does not fit, and naming the field, the leaf and
+    the value when the filled state holds a value outside the domain its
+    class declares (`gradxform._domains`: a negative second moment, a beta
+    power above 1): every reader ends here, so each gets the check.
     """
     treedef = jax.tree.structure(params)
     names = param_names(params)
@@ -140,7 +144,11 @@ def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[S
         converted[path] = out
 
     # derived fields (StepState's largest count) follow the counts written: `with_fields`
-    return replace_fields(state, converted)
+    new_state = replace_fields(state, converted)
+    why = domain_error(new_state)  # every reader's values, against what each state class declares
+    if why is not None:
+        raise MigrateError(f"{who}: the file holds a value no run reaches: {why}.")
+    return new_state
 
 
 def _shared_or_per_leaf(node, field, fields, value, treedef, names, convert, what):
@@ -159,7 +167,6 @@ def _shared_or_per_leaf(node, field, fields, value, treedef, names, convert, wha
     return treedef.unflatten([convert(like, v, f"{what} of parameter {n!r}") for v, n in zip(vec, names)])
 
 
-MAX_COUNT = 2**31 - 2  # the next update must still fit gradxform's int32 counters
 
 
 def checked_count(value, what: str) -> int:

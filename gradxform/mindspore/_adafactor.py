@@ -14,6 +14,7 @@ from .._hyper import hyper_scalar
 from .._ranges import POSITIVE, UNIT_HALF_OPEN, check_hyper
 from ._common import check_bool, check_float, parse
 from .._types import Hyper, ParamTree
+from .._domains import FINITE, NON_NEGATIVE_FINITE
 
 __all__ = ["adafactor", "AdaFactorState"]
 OPTIMIZERS = ("adafactor",)  # registered as 'mindspore.<name>' by the family's __init__
@@ -35,6 +36,8 @@ class AdaFactorState(NamedTuple):
     exp_avg_sq_row: ParamTree
     exp_avg_sq_col: ParamTree
     exp_avg_sq: ParamTree
+    domains = {"exp_avg": FINITE, "exp_avg_sq_row": NON_NEGATIVE_FINITE, "exp_avg_sq_col": NON_NEGATIVE_FINITE,
+               "exp_avg_sq": NON_NEGATIVE_FINITE}
 
 
 def _rms(x):

@@ -22,6 +22,7 @@ from ..pieces.internal import leaf_sq_norm
 from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
 from .._types import Hyper, ParamTree
+from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER
 
 __all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "AmsgradState", "LambState",
            "BetaPowerState", "beta_power_correction"]
@@ -67,6 +68,7 @@ class AmsgradState(NamedTuple):
     mu: ParamTree
     nu: ParamTree
     vhat: ParamTree
+    domains = {"mu": FINITE, "nu": NON_NEGATIVE_FINITE, "vhat": NON_NEGATIVE_FINITE}
 
 
 def _amsgrad_moments(beta1, beta2, eps) -> GradientTransformation:
@@ -94,6 +96,7 @@ class BetaPowerState(NamedTuple):
     hyper: Hyper
     beta1_power: jax.Array   # float32 scalars, MindSpore's Parameters of the same names (start at 1)
     beta2_power: jax.Array
+    domains = {"beta1_power": POWER, "beta2_power": POWER}
 
 
 def beta_power_correction(beta1, beta2) -> GradientTransformation:
@@ -261,6 +264,7 @@ class LambState(NamedTuple):
     hyper: Hyper
     mu: ParamTree
     nu: ParamTree
+    domains = {"mu": FINITE, "nu": NON_NEGATIVE_FINITE}
 
 
 def _lamb_direction(beta1, beta2, eps, trust_ratio="update") -> GradientTransformation:

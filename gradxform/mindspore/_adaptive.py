@@ -22,6 +22,7 @@ from .._tree import full_like_params
 from ._common import check_bool, check_float, parse
 from .._ranges import POSITIVE
 from .._types import Hyper, ParamTree
+from .._domains import FINITE, NON_NEGATIVE_FINITE, non_negative_if
 
 __all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "MindSporeFtrlState", "RMSPropState"]
 OPTIMIZERS = ("adagrad", "proximal_adagrad", "ftrl", "rmsprop")  # registered as 'mindspore.<name>' by the family's __init__
@@ -34,6 +35,7 @@ RANGES = {"ftrl": {"learning_rate": POSITIVE}}
 class AccumState(NamedTuple):
     hyper: Hyper
     accum: ParamTree
+    domains = {"accum": NON_NEGATIVE_FINITE}  # starts at accum >= 0, then += g^2
 
 
 def _adagrad_step(accum: float, update_slots: bool) -> GradientTransformation:
@@ -136,6 +138,7 @@ class MindSporeFtrlState(NamedTuple):
     hyper: Hyper
     accum: ParamTree
     linear: ParamTree
+    domains = {"accum": NON_NEGATIVE_FINITE, "linear": FINITE}
 
 
 def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> GradientTransformation:
@@ -213,6 +216,7 @@ class RMSPropState(NamedTuple):
     mean_square: ParamTree
     mean_grad: ParamTree
     moment: ParamTree
+    domains = {"mean_square": non_negative_if("decay", at_most=1.0), "mean_grad": FINITE, "moment": FINITE}
 
 
 def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool) -> GradientTransformation:

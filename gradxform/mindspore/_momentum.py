@@ -27,6 +27,7 @@ from ..schedules.internal import Constant, as_schedule
 from ..schedules.internal import DynamicLR
 from ._common import check_bool, check_float, parse
 from .._types import Hyper, ParamTree
+from .._domains import FINITE, FLAG
 
 __all__ = ["momentum", "sgd", "lars", "SGDMomentumState", "LarsState"]
 OPTIMIZERS = ("momentum", "sgd", "lars")  # registered as 'mindspore.<name>' by the family's __init__
@@ -68,6 +69,7 @@ class SGDMomentumState(NamedTuple):
     hyper: Hyper
     accum: ParamTree
     stat: ParamTree
+    domains = {"accum": FINITE, "stat": FLAG}
 
 
 def _sgd_momentum(momentum: float, dampening: float, nesterov: bool) -> GradientTransformation:

@@ -31,6 +31,7 @@ from ..pieces import scale_by_lr, trace
 from ..schedules.internal import COMPLETED, DynamicLR, as_update_schedule, check_number
 from ._common import check_bool, check_float, parse
 from .._types import Hyper, ParamTree
+from .._domains import FINITE
 
 __all__ = ["thor", "ThorState", "KINDS"]
 OPTIMIZERS = ("thor",)  # registered as 'mindspore.<name>' by the family's __init__
@@ -56,6 +57,7 @@ class ThorState(NamedTuple):
     hyper: Hyper
     a_inv: dict[str, ParamTree]
     g_inv: dict[str, ParamTree]
+    domains = {"a_inv": FINITE, "g_inv": FINITE}
 
 
 def _every_parameter(name: str) -> bool:

@@ -26,6 +26,7 @@ from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_sq
                       scale_by_adamax, scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
 from ._common import check_unit, parse_options
 from .._types import Hyper, ParamTree
+from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER
 
 __all__ = ["adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl"]
 OPTIMIZERS = ("adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl")  # registered as 'mxnet.<name>' by the family's __init__
@@ -82,6 +83,7 @@ class NadamState(NamedTuple):
     mu: ParamTree
     nu: ParamTree
     m_schedule: jax.Array
+    domains = {"mu": FINITE, "nu": NON_NEGATIVE_FINITE, "m_schedule": POWER}
 
 
 def _nadam_direction(beta1, beta2, epsilon, schedule_decay):
@@ -241,6 +243,7 @@ class AdaDeltaState(NamedTuple):
     hyper: Hyper
     acc_g: ParamTree
     acc_delta: ParamTree
+    domains = {"acc_g": NON_NEGATIVE_FINITE, "acc_delta": NON_NEGATIVE_FINITE}
 
 
 def _adadelta_direction(rho, epsilon):
@@ -292,6 +295,7 @@ class FTMLState(NamedTuple):
     d: ParamTree
     v: ParamTree
     z: ParamTree
+    domains = {"v": NON_NEGATIVE_FINITE, "z": FINITE}  # d: (1 - b1^t) / lr (...), +inf at lr 0: not declared
 
 
 def _ftml_step(beta1, beta2, epsilon):
@@ -344,6 +348,7 @@ class MXNetFtrlState(NamedTuple):
     hyper: Hyper
     z: ParamTree
     n: ParamTree
+    domains = {"z": FINITE, "n": NON_NEGATIVE_FINITE}
 
 
 def _ftrl_step(lamda1, beta):

@@ -22,6 +22,7 @@ from ..pieces import add_decoupled_weight_decay, ema, gated, lazy_rows, scale_by
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_unit, parse_options
 from .._types import Hyper, ParamTree
+from .._domains import FINITE, NON_NEGATIVE_FINITE
 
 __all__ = ["sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld"]
 OPTIMIZERS = ("sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld")  # registered as 'mxnet.<name>' by the family's __init__
@@ -68,6 +69,7 @@ def ccsgd(learning_rate=None, momentum=0.0, lazy_update=False, *, wd=0.0, rescal
 class NAGState(NamedTuple):
     hyper: Hyper
     mom: ParamTree
+    domains = {"mom": FINITE}
 
 
 def _nesterov_step(momentum):
@@ -154,6 +156,7 @@ class LBSGDState(NamedTuple):
     cum_grad: ParamTree
     num_cums: ParamTree
     per_leaf_fields = ("num_cums",)  # trees of per-leaf scalars (gradxform.fused: one per buffer)
+    domains = {"cum_grad": FINITE, "num_cums": NON_NEGATIVE_FINITE}
 
 
 # LBSGD's own values: local to the LBSGD chain (gradxform.LocalKey), never on the shared context
@@ -255,6 +258,7 @@ def lbsgd(learning_rate=None, momentum=0.0, warmup_strategy="linear", warmup_epo
 class DCASGDState(NamedTuple):
     hyper: Hyper
     previous_weight: ParamTree
+    domains = {"previous_weight": FINITE}
 
 
 def _delay_compensation(lamda):

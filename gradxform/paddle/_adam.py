@@ -26,6 +26,7 @@ from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
 from .._types import Hyper, ParamTree
+from .._domains import FINITE, FLAG, NON_NEGATIVE_FINITE, POWER
 
 __all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]
 OPTIMIZERS = ("adam", "adamw", "adamax", "lamb")  # registered as 'paddle.<name>' by the family's __init__
@@ -87,6 +88,8 @@ class AdamState(NamedTuple):
     decay: ParamTree
     group: ParamTree
     per_leaf_fields = ("beta1_pow", "beta2_pow", "lr_ratio", "decay", "group")
+    domains = {"moment1": FINITE, "moment2": NON_NEGATIVE_FINITE, "moment2_max": NON_NEGATIVE_FINITE, "beta1_pow": POWER,
+               "beta2_pow": POWER, "lr_ratio": FINITE, "decay": FLAG}
 
 
 def _group_pows(params, slots_of, groups, name, default):
@@ -248,6 +251,7 @@ class AdamaxState(NamedTuple):
     beta1_pow: ParamTree
     group: ParamTree
     per_leaf_fields = ("beta1_pow", "group")
+    domains = {"moment": FINITE, "inf_norm": NON_NEGATIVE_FINITE, "beta1_pow": POWER}
 
 
 def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
@@ -314,6 +318,7 @@ class LambState(NamedTuple):
     decay: ParamTree
     group: ParamTree
     per_leaf_fields = ("beta1_pow", "beta2_pow", "decay", "group")
+    domains = {"moment1": FINITE, "moment2": NON_NEGATIVE_FINITE, "beta1_pow": POWER, "beta2_pow": POWER, "decay": FLAG}
 
 
 def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, groups, excludes, slots_of):

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
+from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER, non_negative_if
 from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_hyper
 from .._types import Hyper, ParamTree
 from .._tree import full_like_params, map_unzip
@@ -39,23 +40,35 @@ RANGES = {
 
 
 
-def _state(name: str, acc: tuple, pows: tuple = ()):
+def _state(name: str, acc: tuple, pows: tuple = (), domains: dict | None = None):
     """A state class named for Paddle's accumulators: ``hyper``, the
-    per-parameter ``acc`` trees, then the ``pows`` (per-leaf float32 scalars)."""
+    per-parameter ``acc`` trees, then the ``pows`` (per-leaf float32 scalars);
+    ``domains`` (`gradxform._domains`): each accumulator's, finite where not
+    given."""
     cls = NamedTuple(name, [("hyper", Hyper)] + [(f, ParamTree) for f in acc + pows + ("group",)])
     cls.per_leaf_fields = pows + ("group",)
+    cls.domains = {**{f: FINITE for f in acc}, **(domains or {})}
     cls.__doc__ = (f"Paddle's accumulators {', '.join(acc)} per parameter"
                    + (f"; {', '.join(pows)} per leaf (Paddle: every element equal)" if pows else "")
                    + "; ``group``: each leaf's parameter group.")
     return cls
 
 
-AdagradState = _state("AdagradState", ("moment",))
-AdadeltaState = _state("AdadeltaState", ("avg_squared_grad", "avg_squared_update"))
-RMSPropState = _state("RMSPropState", ("momentum", "mean_square", "mean_grad"))
-NAdamState = _state("NAdamState", ("moment1", "moment2"), ("momentum_decay_pow", "beta2_pow", "mu_product"))
-RAdamState = _state("RAdamState", ("moment1", "moment2"), ("beta1_pow", "beta2_pow", "rho"))
-RpropState = _state("RpropState", ("prevs", "learning_rates"))
+# moment: a sum of squares from initial_accumulator_value (a negative one, which Paddle takes,
+# gives sqrt of a negative: NaN updates, and a state the loaders refuse)
+AdagradState = _state("AdagradState", ("moment",), domains={"moment": NON_NEGATIVE_FINITE})
+AdadeltaState = _state("AdadeltaState", ("avg_squared_grad", "avg_squared_update"),
+                       domains={"avg_squared_grad": NON_NEGATIVE_FINITE, "avg_squared_update": NON_NEGATIVE_FINITE})
+# rho >= 0 without an upper bound (Paddle's check): rho ms + (1 - rho) g^2 is a mean square only for rho <= 1
+RMSPropState = _state("RMSPropState", ("momentum", "mean_square", "mean_grad"),
+                      domains={"mean_square": non_negative_if("rho", at_most=1.0)})
+NAdamState = _state("NAdamState", ("moment1", "moment2"), ("momentum_decay_pow", "beta2_pow", "mu_product"),
+                    domains={"moment2": NON_NEGATIVE_FINITE, "momentum_decay_pow": POWER, "beta2_pow": POWER,
+                             "mu_product": POWER})
+RAdamState = _state("RAdamState", ("moment1", "moment2"), ("beta1_pow", "beta2_pow", "rho"),
+                    domains={"moment2": NON_NEGATIVE_FINITE, "beta1_pow": POWER, "beta2_pow": POWER,
+                             "rho": NON_NEGATIVE_FINITE})  # rho = t beta2^t / (1 - beta2^t), 1 at the start
+RpropState = _state("RpropState", ("prevs", "learning_rates"), domains={"learning_rates": NON_NEGATIVE_FINITE})
 
 
 def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, o, *, acc_init=None):

@@ -19,6 +19,7 @@ from ..pieces import scale_by_lr
 from ..schedules.internal import check_number
 from ._common import parse
 from .._types import Hyper, ParamTree
+from .._domains import FINITE
 
 __all__ = ["asgd", "ASGDState"]
 OPTIMIZERS = ("asgd",)  # registered as 'paddle.<name>' by the family's __init__
@@ -31,6 +32,7 @@ class ASGDState(NamedTuple):
     hyper: Hyper
     d: ParamTree
     y: ParamTree
+    domains = {"d": FINITE, "y": FINITE}
 
 
 def _ring_not_fusable(n: int) -> str:

@@ -61,6 +61,7 @@ from ._clip import Clip, group_clip
 from ._plateau import PlateauState, ReduceOnPlateau
 from ._regularizer import Decay, as_regularizer, group_regularization
 from .._types import Hyper, ParamTree
+from .._domains import FINITE
 
 __all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "with_groups", "leaf_hyper", "parse", "get_lr", "set_lr", "check_bool", "check_float",
            "GroupState", "PADDLE_FP16_WARNING"]
@@ -131,6 +132,7 @@ class GroupState(NamedTuple):
     slot: ParamTree
     lr_ratio: ParamTree
     per_leaf_fields = ("slot", "lr_ratio")
+    domains = {"lr_ratio": FINITE}
 
 
 def _named(parameters):

@@ -15,6 +15,7 @@ from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from ..schedules.internal import JAX32, Ops, check_number
 from .._types import Hyper
+from .._domains import COUNT, FINITE, FLAG, NON_NEGATIVE_FINITE
 
 __all__ = ["ReduceOnPlateau", "PlateauState", "is_better", "reduced"]
 
@@ -43,6 +44,8 @@ class PlateauState(NamedTuple):
     has_best: jax.Array
     num_bad_epochs: jax.Array
     cooldown_counter: jax.Array
+    domains = {"last_lr": NON_NEGATIVE_FINITE, "best": FINITE, "has_best": FLAG, "num_bad_epochs": COUNT,
+               "cooldown_counter": COUNT}
 
 
 class ReduceOnPlateau:

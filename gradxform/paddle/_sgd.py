@@ -17,6 +17,7 @@ from .._tree import map_unzip, zeros_like_params
 from ..pieces import scale_by_lr
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 from .._types import Hyper, ParamTree
+from .._domains import FINITE
 
 __all__ = ["sgd", "momentum", "MomentumState"]
 OPTIMIZERS = ("sgd", "momentum")  # registered as 'paddle.<name>' by the family's __init__
@@ -31,6 +32,7 @@ class MomentumState(NamedTuple):
     group: ParamTree
     nesterov: ParamTree
     per_leaf_fields = ("group", "nesterov")
+    domains = {"velocity": FINITE}
 
 
 def _group_rescale(o, rescale_grad):

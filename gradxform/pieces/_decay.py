@@ -10,6 +10,7 @@ from .._spec import Fusion, declare
 from .._hyper import check_range, hyper_scalar
 from .._types import Hyper, ParamTree
 from ._step import Multiplier, per_leaf_multipliers
+from .._domains import FINITE
 
 __all__ = ["DecayState", "add_decayed_weights", "provide_weight_decay", "add_decoupled_weight_decay"]
 PUBLIC = ("add_decayed_weights", "add_decoupled_weight_decay", "provide_weight_decay")  # what gradxform.pieces re-exports
@@ -22,6 +23,7 @@ class DecayState(NamedTuple):
     wd_mult: Optional[ParamTree]
     per_leaf_fields = ("wd_mult",)  # trees of per-leaf scalars (gradxform.fused: one per buffer)
     optional_fields = {"wd_mult": 1.0}  # None: every leaf's multiplier is 1
+    domains = {"wd_mult": FINITE}
 
 
 def _decay(wd, wd_mult, name, add, who):

@@ -42,6 +42,8 @@ from .._state_paths import find_states
 from ._segments import on_every_shard
 from .._hyper import check_range, hyper_scalar, register_check
 from .._types import Hyper, ParamTree
+from .._domains import FLAG, NON_NEGATIVE_FINITE
+from .._ranges import Range
 
 __all__ = [
     "GuardState", "SkipNonfiniteState", "LossScaleState", "NonFiniteError",
@@ -64,6 +66,8 @@ class GuardState(NamedTuple):
     consecutive: jax.Array
     max_consecutive: jax.Array
     tripped: jax.Array
+    domains = {"skipped": NON_NEGATIVE_FINITE, "consecutive": NON_NEGATIVE_FINITE,
+               "max_consecutive": Range(low=-1.0), "tripped": FLAG}  # -1: no limit
 
 
 class SkipNonfiniteState(NamedTuple):
@@ -80,6 +84,7 @@ class LossScaleState(NamedTuple):
     scale: jax.Array
     good_steps: jax.Array
     inner: ParamTree
+    domains = {"scale": NON_NEGATIVE_FINITE, "good_steps": NON_NEGATIVE_FINITE}  # growth keeps the scale finite
 
 
 register_check("growth_factor", low=1.0)

@@ -17,6 +17,7 @@ from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
 from .._tree import full_like_params, once_per_value, zeros_like_params as _zeros
 from .._types import Hyper, ParamTree
+from .._domains import FINITE, NON_NEGATIVE_FINITE, non_negative_if
 
 __all__ = [
     "TraceState", "trace", "ema", "sign", "MomentsState", "scale_by_adam_moments",
@@ -34,6 +35,7 @@ def _c(h, x):
 class TraceState(NamedTuple):
     hyper: Hyper
     trace: ParamTree
+    domains = {"trace": non_negative_if("eps", "epsilon")}  # a sum of squares where it holds an epsilon, else a momentum
 
 
 def trace(momentum: float, *, nesterov: bool = False, name: str = "momentum") -> GradientTransformation:
@@ -91,6 +93,7 @@ class MomentsState(NamedTuple):
     hyper: Hyper
     mu: ParamTree
     nu: ParamTree
+    domains = {"mu": FINITE, "nu": NON_NEGATIVE_FINITE}  # nu: an EMA of u^2, or AdaMax's max(b2 s, |u|)
 
 
 def adam_emas(mu, nu, updates, beta1, beta2):
@@ -165,6 +168,7 @@ class CenteredRmsState(NamedTuple):
     hyper: Hyper
     n: ParamTree
     g: ParamTree
+    domains = {"n": NON_NEGATIVE_FINITE, "g": FINITE}  # n: mean square; g: mean gradient (any sign)
 
 
 def scale_by_centered_rms(decay: float = 0.9, epsilon: float = 1e-8, *,

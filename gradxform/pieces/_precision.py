@@ -9,6 +9,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, run_inner, transformation
 from .._spec import Fusion, declare
 from .._types import ParamTree
+from .._domains import FINITE
 
 __all__ = ["MasterWeightsState", "with_master_weights", "is_low_precision"]
 PUBLIC = ("with_master_weights",)  # what gradxform.pieces re-exports
@@ -28,6 +29,7 @@ class MasterWeightsState(NamedTuple):
     master values."""
     master: ParamTree
     inner: ParamTree
+    domains = {"master": FINITE}
 
 
 def with_master_weights(inner: GradientTransformation) -> GradientTransformation:

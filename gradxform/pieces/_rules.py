@@ -20,6 +20,7 @@ from .._hyper import check_range, hyper_scalar
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ._moments import MomentsState, TraceState, infinity_norm_moments
 from .._types import Hyper, ParamTree
+from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER
 
 __all__ = ["scale_by_infinity_norm", "RunningPowerState", "running_bias_correction", "AdadeltaState",
            "scale_by_adadelta", "RpropState", "scale_by_rprop", "AveragedState", "averaged_sgd_step",
@@ -56,6 +57,7 @@ def scale_by_infinity_norm(beta1: float = 0.9, beta2: float = 0.999, eps: float 
 class RunningPowerState(NamedTuple):
     hyper: Hyper
     beta1_power: jax.Array  # a float32 scalar shared by all parameters, starting at 1
+    domains = {"beta1_power": POWER}
 
 
 def running_bias_correction(beta1: float) -> GradientTransformation:
@@ -84,6 +86,7 @@ class AdadeltaState(NamedTuple):
     hyper: Hyper
     accum: ParamTree
     accum_update: ParamTree
+    domains = {"accum": NON_NEGATIVE_FINITE, "accum_update": NON_NEGATIVE_FINITE}  # EMAs of squares (rho in [0, 1])
 
 
 def scale_by_adadelta(rho: float = 0.9, epsilon: float = 1e-6) -> GradientTransformation:
@@ -120,6 +123,7 @@ class RpropState(NamedTuple):
     hyper: Hyper
     prev: ParamTree       # the last gradient taken (0 where its sign flipped)
     step_size: ParamTree  # per element
+    domains = {"prev": FINITE, "step_size": NON_NEGATIVE_FINITE}  # step sizes: clipped to [min, max], min >= 0
 
 
 def scale_by_rprop(etaminus: float = 0.5, etaplus: float = 1.2, step_size_min: float = 1e-6,
@@ -172,6 +176,7 @@ class AveragedState(NamedTuple):
     mu: ParamTree
     ax: ParamTree
     per_leaf_fields = ("eta", "mu")
+    domains = {"eta": NON_NEGATIVE_FINITE, "mu": POWER, "ax": FINITE}  # eta in [0, lr]; mu = 1 / max(1, t - t0)
 
 
 def averaged_sgd_step(lambd: float = 1e-4, alpha: float = 0.75, t0: float = 1e6) -> GradientTransformation:

@@ -15,6 +15,7 @@ from .._state_paths import find_states, is_optax_placeholder, map_states, writte
 from .._tree import once_per_value, param_names
 from .._types import Hyper, ParamTree
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
+from .._domains import COUNT, FINITE
 
 __all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
            "per_leaf_multipliers", "host_done"]
@@ -82,6 +83,7 @@ class StepState(NamedTuple):
     optional_fields = {"leaf_counts": "count", "lr_mult": 1.0}
     # files written before the rename name these fields so (gradxform.checkpoint reads them)
     renamed_fields = {"leaf_counts": "count", "count": "num_update"}
+    domains = {"lr_mult": FINITE, "leaf_counts": COUNT, "count": COUNT}
 
 
 def per_leaf_counts(state, params):

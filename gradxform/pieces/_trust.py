@@ -21,6 +21,7 @@ from ._segments import leaf_sq_norm
 from ._step import Multiplier, per_leaf_multipliers
 from .._ranges import NON_NEGATIVE, register_range
 from .._types import Hyper, ParamTree
+from .._domains import FINITE, NON_NEGATIVE_FINITE
 
 __all__ = ["CorrectedMomentsState", "scale_by_corrected_moments", "TrustRatioState", "scale_by_trust_ratio",
            "LarsRatioState", "provide_lars_ratio", "LrRatioTraceState", "trace_with_lr_ratio"]
@@ -41,6 +42,7 @@ class CorrectedMomentsState(NamedTuple):
     hyper_lo: Hyper
     mu: ParamTree
     nu: ParamTree
+    domains = {"mu": FINITE, "nu": NON_NEGATIVE_FINITE}
 
 
 def scale_by_corrected_moments(beta1: float = 0.9, beta2: float = 0.999,
@@ -131,6 +133,7 @@ class LarsRatioState(NamedTuple):
     layers: Optional[ParamTree]
     per_leaf_fields = ("layers",)
     optional_fields = {"layers": 1.0}
+    domains = {"layers": FINITE}
 
 
 def provide_lars_ratio(eta: float = 0.001, eps: float = 0.0, *, key: LocalKey,
@@ -185,6 +188,7 @@ class LrRatioTraceState(NamedTuple):
     trace: ParamTree
     last_lr: ParamTree
     per_leaf_fields = ("last_lr",)
+    domains = {"trace": FINITE, "last_lr": NON_NEGATIVE_FINITE}  # last_lr: a learning rate, divided by
 
 
 def trace_with_lr_ratio(momentum: float) -> GradientTransformation:

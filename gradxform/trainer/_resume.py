@@ -10,15 +10,12 @@ import os
 import jax
 import numpy as np
 
+from .._domains import domain_error
 from .._files import read_regular
 from .._hyper import HYPER_FIELDS, READ_ONLY
 from .._ranges import Range, check_value, declared_range, owner_of
 from .._state_paths import get_path, replace_fields, state_paths, written_out
 from ..checkpoint import MAGIC, CheckpointError
-from ..migrate._state import MAX_COUNT
-from ..mxnet._adaptive import NadamState
-from ..paddle._plateau import PlateauState
-from ..pieces.internal import LrRatioTraceState, StepState
 
 __all__ = ["is_file", "is_gluon_states", "read_source", "migrated_state", "keep_multipliers", "state_forms",
            "check_values", "value_error"]
@@ -111,24 +108,13 @@ def keep_multipliers(state, current):
     return replace_fields(state, {p: e for p, e in edits.items() if e})
 
 
-# State values a file may set besides hyperparameters, and the values a run can reach.
-_COUNT = Range(low=0.0, high=float(MAX_COUNT))
-_STATE_RANGES = {
-    (StepState, "leaf_counts"): _COUNT, (StepState, "count"): _COUNT,
-    (NadamState, "m_schedule"): Range(low=0.0, high=1.0, low_open=True),  # a product of momenta in (0, 1)
-    (PlateauState, "last_lr"): declared_range(None, "learning_rate"),
-    (LrRatioTraceState, "last_lr"): declared_range(None, "learning_rate"),  # LARS's momentum correction
-    (PlateauState, "best"): Range(),
-    (PlateauState, "num_bad_epochs"): _COUNT, (PlateauState, "cooldown_counter"): _COUNT,
-}
-
-
 def value_error(state) -> str | None:
     """Why a loaded ``state`` holds a value no run can reach, or None: every
     hyperparameter in its owner's declared range (`gradxform._ranges`, as
-    `set_hyper` checks it; finite where none is declared), step counts in
-    [0, 2**31 - 2], and the schedule state above. Checked before a loaded
-    state replaces the Trainer's."""
+    `set_hyper` checks it; finite where none is declared), and every state
+    field in the domain its class declares (`gradxform._domains`: step counts
+    in [0, 2**31 - 2], second moments >= 0, beta powers in [0, 1], ...).
+    Checked before a loaded state replaces the Trainer's."""
     for path, node in state_paths(state):
         for field in HYPER_FIELDS:
             hyper = getattr(node, field, None) if field in getattr(node, "_fields", ()) else None
@@ -140,13 +126,7 @@ def value_error(state) -> str | None:
                 why = _out_of(rng, value, f"{type(node).__name__}.{field}[{str(name)!r}]", owner)
                 if why:
                     return why
-        for (cls, field), rng in _STATE_RANGES.items():
-            if type(node) is cls and getattr(node, field, None) is not None:
-                for leaf in jax.tree.leaves(getattr(node, field)):
-                    why = _out_of(rng, leaf, f"{cls.__name__}.{field}", None)
-                    if why:
-                        return why
-    return None
+    return domain_error(state)
 
 
 def check_values(state, label: str | None) -> None:
