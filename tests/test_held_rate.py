@@ -202,3 +202,55 @@ def test_a_held_rate_ignores_the_base_and_is_held_per_object():
     assert rate.base_lr == 0.1 and rate.reads_host
     np.testing.assert_array_equal(rate(jnp.arange(3), base_lr=5.0), np.full(3, 0.1, np.float32))
     assert "HeldRate" in repr(rate)
+
+
+def _warmup_run():
+    sched = LR.LinearWarmup(LR.CosineAnnealingDecay(0.1, T_max=10), 4, 0.0, 0.1)
+    return sched, gradxform.paddle.Momentum(sched, momentum=0.9)
+
+
+def test_a_state_resumed_beside_a_restarted_scheduler_is_refused_and_a_restored_one_continues():
+    # issue 38: a run resumed at iteration 7 ran at the warmup's start; here the first update after the
+    # restore refuses (ScheduleRestartError), and restoring the scheduler's state_dict continues exactly
+    def train(sched, opt, params, state, n):
+        step = jax.jit(lambda p, s: opt.update({"w": jnp.ones(2)}, s, p))
+        for _ in range(n):
+            u, state = step(params, state)
+            params = gradxform.apply_updates(params, u)
+            sched.step()
+        return params, state
+
+    sched, opt = _warmup_run()
+    params = {"w": jnp.zeros(2)}
+    whole = train(sched, opt, params, opt.init(params), 8)[0]
+    sched, opt = _warmup_run()
+    params, state = train(sched, opt, params, opt.init(params), 5)
+    saved = sched.state_dict()
+    sched, opt = _warmup_run()  # a new process: the scheduler as built
+    with pytest.raises(Exception, match="ScheduleRestartError|restart its schedule"):
+        jax.block_until_ready(opt.update({"w": jnp.ones(2)}, state, params))
+    sched.set_state_dict(saved)
+    np.testing.assert_array_equal(train(sched, opt, params, state, 3)[0]["w"], whole["w"])
+
+
+def test_the_trainer_saves_and_restores_a_host_schedulers_position(tmp_path):
+    # Gluon pickles the optimizer with its scheduler: a loaded Trainer goes on where the file stopped
+    def trainer(sched):
+        return gradxform.Trainer({"w": jnp.zeros(2)}, "paddle.momentum", {"learning_rate": sched, "momentum": 0.9},
+                                 devices=jax.devices()[:1])
+
+    sched = _warmup_run()[0]
+    t = trainer(sched)
+    for i in range(8):
+        if i == 5:
+            t.save_states(tmp_path / "run.ckpt")
+        t.update({"w": jnp.ones(2)}, 1)
+        sched.step()
+    sched = _warmup_run()[0]
+    resumed = trainer(sched)
+    resumed.load_states(tmp_path / "run.ckpt")
+    assert sched.last_epoch == 5
+    for _ in range(3):
+        resumed.update({"w": jnp.ones(2)}, 1)
+        sched.step()
+    np.testing.assert_array_equal(resumed.params["w"], t.params["w"])

@@ -116,6 +116,7 @@ class LRScheduler:
     def __setattr__(self, name, value):
         if not name.startswith("_") and self.__dict__.get("_held"):
             wait_for_updates()
+            object.__setattr__(self, "_gx_changes", self.__dict__.get("_gx_changes", 0) + 1)
         object.__setattr__(self, name, value)
 
     def state_keys(self) -> None:

@@ -189,7 +189,8 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
         base = hyper_scalar(state.hyper["learning_rate"])
         at_old = at_new = None
         if held:
-            at_old = at_new = _usable_rate(schedule.read())  # one host read per update, whatever the count
+            # one host read per update, whatever the count (the count checks for a restarted scheduler)
+            at_old = at_new = _usable_rate(schedule.read(old - begin_num_update))
         elif schedule is not None:
             # A count never exceeds num_update, so leaf i reads the schedule at
             # `old` or `old + 1`: at old + 1 once some leaf up to i (after) or

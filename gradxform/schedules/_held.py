@@ -39,7 +39,7 @@ from jax.experimental import io_callback
 
 from ._common import COMPLETED, SCALE, Schedule
 
-__all__ = ["HeldRate", "watch", "wait_for_updates"]
+__all__ = ["HeldRate", "ScheduleRestartError", "watch", "wait_for_updates"]
 
 _inside = threading.local()  # set while a callback reads an object: a barrier there would wait for itself
 
@@ -51,29 +51,50 @@ def wait_for_updates() -> None:
         jax.effects_barrier()
 
 
+class ScheduleRestartError(ValueError):
+    """An update would read a scheduler object that is where it was built
+    while the optimizer state has done updates that object never served: a
+    resumed run whose scheduler was not restored (it would restart its
+    schedule). Restore the scheduler's ``state_dict()`` first."""
+
+
+def changes(obj) -> int:
+    """How often ``obj`` was stepped or loaded since an optimizer began to read it."""
+    return obj.__dict__.get("_gx_changes", 0) if hasattr(obj, "__dict__") else 0
+
+
+def _count_change(obj) -> None:
+    obj.__dict__["_gx_changes"] = changes(obj) + 1
+
+
 def watch(obj) -> None:
-    """Makes ``obj`` wait for dispatched updates before it changes (see the
-    module docstring). `gradxform.paddle.lr.LRScheduler` has the hook built
-    in (``_hold``); any other object gets an instance ``step`` that waits."""
+    """Makes ``obj`` wait for dispatched updates before it changes, and count
+    its changes (see the module docstring). `gradxform.paddle.lr.LRScheduler`
+    has the hook built in (``_hold``); any other object gets an instance
+    ``step`` (and ``set_state_dict``/``set_dict``, where it has them) that
+    waits and counts."""
     hold = getattr(obj, "_hold", None)
     if callable(hold):
         hold()
         return
-    step = obj.step
-    if getattr(step, "_waits_for_updates", False):
-        return
+    for name in ("step", "set_state_dict", "set_dict"):
+        method = getattr(obj, name, None)
+        if method is None or getattr(method, "_waits_for_updates", False):
+            continue
 
-    def step_after_updates(*args, **kwargs):
-        wait_for_updates()
-        return step(*args, **kwargs)
+        def after_updates(*args, _method=method, **kwargs):
+            wait_for_updates()
+            out = _method(*args, **kwargs)
+            _count_change(obj)
+            return out
 
-    step_after_updates._waits_for_updates = True
-    try:
-        obj.step = step_after_updates
-    except (AttributeError, TypeError) as err:  # __slots__ or a read-only attribute
-        raise TypeError(f"{obj!r}: a scheduler object read inside jit must let its step() be wrapped (to wait "
-                        "for updates in flight before it changes); give it to gradxform.Trainer by name, "
-                        "which reads it on the host.") from err
+        after_updates._waits_for_updates = True
+        try:
+            setattr(obj, name, after_updates)
+        except (AttributeError, TypeError) as err:  # __slots__ or a read-only attribute
+            raise TypeError(f"{obj!r}: a scheduler object read inside jit must let its {name}() be wrapped (to "
+                            "wait for updates in flight before it changes); give it to gradxform.Trainer by "
+                            "name, which reads it on the host.") from err
 
 
 class HeldRate(Schedule):
@@ -93,18 +114,41 @@ class HeldRate(Schedule):
         self.obj = obj
         self.base_lr = float(obj())
         watch(obj)
+        self.changes_at_start = changes(obj)
+        self.served = 0  # updates this object's reads have served
 
-    def host_value(self) -> np.float32:
-        """``float32(obj())``: Paddle keeps its learning rate as a float32 tensor."""
+    def host_value(self, done=None) -> np.float32:
+        """``float32(obj())``: Paddle keeps its learning rate as a float32 tensor.
+
+        ``done``: the updates the state records before this one. More than
+        this reader has served, with the scheduler not stepped or loaded since
+        it began to read it, means a state restored beside a scheduler that
+        restarted: `ScheduleRestartError`, never an update at the restarted rate."""
+        if done is not None:
+            done = int(done)
+            if done > self.served and changes(self.obj) == self.changes_at_start:
+                raise ScheduleRestartError(
+                    f"the optimizer state has done {done} updates, but the scheduler {self.obj!r} is where it "
+                    f"was built (last_epoch {getattr(self.obj, 'last_epoch', '?')}): a resumed run would "
+                    "restart its schedule. Restore the scheduler with the state, e.g. "
+                    "sched.set_state_dict(saved_scheduler_state) (save it with sched.state_dict(), or in "
+                    "gradxform.save_state(path, state, meta={'LR_Scheduler': sched.state_dict()})), or move "
+                    "it by hand (sched.step(epoch=...)) before the first update.")
+            self.served += 1
         _inside.reading = True
         try:
             return np.float32(self.obj())
         finally:
             _inside.reading = False
 
-    def read(self) -> jax.Array:
-        """The rate now, a float32 scalar, as a host callback in the program."""
-        return io_callback(self.host_value, jax.ShapeDtypeStruct((), jnp.float32), ordered=False)
+    def read(self, done=None) -> jax.Array:
+        """The rate now, a float32 scalar, as a host callback in the program
+        (``done``: the updates done before this one, an int32 scalar, checked
+        against a restarted scheduler)."""
+        shape = jax.ShapeDtypeStruct((), jnp.float32)
+        if done is None:
+            return io_callback(self.host_value, shape, ordered=False)
+        return io_callback(self.host_value, shape, jnp.asarray(done, jnp.int32), ordered=False)
 
     def __call__(self, step, base_lr=None):
         del base_lr  # the object's value, whatever the base

@@ -231,11 +231,59 @@ class HostSchedule:
             self.num_update = int(done())
         return self.lr_at(self.num_update + 1)
 
+    def _object(self):
+        """The object whose own attributes carry its position (a held scheduler, or
+        an MXNet-style scheduler that changes itself when called), or None."""
+        obj = self.sched if holds_its_rate(self.sched) else getattr(self.sched, "fn", None)
+        return obj if hasattr(obj, "__dict__") else None
+
+    def position(self) -> dict:
+        """What a checkpoint keeps of the scheduler (``{"lr_scheduler": ...}``): a
+        Paddle-protocol object's ``state_dict()``, else the plain attributes of an
+        object that changes itself (MXNet pickles its scheduler with the
+        optimizer, so a loaded Gluon Trainer goes on where the file stopped)."""
+        obj = self._object()
+        if obj is None:
+            return {}
+        if callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "set_state_dict", None)):
+            return {"lr_scheduler": {"state_dict": obj.state_dict()}}
+        plain = {k: v for k, v in vars(obj).items() if not k.startswith("_") and _plain(v)}
+        return {"lr_scheduler": {"attributes": plain}} if plain else {}
+
+    def resume(self, meta: dict | None) -> None:
+        """After a checkpoint loaded: the scheduler goes back to where the file's
+        run stopped (`position`), and the update count is read again from the
+        loaded state. A file without a position (written before 0.1.1) leaves
+        the scheduler where it is, with a warning when it holds its own rate."""
+        self.num_update = None
+        saved = (meta or {}).get("lr_scheduler")
+        obj = self._object()
+        if obj is None:
+            return
+        if saved is None:
+            if holds_its_rate(obj):
+                warnings.warn(f"load_states: the file records no position of the scheduler {obj!r}; it stays "
+                              "where it is (restore it with set_state_dict if the run had moved it).",
+                              UserWarning, stacklevel=3)
+            return
+        if "state_dict" in saved:
+            obj.set_state_dict(saved["state_dict"])
+        else:
+            for k, v in saved["attributes"].items():
+                setattr(obj, k, v)
+
     def commit(self, *, counted: bool = True) -> None:
         """After an update ran: count it, or (``counted=False``: a guard may
         have skipped it) forget the count, so the next `next_lr` reads it from
         the state."""
         self.num_update = self.num_update + 1 if counted and self.num_update is not None else None
+
+
+def _plain(v) -> bool:
+    """A value a checkpoint's metadata holds as it is (numbers, strings, lists of them)."""
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return True
+    return isinstance(v, (list, tuple)) and all(isinstance(x, (bool, int, float, str)) for x in v)
 
 
 def take_host_schedule(optimizer_params: dict | None) -> tuple[dict, HostSchedule | None]:

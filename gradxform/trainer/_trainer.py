@@ -6,6 +6,7 @@ sharded optimizer state) are in ``docs/trainer.md``.
 """
 from __future__ import annotations
 
+import io
 import warnings
 from typing import Callable
 
@@ -20,7 +21,7 @@ from .._fused import FlatTree, flatten_state, fused as fuse, unflatten_state
 from .._registry import _resolve, create
 from ..schedules.internal import HostSchedule, take_host_schedule
 from .._tree import param_names
-from ..checkpoint import load_state, save_state
+from ..checkpoint import load_state, read_metadata, save_state
 from . import _allreduce as ar
 from ._compression import parse_compression, zeros_residual
 from ._resume import (check_values, is_file, is_gluon_states, keep_multipliers, migrated_state, read_source,
@@ -230,8 +231,7 @@ class Trainer:
         return self._zero.put(state, self._place) if self._zero is not None else self._place.put(state)
 
     def _unfuse(self) -> None:
-        """Moves to the per-leaf layout for good (stale gradients need per-leaf
-        counts), the state whole on every device."""
+        """Moves to the per-leaf layout for good (stale gradients need per-leaf counts), state whole."""
         self._params, self._state, self._residual = self._leaf_form()
         self._fused, self._tx, self._zero = False, self._leaf_tx, None
         self._programs = {k: v for k, v in self._programs.items() if k[0] == "set"}
@@ -541,14 +541,14 @@ class Trainer:
                 "compression": self._compression.describe() if self._compression else None}
 
     def save_states(self, fname) -> None:
-        """Writes everything needed to resume to ``fname``, atomically
-        (`gradxform.save_state`): the parameters, the optimizer state (step
-        counts, schedule position, hyperparameters, RNG keys) and each local
-        device's compression residual. With several processes, give each its
-        own file (e.g. ``f"{fname}.{jax.process_index()}"``)."""
+        """Writes everything needed to resume to ``fname``, atomically (`gradxform.save_state`): the
+        parameters, the optimizer state (step counts, hyperparameters, RNG keys), a host scheduler's
+        position (its ``state_dict()``, restored by `load_states` as Gluon's pickled optimizer is) and
+        each device's compression residual. Several processes: one file each (``f"{fname}.{rank}"``)."""
         params, state, residual = self._leaf_form()
         save_state(fname, self._tree(self._place.one(params), self._place.one(state),
-                                     self._place.per_device(residual)), meta=self._meta())
+                                     self._place.per_device(residual)),
+                   meta={**self._meta(), **(self._host_lr.position() if self._host_lr else {})})
 
     def load_states(self, fname) -> None:
         """Loads a ``save_states`` file; training then continues bit for bit.
@@ -569,7 +569,7 @@ class Trainer:
             params, state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), (params, state))
         else:
             residual = [jax.ShapeDtypeStruct((1,) + r.shape, r.dtype) for r in residual]
-        source = read_source(fname) if is_file(fname) else fname
+        source, file_meta = read_source(fname) if is_file(fname) else fname, None
         if not is_file(fname) or is_gluon_states(source.getvalue()):
             params = self.params
             state = migrated_state(source, params, state, self._optimizer, guarded=self._guarded)
@@ -578,6 +578,7 @@ class Trainer:
             forms = [self._tree(params, f, residual) for f in state_forms(state, params)]
             loaded = load_state(source, like=forms[0], alternatives=forms[1:], meta=self._meta())
             params, state, residual = loaded["params"], loaded["state"], loaded["residual"]
+            file_meta = read_metadata(io.BytesIO(source.getvalue()))
         check_values(state, source.name if is_file(fname) else None)
         state = keep_multipliers(state, self._place.one(self._leaf_form()[1]))
         if self._fused:  # groups follow the loaded counts and multipliers
@@ -589,8 +590,8 @@ class Trainer:
         params, state = self._place.put(params), self._put_state(state)
         residual = self._place.put_per_device(residual) if self._compression else []
         self._params, self._state, self._residual = params, state, residual
-        if self._host_lr is not None:
-            self._host_lr.num_update = None  # read again from the loaded state
+        if self._host_lr is not None:  # the scheduler where the file's run stopped; the count from the state
+            self._host_lr.resume(file_meta)
 
     @staticmethod
     def _tree(params, state, residual) -> dict:
