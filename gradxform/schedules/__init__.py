@@ -6,6 +6,7 @@ ReduceOnPlateau as a piece. The MXNet classes are also importable as
 `gradxform.lr_scheduler`."""
 from ._common import (COMPLETED, NUM_UPDATE, REPLACE, SCALE, Constant, FunctionSchedule, Schedule,
                       on_completed_steps)
+from ._held import HeldRate, ScheduleRestartError
 from ._user import HostScheduleError, UserSchedule, as_schedule, as_update_schedule, mxnet_style, optax_style
 from ._mindspore import (CosineDecayLR, DynamicLR, ExponentialDecayLR, InverseDecayLR, NaturalExpDecayLR,
                          PolynomialDecayLR, WarmUpLR, LearningRateSchedule)
@@ -20,6 +21,8 @@ __all__ = [
     "NUM_UPDATE", "COMPLETED", "REPLACE", "SCALE",
     # a user's own callables (gradxform.schedules._user)
     "UserSchedule", "mxnet_style", "optax_style", "HostScheduleError",
+    # a scheduler object the user steps, read by each update (gradxform.schedules._held)
+    "HeldRate", "ScheduleRestartError",
     # MXNet (mxnet.lr_scheduler; also gradxform.lr_scheduler)
     "LRScheduler", "FactorScheduler", "MultiFactorScheduler", "PolyScheduler", "CosineScheduler",
     # MindSpore (mindspore.nn.learning_rate_schedule) and its list learning rate
