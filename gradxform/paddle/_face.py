@@ -125,8 +125,26 @@ def bind_parameters(owner: str, parameters):
                 for n, leaf in zip(names, jax.tree.leaves(arrays)):
                     merged.setdefault(n, leaf)
                 groups.append(dict(g, params=names))
-            return groups, Bound(merged)
+            return groups, Bound(_nested(owner, merged))
     return parameters, None
+
+
+def _nested(owner: str, flat: dict) -> dict:
+    """``{'dense/weight': w}`` as ``{'dense': {'weight': w}}`` (the model's tree
+    again, whose `param_names` are the same names)."""
+    out: dict = {}
+    for name, leaf in flat.items():
+        *path, last = name.split("/")
+        node = out
+        for i, key in enumerate(path):
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"{owner}(parameters=...): {'/'.join(path[:i + 1])!r} is a parameter and also "
+                                 f"holds {name!r}; rename one of them.")
+        if last in node:
+            raise ValueError(f"{owner}(parameters=...): {name!r} names a parameter and a subtree; rename one.")
+        node[last] = leaf
+    return out
 
 
 class _Group(dict):
