@@ -229,11 +229,11 @@ def test_pairs_and_nnx_module_bind():
     model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
     opt = P.Momentum(learning_rate=0.1, parameters=model)
     x = jnp.ones((4, 3))
-    before = np.asarray(model.kernel.value)
+    before = np.asarray(model.kernel[...])
     grads = nnx.grad(lambda m: jnp.sum(m(x) ** 2))(model)
     opt.step(grads)
-    assert not np.array_equal(np.asarray(model.kernel.value), before)  # updated in place, as nnx.Optimizer
-    np.testing.assert_array_equal(np.asarray(model.kernel.value), np.asarray(opt.parameters["kernel"].value))
+    assert not np.array_equal(np.asarray(model.kernel[...]), before)  # updated in place, as nnx.Optimizer
+    np.testing.assert_array_equal(np.asarray(model.kernel[...]), np.asarray(opt.parameters["kernel"][...]))
 
 
 # -- Paddle's own files ---------------------------------------------------------------------------

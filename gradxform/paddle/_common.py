@@ -58,7 +58,7 @@ from ..pieces.internal import only_slotted
 from ..pieces.internal import with_master_weights
 from ..schedules.internal import DynamicLR, as_schedule, check_number, holds_its_rate
 from ._clip import Clip, group_clip
-from ._face import Optimizer, bind_parameters
+from ._bind import bind_parameters
 from ._plateau import PlateauState, ReduceOnPlateau
 from ._regularizer import Decay, as_regularizer, group_regularization
 from .._types import Hyper, ParamTree
@@ -235,7 +235,7 @@ class PaddleOptions(Setup):
         tx = self.finish(tx, master_weights_inside=True, skip_nonfinite=skip_nonfinite,
                          fp16_warning=PADDLE_FP16_WARNING)
         pair = PaddleOptimizer.of(tx, self.schedule, self.lr_scheduler)
-        return pair if self.bound is None else Optimizer(pair, self.bound, self)
+        return pair if self.bound is None else self.bound.face(pair, self.bound, self)
 
 
 def _group_slots(state):

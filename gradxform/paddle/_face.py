@@ -36,115 +36,22 @@ variable names, ``master_weights``, ``LR_Scheduler``), ``set_state_dict``
 """
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._base import apply_updates
-from .._tree import param_names
+from .._state_paths import find_states
+from ..migrate import _paddle as migrate_paddle  # a module: gradxform.migrate may be importing this package
+from ..migrate import _pickle as migrate_pickle
+from ..pieces.internal import StepState
+from ._bind import Bound, nnx_module
+from ._plateau import PlateauState
 
-__all__ = ["Optimizer", "bind_parameters", "Bound"]
+__all__ = ["Optimizer"]
 
 _JAX_GRADS = ("JAX arrays carry no .grad: compute the gradients and pass them, "
               "grads = jax.grad(loss_fn)(opt.parameters, *batch); opt.step(grads)")
-
-
-class Bound:
-    """The arrays ``parameters=`` gave: ``params`` (a pytree), and the
-    ``nnx.Module`` to write the stepped values back into (or None)."""
-
-    __slots__ = ("params", "module")
-
-    def __init__(self, params, module=None):
-        self.params, self.module = params, module
-
-
-def _nnx():
-    return sys.modules.get("flax.nnx")
-
-
-def _is_array(x) -> bool:
-    return isinstance(x, (jax.Array, np.ndarray)) and not isinstance(x, (str, bytes))
-
-
-def _all_arrays(tree) -> bool:
-    leaves = jax.tree.leaves(tree)
-    return bool(leaves) and all(_is_array(x) for x in leaves)
-
-
-def _pairs(x) -> bool:
-    return (isinstance(x, (list, tuple)) and bool(x)
-            and all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and _all_arrays(p[1])
-                    for p in x))
-
-
-def _arrays_of(owner: str, where: str, x):
-    """``(params, module)`` of an array argument, or None when ``x`` holds no arrays."""
-    nnx = _nnx()
-    if nnx is not None and isinstance(x, nnx.Module):
-        return nnx.state(x, nnx.Param), x
-    if _pairs(x):  # model.named_parameters()
-        return dict(x), None
-    if isinstance(x, (list, tuple)) and x and any(isinstance(v, str) for v in x):
-        return None
-    if not isinstance(x, (str, bytes)) and not callable(x) and _all_arrays(x):
-        if isinstance(x, (list, tuple)) and where.endswith("['params']"):
-            raise TypeError(f"{owner}({where}=...): a group's arrays need names to be told apart: give a dict "
-                            "{name: array} or a list of (name, array) pairs (model.named_parameters()).")
-        return x, None
-    return None
-
-
-def bind_parameters(owner: str, parameters):
-    """Splits ``parameters=`` into what selects (names, group dicts of names,
-    as `parse` takes) and the arrays it binds (`Bound`, or None when it
-    names parameters only)."""
-    if parameters is None or isinstance(parameters, (str, bytes)):
-        return parameters, None
-    got = _arrays_of(owner, "parameters", parameters)
-    if got is not None:
-        return None, Bound(*got)
-    if isinstance(parameters, (list, tuple)) and parameters and all(isinstance(g, dict) for g in parameters):
-        found = [None if "params" not in g else _arrays_of(owner, f"parameters[{i}]['params']", g["params"])
-                 for i, g in enumerate(parameters)]
-        if any(f is not None for f in found):
-            if any(f is None for f in found):
-                bad = found.index(None)
-                raise TypeError(f"{owner}(parameters=...): group {bad}'s 'params' names parameters while another "
-                                "group holds arrays; give every group its arrays ({name: array}).")
-            if any(m is not None for _, m in found):
-                raise TypeError(f"{owner}(parameters=...): a group's 'params' is an nnx.Module; give its arrays by "
-                                "name instead: dict(nnx.to_flat_state(nnx.state(model, nnx.Param))) split by group.")
-            merged: dict = {}
-            groups = []
-            for g, (arrays, _) in zip(parameters, found):
-                names = param_names(arrays)
-                for n, leaf in zip(names, jax.tree.leaves(arrays)):
-                    merged.setdefault(n, leaf)
-                groups.append(dict(g, params=names))
-            return groups, Bound(_nested(owner, merged))
-    return parameters, None
-
-
-def _nested(owner: str, flat: dict) -> dict:
-    """``{'dense/weight': w}`` as ``{'dense': {'weight': w}}`` (the model's tree
-    again, whose `param_names` are the same names)."""
-    out: dict = {}
-    for name, leaf in flat.items():
-        *path, last = name.split("/")
-        node = out
-        for i, key in enumerate(path):
-            node = node.setdefault(key, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"{owner}(parameters=...): {'/'.join(path[:i + 1])!r} is a parameter and also "
-                                 f"holds {name!r}; rename one of them.")
-        if last in node:
-            raise ValueError(f"{owner}(parameters=...): {name!r} names a parameter and a subtree; rename one.")
-        node[last] = leaf
-    return out
 
 
 class _Group(dict):
@@ -236,7 +143,7 @@ class Optimizer:
                              f"got {got}. Differentiate with respect to opt.parameters.")
         self.params, self.state = self._step(self.params, self.state, grads, extra_args)
         if self._module is not None:
-            _nnx().update(self._module, self.params)
+            nnx_module().update(self._module, self.params)
 
     def clear_grad(self, set_to_zero: bool = True) -> None:
         """Paddle's ``clear_grad``: nothing to do (JAX gradients are values, not
@@ -262,8 +169,7 @@ class Optimizer:
         'master_weights': {...}, 'LR_Scheduler': scheduler.state_dict()}``
         (`gradxform.migrate.to_paddle_state_dict`; a parameter's Paddle name is
         its gradxform name with '/' as '.'). Host numpy copies."""
-        from ..migrate._paddle import to_paddle_state_dict
-        return to_paddle_state_dict(self.state, self.params, self._scheduler_state())
+        return migrate_paddle.to_paddle_state_dict(self.state, self.params, self._scheduler_state())
 
     def set_state_dict(self, state_dict) -> None:
         """Paddle's ``opt.set_state_dict(sd)``: the accumulators (and master
@@ -273,16 +179,15 @@ class Optimizer:
         (a dict, a path; `gradxform.migrate.from_paddle_state_dict`). All or
         nothing: a `MigrateError` naming the key leaves the optimizer and its
         scheduler as they were."""
-        from ..migrate._paddle import from_paddle_state_dict, read_paddle_state_dict
-        from ..migrate._pickle import MigrateError
-        sd = read_paddle_state_dict(state_dict)
+        MigrateError = migrate_pickle.MigrateError  # noqa: N806 (a class)
+        sd = migrate_paddle.read_paddle_state_dict(state_dict)
         sched = self.tx.lr_scheduler
         lr_state = sd.get("LR_Scheduler")
         if sched is not None and lr_state is None and type(sched).__name__ != "LambdaDecay":
             raise MigrateError("set_state_dict: the optimizer's learning rate is an LRScheduler and the state has "
                                "no 'LR_Scheduler' entry (Paddle: LR_Scheduler state must be included in the state "
                                "dict except LambdaDecay); save it with opt.state_dict().")
-        new_state = from_paddle_state_dict(sd, self.params, self.tx, state=self.state)
+        new_state = migrate_paddle.from_paddle_state_dict(sd, self.params, self.tx, state=self.state)
         if sched is not None and lr_state:
             before = sched.state_dict()
             try:
@@ -351,14 +256,12 @@ class Optimizer:
     @property
     def _accumulators(self) -> dict:
         """``{accumulator: {paddle_name: array}}`` (copies), as Paddle's."""
-        from ..migrate._paddle import paddle_accumulators
-        return paddle_accumulators(self.state, self.params)[0]
+        return migrate_paddle.paddle_accumulators(self.state, self.params)[0]
 
     @property
     def _master_weights(self) -> dict:
         """``{paddle_name: float32 array}`` for float16/bfloat16 leaves under multi_precision."""
-        from ..migrate._paddle import paddle_accumulators
-        return paddle_accumulators(self.state, self.params)[1]
+        return migrate_paddle.paddle_accumulators(self.state, self.params)[1]
 
     @property
     def _grad_clip(self):
@@ -390,9 +293,6 @@ class Optimizer:
         gradxform schedule or ReduceOnPlateau, their position in Paddle's keys."""
         if self.tx.lr_scheduler is not None:
             return self.tx.lr_scheduler.state_dict()
-        from .._state_paths import find_states
-        from ..pieces.internal import StepState
-        from ._plateau import PlateauState
         count = int(find_states(self.state, StepState)[0].count)
         plateau = find_states(self.state, PlateauState)
         if plateau:
@@ -406,6 +306,9 @@ class Optimizer:
     def __repr__(self):
         return (f"gradxform.paddle.Optimizer({self._options.owner}, {len(jax.tree.leaves(self.params))} "
                 f"parameters, lr={self._learning_rate!r})")
+
+
+Bound.face = Optimizer  # what `PaddleOptions.build` returns for bound arrays
 
 
 def _step_fn(update):
