@@ -39,7 +39,8 @@ from ._pickle import NUMPY_GLOBALS, MigrateError, read_bytes, safe_loads
 from .._ranges import Range, declared_range
 from ._state import Slot, at_boundary, checked_count, checked_value, fill_state
 
-__all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "ACCUMULATORS"]
+__all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "to_paddle_state_dict", "paddle_accumulators",
+           "ACCUMULATORS"]
 
 #: state class -> {field: Paddle accumulator name}; fields listed in the class's
 #: ``per_leaf_fields`` are Paddle's ``[1]`` (or parameter-shaped, all equal) powers
@@ -128,7 +129,7 @@ def _accumulators(index, sd: dict, pname: str, gname: str) -> dict[str, tuple[st
 
 
 @at_boundary(WHO)
-def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | None = None):
+def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | None = None, *, state=None):
     """The gradxform state of ``tx`` (``gradxform.create('paddle.asgd', ...)``
     with the run's hyperparameters) continuing a Paddle ASGD run.
 
@@ -143,6 +144,10 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
       tx: the gradxform optimizer.
       names: gradxform parameter name ('/'-joined key path) -> Paddle
         parameter name (``linear_0.w_0``); default identical.
+      state: the state to write the file's values into (default
+        ``tx.init(params)``): what it holds beyond Paddle's layout (a
+        ``set_lr`` rate, the step count without a scheduler) is kept, as
+        Paddle's ``set_state_dict`` keeps the optimizer's own attributes.
 
     Raises: `MigrateError` naming the parameter for a missing or extra entry
     or a shape/dtype that does not fit; `UnsafePickleError` for a pickle
@@ -156,7 +161,7 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
     if unknown:
         raise MigrateError(f"{WHO}(names=...): {unknown[0]!r} is not a parameter name; the names are "
                            f"{gnames[:8]}{' ...' if len(gnames) > 8 else ''}.")
-    state0 = tx.init(params)
+    state0 = tx.init(params) if state is None else state
     if find_states(state0, ASGDState):
         return _fill_asgd(sd, params, leaves, gnames, names, state0, tx)
     return _fill_accumulators(sd, params, leaves, gnames, names, state0)
@@ -303,3 +308,80 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
     whole[Slot(StepState, "leaf_counts")] = count
     hint = "was tx made with gradxform.create('paddle.asgd', ...) (and the run's LRScheduler)?"
     return fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
+
+
+# Paddle keeps these running products as one-element [1] tensors; the others (NAdam, RAdam) parameter-shaped
+_POW_AS_ONE = (AdamState, AdamaxState, LambState)
+_LOW = (np.dtype("float16"), np.dtype(jax.numpy.bfloat16))
+
+
+def paddle_name_map(params) -> dict[str, str]:
+    """gradxform name -> the Paddle name `to_paddle_state_dict` writes: the
+    name with '/' as '.' (``dense/kernel`` -> ``dense.kernel``), the form the
+    reader maps back."""
+    out = {g: g.replace("/", ".") for g in param_names(params)}
+    seen: dict[str, str] = {}
+    for g, p in out.items():
+        if p in seen:
+            raise ValueError(f"state_dict: parameters {seen[p]!r} and {g!r} both become Paddle name {p!r}; "
+                             "rename one of them.")
+        seen[p] = g
+    return out
+
+
+def paddle_accumulators(state, params) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """``({accumulator: {paddle_name: array}}, {paddle_name: master weight})``
+    of ``state`` in Paddle's layout (Paddle's ``opt._accumulators`` and
+    ``opt._master_weights``): the inverse of what `from_paddle_state_dict`
+    reads. Arrays are copies (host numpy), so a later donated step leaves them valid."""
+    gnames, leaves = param_names(params), jax.tree.leaves(params)
+    pnames = [paddle_name_map(params)[g] for g in gnames]
+    treedef = jax.tree.structure(params)
+    accs: dict[str, dict[str, np.ndarray]] = {}
+    asgd = find_states(state, ASGDState)
+    if asgd:
+        step = find_states(state, StepState)[0]
+        counts = ([step.count] * len(leaves) if step.leaf_counts is None
+                  else treedef.flatten_up_to(step.leaf_counts))
+        for acc, tree in (("d", asgd[0].d), ("y", asgd[0].y)):
+            accs[acc] = {p: np.array(v, copy=True) for p, v in zip(pnames, treedef.flatten_up_to(tree))}
+        accs["m"] = {p: np.asarray(c, np.int64).reshape(1) for p, c in zip(pnames, counts)}
+    for _, node in state_paths(state):
+        cls = type(node)
+        if cls not in ACCUMULATORS:
+            continue
+        pows = getattr(cls, "per_leaf_fields", ())
+        for field, acc in ACCUMULATORS[cls].items():
+            if field not in node._fields or jax.tree.structure(getattr(node, field)) != treedef:
+                continue
+            out = accs.setdefault(acc, {})
+            for p, v, leaf in zip(pnames, treedef.flatten_up_to(getattr(node, field)), leaves):
+                v = np.array(v, copy=True)
+                if field in pows:
+                    v = v.reshape(1) if cls in _POW_AS_ONE else np.full(np.shape(leaf), v.reshape(()), v.dtype)
+                out[p] = v
+    masters = {}
+    for mw in find_states(state, MasterWeightsState):
+        for p, leaf, m in zip(pnames, leaves, treedef.flatten_up_to(mw.master)):
+            if np.dtype(jax.numpy.result_type(leaf)) in _LOW and np.size(m):
+                masters[p] = np.array(m, copy=True)
+    return accs, masters
+
+
+def to_paddle_state_dict(state, params, lr_scheduler_state: dict | None = None) -> dict[str, Any]:
+    """Paddle's ``opt.state_dict()`` of ``state``: ``{'<param>_<accumulator>_0':
+    array, ..., 'master_weights': {param: array} (float16/bfloat16 leaves
+    under multi_precision), 'LR_Scheduler': lr_scheduler_state}`` (the last
+    when given), as Paddle 3.3.1 ``Optimizer.state_dict``
+    (``paddle/optimizer/optimizer.py``) writes it for a fresh process.
+    `from_paddle_state_dict` reads it back bit for bit."""
+    accs, masters = paddle_accumulators(state, params)
+    out: dict[str, Any] = {}
+    for acc, per in accs.items():
+        for p, v in per.items():
+            out[f"{p}_{acc}_0"] = v
+    if masters:
+        out["master_weights"] = masters
+    if lr_scheduler_state is not None:
+        out["LR_Scheduler"] = dict(lr_scheduler_state)
+    return out

@@ -58,6 +58,7 @@ from ..pieces.internal import only_slotted
 from ..pieces.internal import with_master_weights
 from ..schedules.internal import DynamicLR, as_schedule, check_number, holds_its_rate
 from ._clip import Clip, group_clip
+from ._bind import bind_parameters
 from ._plateau import PlateauState, ReduceOnPlateau
 from ._regularizer import Decay, as_regularizer, group_regularization
 from .._types import Hyper, ParamTree
@@ -164,6 +165,8 @@ class PaddleOptions(Setup):
     weight_decay: Decay | None
     grad_clip: Clip | None
     lr_scheduler: Any = None    # a Paddle LRScheduler object, read by each update (schedules._held)
+    # the arrays parameters= gave (`_face.Bound`): build returns the stateful `_face.Optimizer`
+    bound: Any = dataclasses.field(default=None, compare=False, repr=False)
 
     def slots(self, params) -> np.ndarray:
         names, owner = param_names(params), self.owner
@@ -233,7 +236,8 @@ class PaddleOptions(Setup):
             tx = only_slotted(tx, _group_slots)
         tx = self.finish(tx, master_weights_inside=True, skip_nonfinite=skip_nonfinite,
                          fp16_warning=PADDLE_FP16_WARNING)
-        return PaddleOptimizer.of(tx, self.schedule, self.lr_scheduler)
+        pair = PaddleOptimizer.of(tx, self.schedule, self.lr_scheduler)
+        return pair if self.bound is None else self.bound.face(pair, self.bound, self)
 
 
 def _group_slots(state):
@@ -265,6 +269,7 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
     wd = as_regularizer(owner, "weight_decay", weight_decay)
     clip = _clip_arg(owner, "grad_clip", grad_clip)
     check_bool(owner, "multi_precision", multi_precision)
+    parameters, bound = bind_parameters(owner, parameters)  # arrays bind (the stateful face), names select
     groups, explicit = [_Group(0, None, 1.0, wd, clip)], False
     if parameters is not None:
         explicit = True
@@ -297,7 +302,7 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
             raise TypeError(f"{owner}(parameters=...): must be all names or all group dicts; got {parameters!r}.")
     return PaddleOptions(owner=owner, learning_rate=base, schedule=sched, plateau=plateau, groups=tuple(groups),
                          explicit=explicit, weight_decay=wd, grad_clip=clip, multi_precision=multi_precision,
-                         lr_scheduler=host)
+                         lr_scheduler=host, bound=bound)
 
 
 class PaddleOptimizer(optax.GradientTransformationExtraArgs):

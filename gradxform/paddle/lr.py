@@ -461,6 +461,14 @@ class OneCycleLR(LRScheduler):
         return float(one_cycle(self._t, self._step_config, self._steps_size, self._lr_config, self.anneal_strategy,
                                HOST64))
 
+    @property
+    def anneal_func(self) -> Callable[[float, float, float], float]:
+        """Paddle's ``anneal_func(start_lr, end_lr, pct)`` for ``anneal_strategy``
+        (``_cos_annealing`` / ``_linear_annealing`` of ``paddle/optimizer/lr.py``), to read or call."""
+        if self.anneal_strategy == "cos":
+            return lambda start_lr, end_lr, pct: end_lr + (start_lr - end_lr) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return lambda start_lr, end_lr, pct: (end_lr - start_lr) * pct + start_lr
+
 
 class CyclicLR(LRScheduler):
     """Between ``base_learning_rate`` and ``max_learning_rate`` in triangles of
