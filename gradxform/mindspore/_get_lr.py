@@ -42,7 +42,7 @@ def _options(optimizer, who):
         if found is not None:
             return found
     raise TypeError(f"gradxform.mindspore.{who}(optimizer, state): optimizer must be one built by "
-                    "gradxform.mindspore (nn.Momentum -> gradxform.mindspore.Momentum, ...); got "
+                    "gradxform.mindspore (MindSpore's class names, or gradxform.create('mindspore.<name>')); got "
                     f"{type(optimizer).__name__}.")
 
 
