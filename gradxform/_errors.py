@@ -35,7 +35,7 @@ from ._base import GradientTransformation, run_inner, transformation
 from ._spec import Fusion, declare
 from ._hyper import HYPER_FIELDS, READ_ONLY
 from ._ranges import Range, check_value, declared_range, owner_of
-from ._state_paths import is_optax_placeholder, state_paths
+from ._state_paths import get_path, is_optax_placeholder, map_states, state_paths, written_out
 from .pieces.internal import per_leaf_counts
 
 __all__ = ["validated", "check_params", "check_updates", "check_state", "first_difference"]
@@ -182,6 +182,21 @@ def _abstract(tree):
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(_shape(x), _dtype(x)), tree)
 
 
+def _written_as(expected, state, params):
+    """``expected`` with each optional per-leaf field (`StepState.lr_mult`, ...) written out
+    where ``state`` holds it per leaf."""
+    def one(path, node):
+        try:
+            there = get_path(state, path)
+        except (AttributeError, IndexError, KeyError, TypeError):
+            return node
+        for field in getattr(type(node), "optional_fields", {}):
+            if getattr(node, field) is None and getattr(there, field, None) is not None:
+                node = written_out(node, field, params)
+        return node
+    return map_states(one, expected)
+
+
 def check_state(state, expected, who: str = "update") -> None:
     """``state`` has the structure, shapes and dtypes of ``expected`` (what
     ``init`` makes for these parameters, as from `jax.eval_shape`)."""
@@ -286,10 +301,12 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
         expected = expected_state(ref)
         if expected is not None:
             if first_difference(state, expected, "state", "init(params)"):
-                # the other form init's state takes: step counts per leaf after a masked update
-                per_leaf = per_leaf_counts(expected, ref)
-                if not first_difference(state, per_leaf, "state", "init(params)"):
-                    expected = per_leaf
+                # the other forms init's state takes: step counts per leaf after a masked update,
+                # multipliers per leaf once set (trainer.optimizer.param_dict[i].lr_mult = v)
+                for other in (per_leaf_counts(expected, ref), _written_as(expected, state, ref)):
+                    if not first_difference(state, other, "state", "init(params)"):
+                        expected = other
+                        break
             if any(_is_number(x) for x in jax.tree.leaves(state)):
                 check_written_hypers(state, f"{pre}update")
                 state = as_init_dtypes(state, expected)

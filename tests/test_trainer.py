@@ -163,7 +163,7 @@ def test_per_device_grads_helper_matches_pmap():
 def test_plain_optax_transformation_is_normalized_by_batch_size():
     tx = optax.sgd(0.1)
     t = Trainer(init_params(), tx, devices=DEV1)
-    assert t.optimizer is tx and t.num_devices == 1
+    assert t.optimizer.tx is tx and t.optimizer == tx and t.num_devices == 1
     t.step(t.grads(loss_fn, BATCHES[0]), 8)
     whole = jax.grad(loss_fn)(init_params(), BATCHES[0])
     assert_close(t.params, jax.tree.map(lambda w, g: w - 0.1 * g / 8, init_params(), whole), **TOL)

@@ -29,6 +29,7 @@ from ._adam import offloaded_moments
 # MindSpore's learning_rate_schedule classes and dynamic_lr builders (nn.WarmUpLR, nn.warmup_lr, ...)
 from ._dynamic_lr import (cosine_decay_lr, exponential_decay_lr, inverse_decay_lr, natural_exp_decay_lr,
                           piecewise_constant_lr, polynomial_decay_lr, warmup_lr)
+from ._get_lr import get_lr, get_lr_parameter
 from ._groups import beta_gamma_filter
 
 # THOR's statistics: gradxform.mindspore.thor_capture
@@ -36,7 +37,7 @@ _MODULES = (_momentum, _adam, _adaptive, _adafactor, _thor, _rules)
 _OPTIMIZERS = register_family("mindspore", _MODULES)
 _CLASSES = family_classes(_MODULES)
 globals().update(_OPTIMIZERS, **_CLASSES)
-__all__ = [*_OPTIMIZERS, *_CLASSES, "beta_gamma_filter", "offloaded_moments",
+__all__ = [*_OPTIMIZERS, *_CLASSES, "get_lr", "get_lr_parameter", "beta_gamma_filter", "offloaded_moments",
            "piecewise_constant_lr", "warmup_lr", "cosine_decay_lr", "exponential_decay_lr", "natural_exp_decay_lr",
            "inverse_decay_lr", "polynomial_decay_lr", "LearningRateSchedule", "WarmUpLR", "PolynomialDecayLR",
            "CosineDecayLR", "ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR"]

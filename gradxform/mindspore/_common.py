@@ -17,6 +17,7 @@ from .._base import GradientTransformation, chain, identity
 from ._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay, parse_groups,
                        unselected_frozen)
 from .._optimizer import Setup
+from ._get_lr import remember
 from .._selectors import as_names
 from ..pieces import centralize_gradients, unscale
 from .._ranges import check_bool, check_hyper
@@ -127,7 +128,8 @@ class MSOptions(Setup):
         return chain(self.decay(decay_filter=decay_filter), self.centralize(), self.unscale())
 
     def build(self, *body: GradientTransformation) -> GradientTransformation:
-        return self.finish(unselected_frozen(self.owner, self.specs, self.order, chain(self.step(), *body)))
+        return remember(self.finish(unselected_frozen(self.owner, self.specs, self.order, chain(self.step(), *body))),
+                        self)  # get_lr(optimizer, state) reads the schedules
 
 
 def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=None, *,

@@ -27,6 +27,7 @@ from ._compression import parse_compression, zeros_residual
 from ._resume import (check_values, is_file, is_gluon_states, keep_multipliers, migrated_state, read_source,
                       state_forms)
 from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss, wants_sharding
+from ._optimizer_object import MXNetOptimizer
 from ._zero import ShardedState
 
 __all__ = ["Trainer"]
@@ -135,7 +136,7 @@ class Trainer:
                  update_on_kvstore=None, *, devices=None, skip_nonfinite=False, loss_scale=None, fused=None,
                  fused_max_leaf_size: int | None = 1 << 16, shard_optimizer_state=None,
                  pack_grads_on_host: bool | None = None):
-        self._host_lr = None  # an untraceable schedule, evaluated here before each update
+        self._host_lr, given = None, optimizer_params  # an untraceable schedule, evaluated before each update
         if isinstance(optimizer, str):
             optimizer_params, self._host_lr = take_host_schedule(optimizer_params)
             tx = create(optimizer, **(optimizer_params or {}))
@@ -151,7 +152,7 @@ class Trainer:
         else:
             raise TypeError(f"Trainer(optimizer=...): expected an optimizer name or a transformation; "
                             f"got {type(optimizer).__name__}.")
-        self._optimizer = tx
+        self._optimizer = MXNetOptimizer.bound(tx, self, given if self._opt_name else None, self._opt_name)
         if loss_scale is not None:
             kw = {} if loss_scale == "dynamic" else dict(loss_scale)
             tx = dynamic_loss_scale(tx, **kw)
@@ -244,7 +245,7 @@ class Trainer:
     # -- properties ------------------------------------------------------------
     @property
     def optimizer(self):
-        """The transformation (as given, or as `gradxform.create` built it)."""
+        """MXNet's Optimizer bound to this Trainer's state (`_optimizer_object`); also the transformation."""
         return self._optimizer
 
     @property
