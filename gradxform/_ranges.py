@@ -77,9 +77,14 @@ class Range:
         return True
 
     def __str__(self) -> str:
-        lo = "(-inf" if self.low is None else ("(" if self.low_open else "[") + f"{self.low:g}"
-        hi = "inf)" if self.high is None else f"{self.high:g}" + (")" if self.high_open else "]")
+        lo = "(-inf" if self.low is None else ("(" if self.low_open else "[") + _bound(self.low)
+        hi = "inf)" if self.high is None else _bound(self.high) + (")" if self.high_open else "]")
         return f"{lo}, {hi}"
+
+
+def _bound(x: float) -> str:
+    """A range's end as written: an integer in full (``2147483646``), else ``%g``."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
 ANY = Range()
