@@ -34,7 +34,9 @@ from jax.tree_util import keystr, tree_flatten_with_path
 from ._base import GradientTransformation, run_inner, transformation
 from ._spec import Fusion, declare
 from ._hyper import HYPER_FIELDS, READ_ONLY
-from ._ranges import Range, check_value, declared_range, owner_of
+from ._domains import COUNT
+from ._hyper import _raw
+from ._ranges import Range, check_value, declared_range, owner_of, stored_float32
 from ._state_paths import get_path, is_optax_placeholder, map_states, state_paths, written_out
 from .pieces.internal import per_leaf_counts
 
@@ -238,20 +240,48 @@ def as_init_dtypes(state, expected):
 
 
 def check_written_hypers(state, who: str) -> None:
-    """Each hyperparameter that is a Python number in ``state`` (written there
-    by ``optax.tree_utils.tree_set``, which checks nothing) lies in its owner's
-    declared range, as `gradxform.set_hyper` would have checked it: a
-    ValueError naming the slot otherwise. Inside jit such a value is traced
-    and cannot be judged."""
+    """Every concrete hyperparameter in ``state`` lies in its owner's declared
+    range, and every step count (a field declared `gradxform._domains.COUNT`)
+    in ``[0, MAX_COUNT]``, whatever wrote it and whatever its type: a value put
+    there by ``optax.tree_utils.tree_set`` (which checks nothing) as a Python
+    number, a NumPy scalar or a JAX array is judged as `gradxform.set_hyper`
+    would have judged it (`gradxform._ranges.check_value`), a ValueError
+    naming the slot otherwise. An eager update calls it; inside jit the values
+    are traced and cannot be judged (the step's own rules apply: a count is
+    taken as the nearest end of its range, a scheduled rate that is not
+    usable as 0). One transfer to the host for all of them."""
+    found = []  # (name, value, range, as_stored, where)
     for path, node in state_paths(state):
         for field in HYPER_FIELDS:
             hyper = getattr(node, field, None) if field in node._fields else None
             for name, value in (hyper.items() if isinstance(hyper, dict) else ()):
-                if name in READ_ONLY or not isinstance(value, (int, float, np.number)) or isinstance(value, bool):
+                value = _raw(value)
+                if name in READ_ONLY or isinstance(value, jax.core.Tracer) or np.size(value) != 1:
                     continue
-                check_value(who, str(name), value, declared_range(owner_of(name), name) or Range(),
-                            suffix=f" (state{keystr(path)}.{field}[{str(name)!r}], as optax.tree_utils.tree_set "
-                                   "wrote it; gradxform.set_hyper checks a value when it writes it)")
+                found.append((str(name), value, declared_range(owner_of(name), name) or Range(), True,
+                              f"state{keystr(path)}.{field}[{str(name)!r}]"))
+        for field, domain in getattr(type(node), "domains", {}).items():
+            if domain is not COUNT or getattr(node, field, None) is None:
+                continue
+            for sub, leaf in tree_flatten_with_path(getattr(node, field))[0]:
+                leaf = _raw(leaf)
+                if not isinstance(leaf, jax.core.Tracer) and np.size(leaf) == 1:
+                    found.append((field, leaf, COUNT, False, f"state{keystr(path)}.{field}{keystr(sub)}"))
+    if not found:
+        return
+    values = jax.device_get([v for _, v, _, _, _ in found])
+    for (name, written, rng, as_stored, where), value in zip(found, values):
+        if not isinstance(written, (bool, int, float, complex, str)):
+            value = np.asarray(value).reshape(())
+            # the stored value as a Python number, written as its dtype writes it (float32 -0.1: -0.1)
+            value = float(str(value)) if np.issubdtype(value.dtype, np.floating) else value.item()
+        if value.__class__ in (float, int) or isinstance(value, (np.floating, np.integer)):
+            if (stored_float32(value) if as_stored else float(value)) in rng:
+                continue  # the common case, without building a message
+        how = "gradxform.set_hyper checks a value when it writes it" if as_stored else \
+            f"a run's counts stop at {int(rng.high)}"
+        check_value(who, name, value, rng, as_stored=as_stored,
+                    suffix=f" ({where}, as written into the state, e.g. by optax.tree_utils.tree_set; {how})")
 
 
 def validated(tx: GradientTransformation, *, master_weights: bool = False,
@@ -307,8 +337,8 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
                     if not first_difference(state, other, "state", "init(params)"):
                         expected = other
                         break
+            check_written_hypers(state, f"{pre}update")  # concrete values only: an eager update
             if any(_is_number(x) for x in jax.tree.leaves(state)):
-                check_written_hypers(state, f"{pre}update")
                 state = as_init_dtypes(state, expected)
             check_state(state, expected, f"{pre}update")
         return run_inner(tx, updates, state, params, **extra_args)

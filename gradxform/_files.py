@@ -14,9 +14,10 @@ from __future__ import annotations
 import io
 import os
 import stat
+import threading
 from typing import Callable
 
-__all__ = ["PathTypeError", "path_of", "read_regular"]
+__all__ = ["PathTypeError", "path_of", "read_regular", "temp_prefix", "TEMP_PREFIX", "new_file_mode"]
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
@@ -78,3 +79,55 @@ def read_regular(source, who: str, refuse: Callable[[str, str], Exception]) -> t
     finally:
         if fd is not None:
             os.close(fd)
+
+
+# -- writing -------------------------------------------------------------------------
+
+TEMP_PREFIX = ".gx-"  # the temporary name of a file whose own name leaves no room for ``.<name>.``
+_TEMP_EXTRA = len("..") + 8 + len(".tmp")  # ".<name>." + tempfile's 8 characters + ".tmp"
+
+
+def temp_prefix(directory: str, base: str) -> str:
+    """The prefix of a temporary file written beside ``directory/base`` before it is
+    renamed over it: ``.<base>.`` where that name fits the directory's name limit
+    (``NAME_MAX``, 255 bytes on most filesystems), else the short `TEMP_PREFIX`,
+    so that any name the filesystem accepts can be written to."""
+    try:
+        limit = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows), or no such limit reported
+        limit = 255
+    if len(os.fsencode(base)) + _TEMP_EXTRA <= limit:
+        return f".{base}."
+    return TEMP_PREFIX
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it
+    (``/proc/self/status``); elsewhere set and restored under a lock."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def new_file_mode(path: str) -> int:
+    """The permission bits a file written at ``path`` gets: an existing regular
+    file's own (an overwrite keeps them), else those ``open(path, 'w')`` would
+    give a new file (``0o666`` less the umask)."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode):
+            return stat.S_IMODE(st.st_mode)
+    except OSError:
+        pass
+    return 0o666 & ~_umask()

@@ -54,7 +54,7 @@ import re
 import jax
 import numpy as np
 
-__all__ = ["Range", "check_bool", "check_value", "check_hyper", "declared_range", "register_range", "stored_float32",
+__all__ = ["Range", "check_bool", "check_value", "real_value", "check_hyper", "declared_range", "register_range", "stored_float32",
            "HyperName", "owner_of", "GENERIC", "FAMILY", "OWNER", "ANY", "NON_NEGATIVE", "POSITIVE", "NON_POSITIVE",
            "UNIT_HALF_OPEN", "UNIT_CLOSED", "UNIT_OPEN"]
 
@@ -77,9 +77,14 @@ class Range:
         return True
 
     def __str__(self) -> str:
-        lo = "(-inf" if self.low is None else ("(" if self.low_open else "[") + f"{self.low:g}"
-        hi = "inf)" if self.high is None else f"{self.high:g}" + (")" if self.high_open else "]")
+        lo = "(-inf" if self.low is None else ("(" if self.low_open else "[") + _bound(self.low)
+        hi = "inf)" if self.high is None else _bound(self.high) + (")" if self.high_open else "]")
         return f"{lo}, {hi}"
+
+
+def _bound(x: float) -> str:
+    """A range's end as written: an integer in full (``2147483646``), else ``%g``."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
 ANY = Range()
@@ -103,12 +108,49 @@ def stored_float32(value) -> float:
     return v
 
 
+def real_value(owner: str, name: str, value) -> tuple[float, bool]:
+    """``(value as a Python float, whether it overflowed float64)``, whatever
+    its type: a Python int or float, a NumPy scalar, a 0-d (or one-element)
+    NumPy or JAX array, ``fractions.Fraction``... An integer beyond float64
+    (``10**400``) is +/-inf, judged as such. A TypeError naming the argument
+    for what is not a real number: a bool, a string (``'0.1'``), a complex of
+    any kind (``0.1+1j``, ``np.complex64``), an array of another size, None."""
+    bad = isinstance(value, (bool, np.bool_, str, bytes, complex, np.complexfloating)) or value is None
+    dtype = getattr(value, "dtype", None)
+    if not bad and dtype is not None:
+        try:
+            dt = np.dtype(dtype)
+            bad = dt == np.bool_ or not (jax.dtypes.issubdtype(dt, np.integer)
+                                         or jax.dtypes.issubdtype(dt, np.floating))
+        except TypeError:  # an extended dtype (a PRNG key)
+            bad = True
+        if not bad and np.size(value) != 1:
+            bad = True
+        elif not bad and np.ndim(value):
+            value = np.asarray(value).reshape(())
+    if not bad:
+        try:
+            return float(value), False
+        except OverflowError:  # an int beyond float64
+            try:
+                return (math.inf if value > 0 else -math.inf), True
+            except TypeError:
+                pass
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(f"{owner}({name}=...): {name} must be a number (a real int or float, or a scalar array "
+                    f"of one); got {value!r}.")
+
+
 def check_value(owner: str, name: str, value, rng: Range, *, allow_none: bool = False,
                 as_stored: bool = True, suffix: str = "") -> None:
-    """The one range check: TypeError for a non-number, ValueError naming the
-    argument, the range and the value. ``as_stored``: judge the float32 value
-    (hyperparameters and everything kept as float32); False for integers kept
-    as Python ints."""
+    """The one range check, every route's (construction, `gradxform.set_hyper`,
+    `set_learning_rate`, a value written into a state before an eager update,
+    schedule arguments): the value as a real number whatever its type
+    (`real_value`: TypeError for a bool, a string, a complex, None), then
+    ValueError naming the argument, the range and the value. ``as_stored``:
+    judge the float32 value (hyperparameters and everything kept as float32);
+    False for integers kept as Python ints."""
     if value is None and allow_none:
         return
     if isinstance(value, jax.core.Tracer):  # optax.inject_hyperparams rebuilds the optimizer inside jit
@@ -116,15 +158,14 @@ def check_value(owner: str, name: str, value, rng: Range, *, allow_none: bool = 
                         f"inside jit (optax.inject_hyperparams does that). gradxform keeps {name} in the state "
                         f"already: build it once and change it between or inside steps with "
                         f"gradxform.set_hyper(state, {name}=...), no recompile.")
-    try:
-        exact = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{owner}({name}=...): {name} must be a number; got {value!r}.") from None
+    exact, overflow = real_value(owner, name, value)
     judged = stored_float32(exact) if as_stored else exact
     if judged in rng:
         return
     why = ""
-    if exact in rng or (math.isfinite(exact) and not math.isfinite(judged)):
+    if overflow:
+        why = ", beyond float64" + (" (inf as float32)" if as_stored else "")
+    elif exact in rng or (math.isfinite(exact) and not math.isfinite(judged)):
         why = f", which is {judged!r} as float32"
     raise ValueError(f"{owner}({name}=...): {name} must be in {rng}; got {value!r}{why}.{suffix}")
 

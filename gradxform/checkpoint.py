@@ -21,7 +21,9 @@ per leaf, in flatten order; path is `jax.tree_util.keystr`), ``treedef``
 (64 lowercase hex digits) and ``meta`` (the user's map).
 
 Writing is atomic: the bytes go to a temporary file ``.<name>.XXXXXXXX.tmp``
-in the same directory, which is flushed and fsync'ed, then `os.replace`d
+(``.gx-XXXXXXXX.tmp`` where ``name`` is too long for that: any name the
+filesystem accepts can be written) in the same directory, given the mode a
+new file gets under the umask (an overwritten file keeps its own), which is flushed and fsync'ed, then `os.replace`d
 over ``path`` (and the directory fsync'ed). A process killed mid-write leaves
 the old file intact, and at worst such a stray temporary file, which the next
 save to ``path`` removes (see `_remove_stray_temps` for when a temporary file
@@ -78,7 +80,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._domains import domain_error
-from ._files import path_of, read_regular
+from ._files import new_file_mode, path_of, read_regular, temp_prefix
 from ._msgpack_cost import decoded_cost as _header_cost
 from ._state_paths import former_names
 
@@ -257,7 +259,7 @@ def _remove_stray_temps(directory: str, base: str) -> None:
     cannot open or lock (another user's, or ENOLCK) is left alone. Errors
     here never fail the save.
     """
-    pattern = re.compile(re.escape(f".{base}.") + r"[a-z0-9_]{8}\.tmp")  # tempfile.mkstemp's names
+    pattern = re.compile(re.escape(temp_prefix(directory, base)) + r"[a-z0-9_]{8}\.tmp")  # mkstemp's names
     try:
         entries = [e for e in os.scandir(directory) if pattern.fullmatch(e.name)
                    and e.is_file(follow_symlinks=False)]
@@ -283,7 +285,7 @@ def _remove_stray_temps(directory: str, base: str) -> None:
 def _create_temp(directory: str, base: str) -> tuple[int, str]:
     """A new temporary file for ``base``, locked (see `_remove_stray_temps`)."""
     while True:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=temp_prefix(directory, base), suffix=".tmp")
         if fcntl is None:
             return fd, tmp
         try:
@@ -353,6 +355,8 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
                 for start in range(0, h.nbytes, _CHUNK):
                     f.write(h[start:start + _CHUNK])
             f.flush()
+            if hasattr(os, "fchmod"):  # the mode of a new file (or the overwritten one's), not mkstemp's 0600
+                os.fchmod(f.fileno(), new_file_mode(path))
             os.fsync(f.fileno())
             os.replace(tmp, path)  # before closing: the lock is held until the name is gone
     except BaseException:

@@ -82,7 +82,7 @@ def _poison(state, cls_name, field, value, leaf=None):
 POISONS = [  # optimizer, kwargs, state class, field, value, the domain named
     ("adam", {}, "MomentsState", "nu", -1.0, r"\[0, inf\)"),
     ("adam", {}, "MomentsState", "mu", np.nan, r"\(-inf, inf\)"),
-    ("adam", {}, "StepState", "count", -5, r"\[0, 2.14748e\+09\]"),
+    ("adam", {}, "StepState", "count", -5, r"\[0, 2147483646\]"),
     ("rmsprop", {}, "TraceState", "trace", -0.5, r"\[0, inf\)"),
     ("rmsprop", {"centered": True}, "CenteredRmsState", "n", -0.5, r"\[0, inf\)"),
     ("adagrad", {}, "TraceState", "trace", np.inf, r"\[0, inf\)"),

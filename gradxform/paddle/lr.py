@@ -50,6 +50,7 @@ import numpy as np
 from ..schedules.internal import (HOST64, check_number, wait_for_updates, cosine_annealing, cyclic, cyclic_scale_fn, exponential_decay,
                                   inverse_time_decay, linear_warmup, multi_step_decay, natural_exp_decay, noam_decay,
                                   one_cycle, one_cycle_phases, piecewise_decay, polynomial_decay, step_decay)
+from .._ranges import NON_NEGATIVE, Range, check_value, real_value
 from ._plateau import is_better, reduced
 
 __all__ = ["LRScheduler", "NoamDecay", "PiecewiseDecay", "NaturalExpDecay", "InverseTimeDecay", "PolynomialDecay",
@@ -66,6 +67,22 @@ def _int(owner, name, value, low=None):
     return int(value)
 
 
+def _loaded(owner: str, key: str, value):
+    """A ``set_state_dict`` value, checked as the constructor checks it: ``last_lr`` a real
+    number, finite and >= 0 as float32; ``last_epoch`` an integer >= -1 (a one-element
+    array of either is taken as its element). Other keys load as they are."""
+    if key == "last_lr":
+        check_value(f"{owner}.set_state_dict", key, value, NON_NEGATIVE)
+        return real_value(owner, key, value)[0]
+    if key == "last_epoch":
+        check_value(f"{owner}.set_state_dict", key, value, Range(low=-1.0), as_stored=False)
+        exact = real_value(owner, key, value)[0]
+        if not exact.is_integer():
+            raise ValueError(f"{owner}.set_state_dict(last_epoch=...): last_epoch must be an integer; got {value!r}.")
+        return int(exact)
+    return value
+
+
 class LRScheduler:
     """Paddle's ``LRScheduler`` base class: ``base_lr``, ``last_lr`` (the rate the next
     update uses, ``sched()``), ``last_epoch`` (-1 before the first ``step()``,
@@ -78,8 +95,9 @@ class LRScheduler:
         if isinstance(learning_rate, bool) or not isinstance(learning_rate, (float, int)):
             raise TypeError(f"{owner}(learning_rate=...): the type of learning rate must be float, but received "
                             f"{type(learning_rate)}.")
-        if learning_rate < 0:
+        if real_value(owner, "learning_rate", learning_rate)[0] < 0:
             raise ValueError(f"{owner}(learning_rate=...): invalid learning rate {learning_rate} (must be >= 0).")
+        check_value(owner, "learning_rate", learning_rate, NON_NEGATIVE)  # as stored: 1e40, 10**400 refused
         self.base_lr = float(learning_rate)
         self.last_lr = float(learning_rate)
         self.last_epoch = _int(owner, "last_epoch", last_epoch)
@@ -146,7 +164,7 @@ class LRScheduler:
             if key not in state_dict:
                 raise RuntimeError(f"Please check whether state_dict is correct for optimizer. Can't find "
                                    f"[ {key} ] in state_dict")
-            setattr(self, key, state_dict[key])  # through __setattr__: waits for updates in flight
+            setattr(self, key, _loaded(type(self).__name__, key, state_dict[key]))  # waits for updates in flight
         if len(state_dict) > len(self.keys):
             warnings.warn("There are some unused values in state_dict. Maybe the optimizer have different "
                           "'LearningRateDecay' when invoking state_dict and set_dict", stacklevel=2)

@@ -10,12 +10,13 @@ import numpy as np
 from .._base import GradientTransformation, StepContext, chain, context_value, transformation
 from .._spec import Fusion, checkable, declare
 from .._hyper import check_range, hyper_scalar
+from .._ranges import check_value
 from .._selectors import multipliers
 from .._state_paths import find_states, is_optax_placeholder, map_states, written_out
 from .._tree import once_per_value, param_names
 from .._types import Hyper, ParamTree
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
-from .._domains import COUNT, FINITE
+from .._domains import COUNT, FINITE, MAX_COUNT
 
 __all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
            "per_leaf_multipliers", "host_done"]
@@ -109,6 +110,19 @@ def _derived(counts):
     return jnp.max(vec), jnp.argmax(vec).astype(jnp.int32)
 
 
+def _within(count) -> jax.Array:
+    """A stored count as int32 in [0, MAX_COUNT]: a value written outside it
+    (``tree_set(state, count=-5)`` inside jit, where it cannot be refused;
+    outside jit the update refuses it) is taken as the nearest end."""
+    return jnp.clip(jnp.asarray(count, jnp.int32), 0, MAX_COUNT)
+
+
+def _next(count) -> jax.Array:
+    """The count after one more update, stopping at MAX_COUNT (2**31 - 2): a
+    run never wraps to a negative count, and every state it saves loads back."""
+    return jnp.minimum(count, MAX_COUNT - 1) + 1
+
+
 def _usable_rate(lr) -> jax.Array:
     """A scheduled rate as float32, 0 where it is NaN, infinite or negative."""
     lr = jnp.asarray(lr, jnp.float32)
@@ -151,9 +165,15 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
     A schedule's value is checked in the program as the host checks a host
     schedule's: a NaN, infinite or negative rate is used as 0 (the parameters
     do not move at that update; never gradient ascent).
+
+    Counts end at ``MAX_COUNT = 2**31 - 2`` (`gradxform._domains`): the update
+    after it is numbered ``MAX_COUNT`` again (every later one too), so a count
+    never wraps and every state a run saves loads back. A count written outside
+    ``[0, MAX_COUNT]`` is refused by an eager update and taken as the nearest
+    end inside jit (where nothing can be refused).
     """
     check_range("track_step", "learning_rate", learning_rate, low=0.0)
-    check_range("track_step", "begin_num_update", begin_num_update, low=0)
+    check_value("track_step", "begin_num_update", begin_num_update, COUNT, as_stored=False)
     if read_lr not in ("after", "before"):
         raise ValueError(f"track_step(read_lr=...): must be 'after' or 'before'; got {read_lr!r}.")
     schedule = as_update_schedule(schedule, NUM_UPDATE)
@@ -184,8 +204,11 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
                 raise ValueError(f"track_step: the state was made for {jax.tree.structure(tree).num_leaves} "
                                  f"parameters; the updates have {treedef.num_leaves}.")
         n = treedef.num_leaves
-        # int32 and float32 whatever was stored: optax.tree_utils.tree_set may put a Python number here
-        old = jnp.asarray(state.count, jnp.int32)
+        # int32 and float32 whatever was stored: optax.tree_utils.tree_set may put a Python number here.
+        # A count outside [0, MAX_COUNT] (written into the state inside jit, where it cannot be refused)
+        # is taken as the nearest end; the count stops at MAX_COUNT (`_next`): it never wraps.
+        old = _within(state.count)
+        nxt = _next(old)
         base = hyper_scalar(state.hyper["learning_rate"])
         at_old = at_new = None
         if held:
@@ -197,21 +220,22 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             # before i (before) has bumped its count past `old`, as MXNet's
             # sequential loop over indices does.
             at_old = _usable_rate(schedule.lr_for_update(old, base))
-            at_new = _usable_rate(schedule.lr_for_update(old + 1, base))
+            at_new = _usable_rate(schedule.lr_for_update(nxt, base))
         if state.leaf_counts is None:
             # Every leaf goes from `old` to `old + 1`: one count, one rate, one
             # flag, the same traced scalar at every leaf (pieces compute on it once).
-            num_update = old + 1
+            num_update = nxt
             new_counts, count_tree = [num_update] * n, None
             bumps = [jnp.asarray(True)] * n
             rates = [base] * n if schedule is None else [at_new] * n
             if schedule is not None and read_lr == "before" and n:
                 rates[0] = at_old  # leaf 0 reads the schedule before its own bump
         else:
-            counts = treedef.flatten_up_to(state.leaf_counts)
+            counts = [_within(c) for c in treedef.flatten_up_to(state.leaf_counts)]
             bumps = [True] * n if mask is None else \
                 [jnp.asarray(m).reshape(()) for m in treedef.flatten_up_to(mask)]
-            new_counts = [c + 1 if b is True else c + jnp.asarray(b, jnp.int32) for c, b in zip(counts, bumps)]
+            new_counts = [_next(c) if b is True else jnp.minimum(c + jnp.asarray(b, jnp.int32), MAX_COUNT)
+                          for c, b in zip(counts, bumps)]
             rates = [base] * n
             if mask is None:
                 # Every leaf bumps: the leaves holding the largest count pass `old`

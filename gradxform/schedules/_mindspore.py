@@ -190,9 +190,11 @@ class PolynomialDecayLR(LearningRateSchedule):
             decay = decay * jnp.maximum(jnp.ceil(step / decay), 1.0)
         else:
             step = jnp.minimum(step, decay)
-        p = step / decay
+        # 0 where the decay ends: XLA may take step / decay as step * (1 / decay), 1 - 6e-8 there,
+        # whose fractional power (1e-4 for power 0.5) would never reach end_learning_rate
+        rest = jnp.where(step >= decay, 0.0, 1.0 - step / decay)
         diff = jnp.float32(self.learning_rate - self.end_learning_rate)
-        return diff * jnp.power(1.0 - p, jnp.float32(self.power)) + jnp.float32(self.end_learning_rate)
+        return diff * jnp.power(rest, jnp.float32(self.power)) + jnp.float32(self.end_learning_rate)
 
 
 class WarmUpLR(LearningRateSchedule):

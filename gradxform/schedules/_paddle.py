@@ -78,7 +78,10 @@ def polynomial_decay(t, base, decay_steps, end_lr, power, cycle, o: Ops):
         tt, total = t, d * div
     else:
         tt, total = o.xp.minimum(t, d), d
-    return o.c(base - end_lr) * o.xp.power(1 - tt / total, o.c(power)) + o.c(end_lr)
+    # 0 where the decay ends (exactly 1 - 1 on the host): XLA may take tt / total as tt * (1 / total),
+    # 1 - 6e-8 there, whose fractional power (1e-4 for power 0.5) would never reach end_lr
+    rest = o.xp.where(tt >= total, o.c(0.0), 1 - tt / total)
+    return o.c(base - end_lr) * o.xp.power(rest, o.c(power)) + o.c(end_lr)
 
 
 def piecewise_decay(t, boundaries, values, o: Ops):

@@ -53,6 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._domains import MAX_COUNT
 from .._ranges import NON_NEGATIVE, check_value
 from ._common import COMPLETED, NUM_UPDATE, REPLACE, SCALE, FunctionSchedule, Schedule, check_number
 from ._held import HeldRate
@@ -229,7 +230,7 @@ class HostSchedule:
         count where it was, so the retried update gets its own rate."""
         if self.num_update is None:
             self.num_update = int(done())
-        return self.lr_at(self.num_update + 1)
+        return self.lr_at(min(self.num_update + 1, MAX_COUNT))  # counts stop there (track_step)
 
     def _object(self):
         """The object whose own attributes carry its position (a held scheduler, or
@@ -276,7 +277,7 @@ class HostSchedule:
         """After an update ran: count it, or (``counted=False``: a guard may
         have skipped it) forget the count, so the next `next_lr` reads it from
         the state."""
-        self.num_update = self.num_update + 1 if counted and self.num_update is not None else None
+        self.num_update = min(self.num_update + 1, MAX_COUNT) if counted and self.num_update is not None else None
 
 
 def _plain(v) -> bool:

@@ -143,9 +143,8 @@ class Trainer:
             self._opt_name = _resolve(optimizer)
         elif hasattr(optimizer, "init") and hasattr(optimizer, "update"):
             if optimizer_params:
-                raise ValueError("Trainer(optimizer_params=...): optimizer_params must be None if "
-                                 "optimizer is a transformation instead of a name (as in Gluon); "
-                                 "build the transformation with those parameters instead.")
+                raise ValueError("Trainer(optimizer_params=...): optimizer_params must be None if optimizer is a "
+                                 "transformation instead of a name (as in Gluon); build it with those parameters.")
             tx, self._opt_name = optimizer, None
             if getattr(optimizer, "lr_scheduler", None) is not None:  # a Paddle optimizer given its scheduler
                 self._host_lr = HostSchedule(optimizer.lr_scheduler, "learning_rate")
