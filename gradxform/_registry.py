@@ -140,25 +140,6 @@ def registered_factory(name: str) -> Callable[..., GradientTransformation]:
     return _REGISTRY[key]
 
 
-def by_class_name(optimizers: dict, module_name: str) -> Callable:
-    """A family package's module ``__getattr__``: its optimizers under their
-    framework's class names as well (Paddle's ``AdamW``, ``Momentum``: case and
-    underscores ignored, as `create` does), for a family whose factories
-    already take the framework's positional order, so a script that wrote
-    ``paddle.optimizer.AdamW(...)`` runs with only its import changed. (MXNet's
-    and MindSpore's classes differ in order from their factories: they are
-    functions of their own beside their factories, listed in their modules' ``CLASSES``.)"""
-    index = {_norm(name): factory for name, factory in optimizers.items()}
-
-    def __getattr__(attr: str):
-        factory = index.get(_norm(attr)) if attr[:1].isupper() else None
-        if factory is None:
-            raise AttributeError(f"module {module_name!r} has no attribute {attr!r}")
-        return factory
-
-    return __getattr__
-
-
 def registered_names() -> list[str]:
     """Every registered name, namespaced."""
     return sorted(_REGISTRY)

@@ -414,3 +414,11 @@ def lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, ep
                 if "exclude_from_weight_decay_fn" in g.extra}
     return o.build(_lamb_rule(owner, float(lamb_weight_decay), beta1, beta2, epsilon, exclude_from_weight_decay_fn,
                               always_adapt, groups, excludes, o.slots), skip_nonfinite=skip_nonfinite)
+
+
+# Paddle's class names (paddle.optimizer.AdamW): each factory already takes Paddle's positional order
+Adam = adam
+AdamW = adamw
+Adamax = adamax
+Lamb = lamb
+CLASSES = ('Adam', 'AdamW', 'Adamax', 'Lamb')

@@ -350,3 +350,13 @@ def rprop(learning_rate=0.001, learning_rate_range=(1e-5, 50), parameters=None, 
     fill = lambda params, i, slot: full_like_params(params, 0.0 if i == 0 else learning_rate)  # noqa: E731
     return o.build(_rule(owner, RpropState, {"lr_min": lo, "lr_max": hi, "eta_negative": en, "eta_positive": ep}, (),
                          one, o, acc_init=fill), skip_nonfinite=skip_nonfinite)
+
+
+# Paddle's class names (paddle.optimizer.AdamW): each factory already takes Paddle's positional order
+Adagrad = adagrad
+Adadelta = adadelta
+RMSProp = rmsprop
+NAdam = nadam
+RAdam = radam
+Rprop = rprop
+CLASSES = ('Adagrad', 'Adadelta', 'RMSProp', 'NAdam', 'RAdam', 'Rprop')

@@ -111,3 +111,8 @@ def asgd(learning_rate=0.001, batch_num=1, parameters=None, weight_decay=None, g
         raise TypeError(f"{owner}(multi_precision=...): must be a bool; got {multi_precision!r}.")
     o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, multi_precision)
     return o.build(_asgd_average(batch_num), scale_by_lr(), skip_nonfinite=skip_nonfinite)
+
+
+# Paddle's class names (paddle.optimizer.AdamW): each factory already takes Paddle's positional order
+ASGD = asgd
+CLASSES = ('ASGD',)

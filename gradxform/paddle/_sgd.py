@@ -159,3 +159,9 @@ def momentum(learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=Fa
     return o.build(_group_rescale(o, rescale_grad), o.regularize(kinds=("l2",)),
                    _momentum_rule(o, momentum, use_nesterov), regularize_kinds=("l1",),
                    skip_nonfinite=skip_nonfinite)
+
+
+# Paddle's class names (paddle.optimizer.AdamW): each factory already takes Paddle's positional order
+SGD = sgd
+Momentum = momentum
+CLASSES = ('SGD', 'Momentum')
