@@ -43,8 +43,11 @@ _SYNONYMS = {"lr": ("learning_rate",), "weight_decay": ("wd",), "wd": ("weight_d
 # A JAX user who asks for AdamW wants decoupled weight decay (w -= lr * wd * w beside
 # the Adam step); MXNet's Adam with ``wd`` adds wd * w to the gradient instead (coupled
 # L2), a different trajectory. Neither a suggestion nor a synonym may lead there silently.
-_DECOUPLED = ("decoupled weight decay (AdamW) is 'paddle.adamw' (Paddle AdamW: w *= 1 - lr * weight_decay, "
-              "then Adam) or 'mindspore.adam_weight_decay' (MindSpore AdamWeightDecay: no bias correction)")
+_DECOUPLED = ("decoupled weight decay (AdamW) is create('paddle.adamw', learning_rate=..., weight_decay=...): "
+              "Paddle AdamW, optax.adamw's rule (w *= 1 - lr * weight_decay, then bias-corrected Adam; only "
+              "where epsilon sits differs: within about 1e-6 after 20 steps), or "
+              "create('mindspore.adam_weight_decay', ...): MindSpore AdamWeightDecay, the same decay without "
+              "bias correction (larger first steps, not optax's numbers)")
 _ADAMW_NAMES = {"adamw", "adamweightdecay", "decoupledadam"}
 
 
