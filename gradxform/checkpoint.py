@@ -58,6 +58,7 @@ unless every check passed.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import os
@@ -342,6 +343,10 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
     prefix = head + hashlib.sha256(head).digest()[:8]
 
     directory, base = os.path.dirname(os.path.abspath(path)), os.path.basename(path)
+    if not os.path.isdir(directory):  # else mkstemp's error names the temporary file, not the user's path
+        raise FileNotFoundError(errno.ENOENT, f"save_state: cannot write {os.fspath(path)!r}: the folder "
+                                f"{os.path.dirname(os.fspath(path)) or '.'!r} does not exist (os.makedirs(folder, "
+                                "exist_ok=True) creates it)", os.fspath(path))
     _remove_stray_temps(directory, base)
     fd, tmp = _create_temp(directory, base)
     try:
