@@ -3,6 +3,7 @@ written silently, and every message a ported script meets says what to type."""
 import re
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -189,10 +190,10 @@ def test_loading_into_other_hyperparameters_says_which_in_a_line(tmp_path, saved
 
 
 def test_load_states_of_a_gluon_file_does_not_warn_about_rescale_grad():
-    import test_migrate_gluon as gluon  # noqa: PLC0415  (the recorded MXNet run)
+    import test_migrate_gluon as gluon  # the recorded MXNet run (tests/fixtures/mxnet/adam)
     z, meta = gluon.load("adam")
     t = gx.Trainer(gluon.params_at(z, meta, meta["k"] - 1), gluon.make_tx(meta, rescale_grad=1.0),
-                   devices=gx.trainer._trainer.jax.local_devices()[:1])
+                   devices=jax.local_devices()[:1])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the file's rescale_grad (1/batch_size) is the Trainer's to set
         t.load_states(gluon.states_file("adam", meta))
