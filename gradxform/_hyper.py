@@ -70,6 +70,97 @@ def _hyper_dicts(state) -> list[dict]:
     return [d for _, d in _hyper_paths(state)]
 
 
+def _label(path) -> str:
+    """A state path as ``where=`` takes it: ``'inner_states/a'``."""
+    out = []
+    for key in path:
+        for attr in ("name", "key", "idx"):
+            if hasattr(key, attr):
+                out.append(str(getattr(key, attr)))
+                break
+        else:
+            out.append(str(key))
+    return "/".join(out)
+
+
+def _holders(state) -> list[tuple[str, list[tuple[tuple, dict]]]]:
+    """``[(label, [(path, hyper dict), ...]), ...]``: the hyperparameter dicts
+    of ``state`` grouped by the optimizer holding them. Each gradxform
+    optimizer has one step counter (`gradxform.pieces.StepState`); with
+    several (two optimizers in ``optax.multi_transform``, ``optax.chain``,
+    ``optax.partition``), an optimizer's dicts are those under its root: the
+    shortest path of its counter that holds no other counter
+    (``'inner_states/a'``). With one counter or none, every dict is one holder."""
+    from .pieces._step import StepState  # pieces import this module
+    nodes = state_paths(state)
+    dicts = [(path + (GetAttrKey(f),), d) for path, node in nodes for f in HYPER_FIELDS
+             if isinstance(d := getattr(node, f, None), dict)]
+    counters = [path for path, node in nodes if isinstance(node, StepState)]
+    if len(counters) < 2:
+        return [("", dicts)] if dicts else []
+
+    def common(a, b):
+        n = 0
+        while n < min(len(a), len(b)) and a[n] == b[n]:
+            n += 1
+        return n
+    roots = [t[:max(common(t, u) for u in counters if u is not t) + 1] for t in counters]
+    groups: dict[tuple, list] = {r: [] for r in roots}
+    for path, d in dicts:
+        root = next((r for r in roots if path[:len(r)] == r), path[:-1])  # else: the node holding it
+        groups.setdefault(root, []).append((path, d))
+    return [(_label(r), g) for r, g in groups.items() if g]
+
+
+EVERY = "*"  # where=EVERY: every optimizer holding the name
+
+
+def _chosen(state, where, who: str, names) -> list[tuple[tuple, dict]]:
+    """The ``(path, dict)`` pairs that ``who`` reads or writes: of the holder
+    ``where`` names, or (``where=None``) of the one holder of each of
+    ``names``; a ValueError naming the holders when several hold one and no
+    ``where`` chooses."""
+    holders = _holders(state)
+    if where == EVERY or (where is None and len(holders) < 2):
+        return [pd for _, group in holders for pd in group]
+    labels = [label for label, _ in holders]
+    if where is None:
+        for name in names:
+            having = [label for label, group in holders if any(name in d for _, d in group)]
+            if len(having) > 1:
+                example = {"get_hyper": f"get_hyper(state, {name!r}, where={having[0]!r})",
+                           "set_hyper": f"set_hyper(state, {name}=..., where={having[0]!r})",
+                           "get_learning_rate": f"get_learning_rate(state, where={having[0]!r})",
+                           "set_learning_rate": f"set_learning_rate(state, lr, where={having[0]!r})"}[who]
+                every = " (where='*': every one)" if who.startswith("set") else ""
+                raise ValueError(
+                    f"{who}: {len(having)} optimizers in this state hold {name!r}, at "
+                    f"{', '.join(repr(h) for h in having)}; choose one: gradxform.{example}{every}.")
+        return [pd for _, group in holders for pd in group]
+    want = str(where).strip("/")
+    hit = [h for h in holders if h[0] == want or h[0].endswith("/" + want)]
+    if not hit:
+        parts = want.split("/")
+        hit = [h for h in holders if any(any(_label(p[:-1]).split("/")[i:i + len(parts)] == parts
+                                                 for i in range(len(p))) for p, _ in h[1])]
+    if len(hit) != 1:
+        shown = ", ".join(repr(label) for label in labels) or "none"
+        what = "no optimizer" if not hit else f"{len(hit)} optimizers ({', '.join(repr(h[0]) for h in hit)})"
+        raise ValueError(f"{who}: where={where!r} names {what} in this state; its optimizers are at "
+                         f"{shown}.")
+    return hit[0][1]
+
+
+def _unknown_name(who: str, name: str, known: list[str]) -> str:
+    """``who: no hyperparameter 'learning_rat' in this state; did you mean 'learning_rate'? ...``"""
+    from ._registry import _SYNONYMS  # the aliases create suggests (b1 -> beta1, lr -> learning_rate)
+    import difflib
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    close = close or [s for s in _SYNONYMS.get(name, ()) if s in known][:1]
+    hint = f"; did you mean {close[0]!r}?" if close else "."
+    return f"{who}: no hyperparameter {name!r} in this state{hint} It holds: {', '.join(known)}."
+
+
 def _raw(x):
     """The array inside an ``nnx`` Variable (``OptArray``), else ``x``."""
     if not isinstance(x, jax.Array) and callable(getattr(x, "get_value", None)):
@@ -107,30 +198,44 @@ def hyper_names(state) -> list[str]:
     return names
 
 
-def get_hyper(state, name: str):
+def get_hyper(state, name: str, *, where=None):
     """The current value of hyperparameter ``name`` in ``state`` (a float32 array).
 
-    Raises KeyError listing the known names when the state holds no such value.
+    Raises KeyError listing the known names (and the closest) when the state
+    holds no such value, and ValueError naming their paths when several
+    optimizers hold it (two inside ``optax.multi_transform``): ``where=``
+    chooses one, by its path or its last key (``where='a'``, ``where='inner_states/a'``).
     """
-    found = [d[name] for d in _hyper_dicts(state) if name in d]
+    if where == EVERY:
+        raise ValueError("get_hyper: where='*' reads no single value; name one optimizer's path.")
+    found = [d[name] for _, d in _chosen(state, where, "get_hyper", (name,)) if name in d]
     if not found:
-        raise KeyError(f"get_hyper: no hyperparameter {name!r} in this state; "
-                       f"it holds {hyper_names(state)}.")
+        raise KeyError(_unknown_name("get_hyper", name, hyper_names(state)))
     return _raw(found[0])
 
 
-def set_hyper(state, **values):
-    """Returns ``state`` with the named hyperparameters replaced (every piece that
-    holds one of these names gets the new value). Values are range-checked
-    here; the jitted step does not retrace, because shapes and dtypes stay.
+def set_hyper(state, *, where=None, **values):
+    """Returns ``state`` with the named hyperparameters replaced (every piece of
+    the optimizer that holds one of these names gets the new value). Values
+    are range-checked here; the jitted step does not retrace, because shapes
+    and dtypes stay.
+
+    Several optimizers in one state (``optax.multi_transform``, ``chain``)
+    that hold a name: a ValueError naming their paths, unless ``where=``
+    chooses one (its path, ``'inner_states/a'``, or its last key, ``'a'``)
+    or is ``'*'`` (every one).
 
     Inside ``jit`` (a traced value) the same ranges are checked in the
     program: a value outside the range of any piece holding the name leaves
     every slot of that name as it was (never written unchecked)."""
-    known = hyper_names(state)
+    chosen = _chosen(state, where, "set_hyper", values)
+    mine = {path[:-1] for path, _ in chosen}  # the state nodes written
+    known = []
+    for _, d in chosen:
+        known.extend(str(k) for k in d if k not in known)
     accepted: dict[str, jax.Array] = {}  # traced values: whether each passed its ranges
     owners: dict[str, list] = {}   # name -> the owner of every slot holding it
-    for d in _hyper_dicts(state):
+    for _, d in chosen:
         for k in d:
             if owner_of(k) not in owners.get(k, ()):
                 owners.setdefault(k, []).append(owner_of(k))
@@ -138,8 +243,7 @@ def set_hyper(state, **values):
         if name in READ_ONLY:
             raise KeyError(f"set_hyper: {name!r} is derived by the optimizer and cannot be set.")
         if name not in known:
-            raise KeyError(f"set_hyper: no hyperparameter {name!r} in this state; "
-                           f"it holds {known}.")
+            raise KeyError(_unknown_name("set_hyper", name, known))
         value = _raw(value)
         if isinstance(value, (jax.Array, np.ndarray)) and np.ndim(value) != 0:
             raise ValueError(f"set_hyper({name}=...): expected a scalar; got shape {np.shape(value)}.")
@@ -168,8 +272,10 @@ def set_hyper(state, **values):
         # a traced value is already the float32 it is stored as: no residual
         return jnp.where(accepted[k], jnp.zeros((), jnp.float32), _raw(old))
 
-    def write(_, node):
+    def write(path, node):
         kids = {}
+        if path not in mine:
+            return node
         for f in node._fields:
             child = getattr(node, f)
             if f in HYPER_FIELDS and isinstance(child, dict):
@@ -197,40 +303,47 @@ def tag_owner(state, owner: str):
     return map_states(write, state)
 
 
-def _scheduled(state):
+def _scheduled(state, where=None, who="get_learning_rate"):
     """Whether a schedule sets the learning rate: a bool, or a traced bool inside jit."""
-    flags = [_raw(d["scheduled"]) for d in _hyper_dicts(state) if "scheduled" in d]
+    chosen = _chosen(state, where, who, ("learning_rate",))
+    flags = [_raw(d["scheduled"]) for _, d in chosen if "scheduled" in d]
     if any(isinstance(f, jax.core.Tracer) for f in flags):
         return jnp.any(jnp.stack([jnp.asarray(f, bool).reshape(()) for f in flags]))
     return any(bool(f) for f in flags)
 
 
-def get_learning_rate(state) -> float:
+def get_learning_rate(state, *, where=None) -> float:
     """The learning rate the optimizer uses now, schedule included.
 
     Without a schedule this is the ``learning_rate`` hyperparameter; with one it
     is the schedule's value at the current update count (MXNet's
     ``optimizer.learning_rate``). Per-parameter ``lr_mult`` is not applied.
+    Several optimizers in one state: ``where=`` chooses one (`set_hyper`);
+    without it, a ValueError names their paths.
     """
-    scheduled = _scheduled(state)
+    if where == EVERY:
+        raise ValueError("get_learning_rate: where='*' reads no single value; name one optimizer's path.")
+    scheduled = _scheduled(state, where)
     if isinstance(scheduled, jax.Array):  # inside jit
-        lr = get_hyper(state, "learning_rate")
-        current = get_hyper(state, "current_lr") if "current_lr" in hyper_names(state) else lr
+        lr = get_hyper(state, "learning_rate", where=where)
+        current = (get_hyper(state, "current_lr", where=where) if "current_lr" in hyper_names(state) else lr)
         return jnp.where(scheduled, current, lr)
     if scheduled:
-        return float(get_hyper(state, "current_lr"))
-    return float(get_hyper(state, "learning_rate"))
+        return float(get_hyper(state, "current_lr", where=where))
+    return float(get_hyper(state, "learning_rate", where=where))
 
 
-def set_learning_rate(state, learning_rate: float):
+def set_learning_rate(state, learning_rate: float, *, where=None):
     """Returns ``state`` with a new base learning rate (no recompile).
 
     As in MXNet, this is refused when the learning rate comes from a schedule
-    (inside jit that check cannot run: the value is written).
+    (inside jit that check cannot run: the value is written). Several
+    optimizers in one state: ``where=`` chooses one, or ``'*'`` every one
+    (`set_hyper`); without it, a ValueError names their paths.
     """
-    scheduled = _scheduled(state)
+    scheduled = _scheduled(state, where, "set_learning_rate")
     if not isinstance(scheduled, jax.Array) and scheduled:
         raise UserWarning("LRScheduler of the optimizer has already been defined. Note that "
                           "set_learning_rate can mutate the value of the learning rate of the "
                           "optimizer only when the LRScheduler of the optimizer is undefined.")
-    return set_hyper(state, learning_rate=learning_rate)
+    return set_hyper(state, learning_rate=learning_rate, where=where)

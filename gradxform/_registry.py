@@ -16,6 +16,7 @@ transformation, or an object with ``init`` and ``update`` methods.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import warnings
 from typing import Callable
@@ -24,7 +25,7 @@ from ._base import GradientTransformation, transformation
 from ._ranges import register_range
 
 __all__ = ["create", "register", "registered_names", "register_family", "family_classes", "registered_name",
-           "registered_factory"]
+           "registered_factory", "keyword_checked"]
 
 _REGISTRY: dict[str, Callable[..., GradientTransformation]] = {}
 _NAMES: dict[Callable, str] = {}  # factory -> the name it was first registered under (its owner name)
@@ -42,8 +43,11 @@ _SYNONYMS = {"lr": ("learning_rate",), "weight_decay": ("wd",), "wd": ("weight_d
 # A JAX user who asks for AdamW wants decoupled weight decay (w -= lr * wd * w beside
 # the Adam step); MXNet's Adam with ``wd`` adds wd * w to the gradient instead (coupled
 # L2), a different trajectory. Neither a suggestion nor a synonym may lead there silently.
-_DECOUPLED = ("decoupled weight decay (AdamW) is 'paddle.adamw' (Paddle AdamW: w *= 1 - lr * weight_decay, "
-              "then Adam) or 'mindspore.adam_weight_decay' (MindSpore AdamWeightDecay: no bias correction)")
+_DECOUPLED = ("decoupled weight decay (AdamW) is create('paddle.adamw', learning_rate=..., weight_decay=...): "
+              "Paddle AdamW, optax.adamw's rule (w *= 1 - lr * weight_decay, then bias-corrected Adam; only "
+              "where epsilon sits differs: within about 1e-6 after 20 steps), or "
+              "create('mindspore.adam_weight_decay', ...): MindSpore AdamWeightDecay, the same decay without "
+              "bias correction (larger first steps, not optax's numbers)")
 _ADAMW_NAMES = {"adamw", "adamweightdecay", "decoupledadam"}
 
 
@@ -98,7 +102,11 @@ def register_family(family: str, modules) -> dict[str, Callable]:
     out = {}
     for module in modules:
         for name in module.OPTIMIZERS:
-            out[name] = register(family=family)(getattr(module, name))
+            original = getattr(module, name)
+            checked = keyword_checked(original, f"gradxform.{family}.{name}")
+            setattr(module, name, checked)  # the module's own callers (its classes) get the message too
+            out[name] = register(family=family)(checked)
+            _NAMES.setdefault(original, _NAMES[checked])  # the body's registered_name(itself), when unwrapped
         for name, ranges in getattr(module, "RANGES", {}).items():
             if name not in module.OPTIMIZERS:
                 raise LookupError(f"{module.__name__}.RANGES names {name!r}, which is not in its OPTIMIZERS.")
@@ -111,7 +119,46 @@ def family_classes(modules) -> dict[str, Callable]:
     """The framework-named classes each of ``modules`` lists in its
     ``CLASSES`` tuple (``{"AdaDelta": AdaDelta, ...}``), for the family's
     ``__init__`` to re-export beside its factories."""
-    return {name: getattr(module, name) for module in modules for name in getattr(module, "CLASSES", ())}
+    out = {}
+    for module in modules:
+        family = module.__name__.split(".")[-2]
+        for name in getattr(module, "CLASSES", ()):
+            out[name] = keyword_checked(getattr(module, name), f"gradxform.{family}.{name}")
+            setattr(module, name, out[name])
+    return out
+
+
+_CHECKED: dict = {}  # factory -> its keyword-checked twin (one each: mxnet.Signum is mxnet.signum)
+
+
+def keyword_checked(factory, who: str):
+    """``factory`` with a keyword it does not take refused as `create`
+    refuses it (`unknown_keyword_message`: the closest name, or the alias a
+    ported script means, and every keyword it takes) instead of Python's
+    bare "unexpected keyword argument". A factory taking ``**kwargs`` is
+    returned as it is; one already checked gives the same twin."""
+    if factory in _CHECKED.values():
+        return factory
+    if factory in _CHECKED:
+        return _CHECKED[factory]
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return factory
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return factory
+    allowed = frozenset(p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                               inspect.Parameter.KEYWORD_ONLY))
+
+    @functools.wraps(factory)
+    def checked(*args, **kwargs):
+        if not allowed.issuperset(kwargs):
+            bad = next(k for k in kwargs if k not in allowed)
+            raise TypeError(unknown_keyword_message(who, bad, keywords_of(factory)))
+        return factory(*args, **kwargs)
+
+    _CHECKED[factory] = checked
+    return checked
 
 
 def registered_name(factory) -> str:

@@ -164,7 +164,8 @@ def test_load_states_reads_a_gluon_states_file_and_continues_mxnets_run():
     tx = gluon.make_tx(meta, rescale_grad=1.0)
     t = Trainer(gluon.params_at(z, meta, k - 1), tx, devices=DEV1)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the file's rescale_grad is 1/batch_size, the optimizer's 1
+        # the file's rescale_grad is 1/batch_size, the optimizer's 1: step() sets it, so no warning (issue 39)
+        warnings.simplefilter("error")
         t.load_states(gluon.states_file("adam", meta))
     for step in range(k, meta["n"]):
         g = {n: np.asarray(z[f"g_{step}_{n}"])[None] for n in meta["names"]}

@@ -11,6 +11,7 @@ state in one go: nothing is half-loaded.
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import os
 import struct
@@ -270,11 +271,18 @@ def tree_hyper(state) -> dict[str, float]:
     return out
 
 
+# hyperparameters the caller sets itself, whatever the file says (the Trainer's rescale_grad,
+# 1/batch_size at each step as Gluon's): no warning for them (`warn_hyper_mismatch`)
+SET_BY_CALLER: contextvars.ContextVar[tuple] = contextvars.ContextVar("SET_BY_CALLER", default=())
+
+
 def warn_hyper_mismatch(state, expected: dict[str, float], who: str) -> None:
-    """Warns when a hyperparameter of ``tx`` differs from the run's (the file's)."""
+    """Warns when a hyperparameter of ``tx`` differs from the run's (the file's),
+    but for those the caller sets itself (`SET_BY_CALLER`)."""
     have = tree_hyper(state)
     bad = [(k, have[k], float(v)) for k, v in expected.items()
-           if k in have and v is not None and not np.isclose(have[k], np.float32(v), rtol=1e-6, atol=0)]
+           if k in have and v is not None and k not in SET_BY_CALLER.get()
+           and not np.isclose(have[k], np.float32(v), rtol=1e-6, atol=0)]
     if bad:
         listing = ", ".join(f"{k}: tx {a:g} vs file {b:g}" for k, a, b in bad)
         warn_at_caller(f"{who}: tx's hyperparameters differ from the saved run's ({listing}); the next "

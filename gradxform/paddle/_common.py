@@ -259,6 +259,12 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
     ``group_keys``: the optimizer's own keys a group may set."""
     if learning_rate is None:
         raise ValueError(f"{owner}(learning_rate=None): learning_rate is not set.")
+    if isinstance(learning_rate, (list, tuple)) or (hasattr(learning_rate, "shape") and np.ndim(learning_rate)):
+        # Paddle's own TypeError: a float or an LRScheduler, no per-step list
+        raise TypeError(f"{owner}(learning_rate=...): learning rate should be float or LRScheduler, got "
+                        f"{type(learning_rate).__name__} here (as Paddle). For a rate per step, pass "
+                        "gradxform.paddle.lr.PiecewiseDecay(boundaries, values), or a list to a MindSpore "
+                        "optimizer (gradxform.mindspore), which takes one.")
     plateau = sched = host = None
     if holds_its_rate(learning_rate):  # gradxform.paddle.lr: each update reads it (schedules._held.HeldRate)
         host = learning_rate

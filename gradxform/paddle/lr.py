@@ -59,6 +59,10 @@ __all__ = ["LRScheduler", "NoamDecay", "PiecewiseDecay", "NaturalExpDecay", "Inv
            "CosineAnnealingWarmRestarts"]
 
 
+def __dir__():  # Paddle's names only, not the helpers imported here (np, math, Callable, HOST64)
+    return sorted(__all__)
+
+
 def _int(owner, name, value, low=None):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{owner}({name}=...): must be an int; got {value!r}.")

@@ -180,6 +180,26 @@ def untraceable_reason(sched: Schedule) -> str | None:
     return reason
 
 
+def _uncalled(sched, reason: str) -> str:
+    """What to type when ``sched`` is a schedule's class or maker, not a
+    schedule (``nn.WarmUpLR`` for ``nn.WarmUpLR(0.1, 10)``, an uncalled
+    ``optax.cosine_decay_schedule``); '' otherwise."""
+    is_class = inspect.isclass(sched)
+    if not is_class and not (inspect.isfunction(sched) and "required positional argument" in reason):
+        return ""
+    try:
+        sig = inspect.signature(sched)
+    except (TypeError, ValueError):
+        return ""
+    need = [p.name for p in sig.parameters.values() if p.default is p.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    root = getattr(sched, "__module__", "").split(".")[0]
+    name = sched.__name__ if is_class or root in ("", "gradxform", "__main__") else f"{root}.{sched.__name__}"
+    what = f"the class {sched.__name__}" if is_class else f"{name}, a function that makes a schedule"
+    more = ", ..." if len(need) < len(sig.parameters) else ""
+    return f"got {what}, not a schedule: call it: {name}({', '.join(need)}{more}) gives the schedule to pass."
+
+
 def adapt(sched, *, default: str, owner: str, arg: str, optimizer: str | None = None) -> Schedule | None:
     """The schedule an optimizer uses for ``sched`` (see the module docstring),
     checked at construction: a schedule JAX cannot trace raises
@@ -188,6 +208,8 @@ def adapt(sched, *, default: str, owner: str, arg: str, optimizer: str | None = 
         return HeldRate(sched)
     out = wrap(sched, default)
     reason = untraceable_reason(out) if out is not None else None
+    if reason and _uncalled(sched, reason):
+        raise HostScheduleError(f"{owner}({arg}=...): {_uncalled(sched, reason)}")
     if reason:
         name = optimizer or owner
         raise HostScheduleError(
@@ -307,8 +329,11 @@ def take_host_schedule(optimizer_params: dict | None) -> tuple[dict, HostSchedul
                 not isinstance(given, (UserSchedule, FunctionSchedule)):
             continue
         sched = wrap(given, default)
-        if untraceable_reason(sched) is None:
+        reason = untraceable_reason(sched)
+        if reason is None:
             continue
+        if _uncalled(given, reason):  # a class or schedule maker: the host cannot run it either
+            raise HostScheduleError(f"{arg}=...: {_uncalled(given, reason)}")
         del params[arg]
         lr = params.get("learning_rate")
         if arg == "lr_scheduler" and isinstance(lr, (int, float)) and hasattr(sched.fn, "base_lr"):

@@ -322,7 +322,7 @@ def apply_step(tx, params, state, g_leaves, present, rescale, *, has_rescale: bo
     full = [next(it) if here else jnp.zeros_like(p) for here, p in zip(present, p_leaves)]
     grads = treedef.unflatten(full)
     if has_rescale:  # Gluon: optimizer.rescale_grad = scale / batch_size
-        state = set_hyper(state, rescale_grad=rescale)
+        state = set_hyper(state, rescale_grad=rescale, where="*")  # every optimizer: the batch is one
     else:
         grads = jax.tree.map(lambda g: g * rescale.astype(g.dtype), grads)
     extra = {}

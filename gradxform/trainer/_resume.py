@@ -66,7 +66,12 @@ def migrated_state(source, params, like, tx, *, guarded: bool):
                              "it into a Trainer without skip_nonfinite/loss_scale, or migrate it with "
                              "gradxform.migrate.from_gluon_states and wrap the result yourself.")
         from ..migrate import from_gluon_states  # noqa: PLC0415  (the readers load only when used)
-        source = from_gluon_states(source, params, tx)
+        from ..migrate._state import SET_BY_CALLER  # noqa: PLC0415
+        token = SET_BY_CALLER.set(("rescale_grad",))  # step() sets it (1/batch_size), as Gluon's
+        try:
+            source = from_gluon_states(source, params, tx)
+        finally:
+            SET_BY_CALLER.reset(token)
     got = jax.tree.structure(source)
     like = next((f for f in state_forms(like, params) if jax.tree.structure(f) == got), like)
     want = jax.tree.structure(like)

@@ -33,6 +33,33 @@ from ._zero import ShardedState
 __all__ = ["Trainer"]
 
 _KIND = "gradxform.Trainer/1"
+_NO_BATCH_SIZE = object()  # step(batch_size) called Gluon's way: see _gluon_call
+
+
+def _module_hint(params) -> str:
+    """What to pass instead of a Flax module (Gluon's Trainer takes ``net.collect_params()``)."""
+    mods = [c.__module__ for c in type(params).__mro__]
+    if any(m.startswith("flax.nnx") for m in mods):
+        return (f"got {type(params).__name__}, a Flax nnx module (not all of its state is parameters): pass its "
+                "parameters, Trainer(nnx.state(model, nnx.Param), ...), and write them back with "
+                "nnx.update(model, trainer.params).")
+    if any(m.startswith("flax.linen") for m in mods):
+        return (f"got {type(params).__name__}, a Flax linen module, which holds no parameters: pass the params "
+                "pytree, Trainer(variables['params'], ...) with variables = model.init(key, x).")
+    return ""
+
+
+def _gluon_call(where: str, grads, batch_size) -> None:
+    """Gluon's ``trainer.step(batch_size)`` (autograd left the gradients on the
+    parameters): gradxform's Trainer takes them as an argument."""
+    if batch_size is not _NO_BATCH_SIZE:
+        return
+    if isinstance(grads, (int, float, np.integer, np.floating)):
+        raise TypeError(f"Trainer.{where}({grads!r}): gradxform's Trainer takes the gradients, as JAX returns "
+                        f"them: trainer.{where}(grads, batch_size={grads!r}) with grads = trainer.grads(loss_fn, "
+                        f"batch); or step = trainer.compile_step(loss_fn), then step(batch, {grads!r}).")
+    raise TypeError(f"Trainer.{where}(grads): missing batch_size: trainer.{where}(grads, batch_size) "
+                    "(gradients are normalized by 1/batch_size; 1 if the loss is already a mean).")
 
 
 class Trainer:
@@ -165,9 +192,16 @@ class Trainer:
         if not leaves:
             raise ValueError("Trainer(params=...): no parameters (an empty pytree).")
         for name, x in zip(self._names, leaves):
-            if not jax.numpy.issubdtype(jax.numpy.result_type(x), jax.numpy.inexact):
-                raise TypeError(f"Trainer(params=...): parameter {name!r} is "
-                                f"{jax.numpy.result_type(x)}; parameters must be floating point.")
+            try:
+                dtype = jax.numpy.result_type(x)
+            except TypeError:
+                dtype = None
+            if dtype is None or not jax.numpy.issubdtype(dtype, jax.numpy.inexact):
+                what = dtype if dtype is not None else f"a {type(x).__name__}, not an array"
+                if _module_hint(params):
+                    raise TypeError(f"Trainer(params=...): {_module_hint(params)}")
+                raise TypeError(f"Trainer(params=...): parameter {name!r} is {what}; parameters must be "
+                                "floating-point arrays.")
         self._shapes = [tuple(np.shape(x)) for x in leaves]
         self._kvstore = check_kvstore(kvstore, update_on_kvstore)
         n_global = len(devices) if devices is not None else jax.device_count()
@@ -290,8 +324,11 @@ class Trainer:
 
     @property
     def learning_rate(self) -> float:
-        """The current learning rate, schedule included (`gradxform.get_learning_rate`)."""
-        return get_learning_rate(self._hyper_view())
+        """The current learning rate, schedule included (`gradxform.get_learning_rate`):
+        the float32 the step uses, as the shortest Python float that is that
+        float32 (0.05, as it was written, not 0.05000000074505806)."""
+        lr = get_learning_rate(self._hyper_view())
+        return float(str(np.float32(lr)))
 
     def set_learning_rate(self, lr: float) -> None:
         """Sets a new base learning rate without a recompile of the step.
@@ -448,9 +485,10 @@ class Trainer:
         it = iter(summed)
         return self._treedef.unflatten([next(it) if here else None for here in present])
 
-    def update(self, grads, batch_size, ignore_stale_grad: bool = False) -> None:
+    def update(self, grads, batch_size=_NO_BATCH_SIZE, ignore_stale_grad: bool = False) -> None:
         """Applies already-summed gradients (per device, or one copy), each
         normalized by ``1 / batch_size``; see the class docstring for stale ones."""
+        _gluon_call("update", grads, batch_size)
         present, g_leaves, mapped = self._split_grads(grads, "update", need_mapped=False)
         self._check_stale(present, "update", ignore_stale_grad)
         rescale = self._rescale(batch_size, "update")
@@ -464,7 +502,7 @@ class Trainer:
         self._host_lr_ran()
         self._after_step()
 
-    def step(self, grads, batch_size, ignore_stale_grad: bool = False) -> None:
+    def step(self, grads, batch_size=_NO_BATCH_SIZE, ignore_stale_grad: bool = False) -> None:
         """``allreduce_grads`` then ``update``, as one program.
 
         Args:
@@ -474,7 +512,10 @@ class Trainer:
             devices and processes); gradients are normalized by 1/batch_size.
             Use 1 if the loss was already averaged over the global batch.
           ignore_stale_grad: skip (rather than reject) parameters whose gradient is None.
+
+        Gluon's ``trainer.step(batch_size)`` raises TypeError saying what to type.
         """
+        _gluon_call("step", grads, batch_size)
         present, g_leaves, _ = self._split_grads(grads, "step", need_mapped=True)
         self._check_stale(present, "step", ignore_stale_grad)
         rescale = self._rescale(batch_size, "step")

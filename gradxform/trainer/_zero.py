@@ -151,7 +151,7 @@ class ShardedState:
         g_local = tuple(g_buffers) if scattered else tuple(shard_of(g, ar.AXIS, num) for g in g_buffers)
         inner = state.inner
         if has_rescale:  # Gluon: optimizer.rescale_grad = scale / batch_size
-            inner = set_hyper(inner, rescale_grad=rescale)
+            inner = set_hyper(inner, rescale_grad=rescale, where="*")
         else:
             g_local = tuple(g * rescale.astype(g.dtype) for g in g_local)
         ctx = StepContext.on_buffers(segs)
