@@ -93,8 +93,10 @@ def register_family(family: str, modules) -> dict[str, Callable]:
     ``OPTIMIZERS`` tuple as ``family.<name>``, as it is (its signature is
     what it accepts), and declares the ranges its ``RANGES`` gives
     (``{factory name: {hyperparameter: Range}}``, `gradxform._ranges`) for the
-    name it was registered under. Returns ``{name: factory}`` for the
-    family's ``__init__`` to re-export, with `family_classes`. So adding an
+    name it was registered under. Each factory and ``CLASSES`` entry is
+    replaced in its module by its keyword-checked twin (`keyword_checked`),
+    so the package's generated imports (``tools/gen_exports.py``) take
+    those. Returns ``{name: factory}``. So adding an
     optimizer touches its family module (the function, its ``OPTIMIZERS``
     entry, its class and ``CLASSES`` entry where the framework's positional
     order differs, the ranges of new hyperparameters), the piece it needs,
@@ -112,6 +114,7 @@ def register_family(family: str, modules) -> dict[str, Callable]:
                 raise LookupError(f"{module.__name__}.RANGES names {name!r}, which is not in its OPTIMIZERS.")
             for hyper, rng in ranges.items():
                 register_range(hyper, rng, owner=_NAMES[getattr(module, name)])
+    family_classes(modules)  # the classes checked too, in their modules, before the package imports them
     return out
 
 
