@@ -17,11 +17,14 @@ are checked here, on the host, never inside the step.
 """
 from __future__ import annotations
 
+import difflib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey
 
+from ._registry import _SYNONYMS  # the aliases create suggests (b1 -> beta1, lr -> learning_rate)
 from ._ranges import HyperName, Range, check_value, declared_range, owner_of, register_range
 from ._state_paths import map_states, state_paths
 
@@ -91,11 +94,10 @@ def _holders(state) -> list[tuple[str, list[tuple[tuple, dict]]]]:
     ``optax.partition``), an optimizer's dicts are those under its root: the
     shortest path of its counter that holds no other counter
     (``'inner_states/a'``). With one counter or none, every dict is one holder."""
-    from .pieces._step import StepState  # pieces import this module
     nodes = state_paths(state)
     dicts = [(path + (GetAttrKey(f),), d) for path, node in nodes for f in HYPER_FIELDS
              if isinstance(d := getattr(node, f, None), dict)]
-    counters = [path for path, node in nodes if isinstance(node, StepState)]
+    counters = [path for path, node in nodes if getattr(type(node), "step_counter", False)]  # StepState
     if len(counters) < 2:
         return [("", dicts)] if dicts else []
 
@@ -153,8 +155,6 @@ def _chosen(state, where, who: str, names) -> list[tuple[tuple, dict]]:
 
 def _unknown_name(who: str, name: str, known: list[str]) -> str:
     """``who: no hyperparameter 'learning_rat' in this state; did you mean 'learning_rate'? ...``"""
-    from ._registry import _SYNONYMS  # the aliases create suggests (b1 -> beta1, lr -> learning_rate)
-    import difflib
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     close = close or [s for s in _SYNONYMS.get(name, ()) if s in known][:1]
     hint = f"; did you mean {close[0]!r}?" if close else "."

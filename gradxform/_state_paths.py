@@ -29,6 +29,7 @@ Order: depth first, a node before the states it holds, containers in
 """
 from __future__ import annotations
 
+import re
 import collections
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,7 +38,7 @@ import jax
 import numpy as np
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
-__all__ = ["NOT_PARAMS", "former_names", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path",
+__all__ = ["hyper_difference", "NOT_PARAMS", "former_names", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path",
            "is_state", "map_param_shaped", "map_param_trees", "map_states",
            "replace_fields", "state_paths", "with_fields", "with_optional_like", "written_out"]
 
@@ -255,3 +256,30 @@ def former_names(tree):
         return _FORMER[type(node)](*node)
     out = map_states(rebuild, tree)
     return out if renamed else None
+
+
+_HYPER_LEAF = re.compile(r"\.(?:hyper|hyperparams)\[['\"]([^'\"]+)['\"]\]$")
+
+
+def hyper_difference(missing: list[str], extra: list[str]) -> str:
+    """``'the file has momentum, this optimizer has not; ...'`` when the two
+    trees differ in their hyperparameters (an optimizer built with other
+    keywords: momentum=0 keeps no momentum, clip_gradient=None no clip) or
+    their master weights (multi_precision); '' otherwise."""
+    def names(paths):
+        return sorted({m.group(1) for p in paths if (m := _HYPER_LEAF.search(p))})
+    only_file, only_here = [n for n in names(extra) if n not in names(missing)], \
+        [n for n in names(missing) if n not in names(extra)]
+    master = [any(".master" in p for p in ps) for ps in (extra, missing)]
+    if only_file and only_here:  # names on both sides: another optimizer, not other keywords of one
+        return ""
+    parts = []
+    if only_file:
+        parts.append(f"the file's optimizer holds {', '.join(only_file)}, this one does not")
+    if only_here:
+        parts.append(f"this one holds {', '.join(only_here)}, the file's does not")
+    if master[0] != master[1]:
+        parts.append(f"{'the file' if master[0] else 'this one'} keeps float32 master weights (multi_precision=True)")
+    if not parts:
+        return ""
+    return "; ".join(parts) + ". Build the optimizer with the saved run's keywords, then load"

@@ -83,7 +83,7 @@ import numpy as np
 from ._domains import domain_error
 from ._files import new_file_mode, path_of, read_regular, temp_prefix
 from ._msgpack_cost import decoded_cost as _header_cost
-from ._state_paths import former_names
+from ._state_paths import former_names, hyper_difference
 
 __all__ = ["CheckpointError", "save_state", "load_state", "read_metadata", "FORMAT_VERSION"]
 
@@ -296,33 +296,6 @@ def _create_temp(directory: str, base: str) -> tuple[int, str]:
         if _same_file(fd, tmp):
             return fd, tmp
         os.close(fd)  # a cleaner took it between mkstemp and flock: make another
-
-
-_HYPER_LEAF = re.compile(r"\.(?:hyper|hyperparams)\[['\"]([^'\"]+)['\"]\]$")
-
-
-def _hyper_difference(missing: list[str], extra: list[str]) -> str:
-    """``'the file has momentum, this optimizer has not; ...'`` when the two
-    trees differ in their hyperparameters (an optimizer built with other
-    keywords: momentum=0 keeps no momentum, clip_gradient=None no clip) or
-    their master weights (multi_precision); '' otherwise."""
-    def names(paths):
-        return sorted({m.group(1) for p in paths if (m := _HYPER_LEAF.search(p))})
-    only_file, only_here = [n for n in names(extra) if n not in names(missing)], \
-        [n for n in names(missing) if n not in names(extra)]
-    master = [any(".master" in p for p in ps) for ps in (extra, missing)]
-    if only_file and only_here:  # names on both sides: another optimizer, not other keywords of one
-        return ""
-    parts = []
-    if only_file:
-        parts.append(f"the file's optimizer holds {', '.join(only_file)}, this one does not")
-    if only_here:
-        parts.append(f"this one holds {', '.join(only_here)}, the file's does not")
-    if master[0] != master[1]:
-        parts.append(f"{'the file' if master[0] else 'this one'} keeps float32 master weights (multi_precision=True)")
-    if not parts:
-        return ""
-    return "; ".join(parts) + ". Build the optimizer with the saved run's keywords, then load"
 
 
 def save_state(path, state, *, meta: dict | None = None) -> None:
@@ -595,7 +568,7 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
         if any(".count" in p or ".leaf_counts" in p for p in missing + extra):
             order += (" (step counts are shared in a fresh state and per leaf after a masked step: pass "
                       "alternatives=[gradxform.per_leaf_counts(state, params)]);")
-        differ = _hyper_difference(missing, [p for p in file_paths if p not in paths])
+        differ = hyper_difference(missing, [p for p in file_paths if p not in paths])
         if differ:  # an optimizer built with other keywords: say which, not the tree structure
             raise CheckpointError("mismatch", path, f"the file was written by an optimizer built with other "
                                                     f"hyperparameters: {differ}.")

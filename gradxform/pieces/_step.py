@@ -80,6 +80,7 @@ class StepState(NamedTuple):
     leaf_counts: Optional[ParamTree]
     count: jax.Array
     per_leaf_fields = ("lr_mult", "leaf_counts")  # trees of per-leaf scalars (gradxform.fused: one per buffer)
+    step_counter = True  # one per gradxform optimizer: gradxform._hyper tells optimizers apart by it
     # fields that may be None, and what each leaf holds then: leaf_counts -> count, lr_mult -> 1
     optional_fields = {"leaf_counts": "count", "lr_mult": 1.0}
     # files written before the rename name these fields so (gradxform.checkpoint reads them)

@@ -27,6 +27,7 @@ import optax
 from .._fused import FlatTree, flatten_state
 from .._hyper import get_hyper, hyper_names
 from .._registry import registered_factory
+from ..mxnet._create import create as mxnet_create, register as mxnet_register
 from .._state_paths import find_states, replace_fields, state_paths
 from ..pieces.internal import StepState, host_done
 
@@ -339,14 +340,12 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
     @staticmethod
     def create_optimizer(name, **kwargs):
         """``Optimizer.create_optimizer``: `gradxform.mxnet.create`."""
-        from ..mxnet import create  # noqa: PLC0415
-        return create(name, **kwargs)
+        return mxnet_create(name, **kwargs)
 
     @staticmethod
     def register(klass):
         """``Optimizer.register``: `gradxform.mxnet.register`."""
-        from ..mxnet import register  # noqa: PLC0415
-        return register(klass)
+        return mxnet_register(klass)
 
     def __repr__(self) -> str:
         return f"MXNetOptimizer({self._name or self.tx!r}{', bound' if self._trainer is not None else ''})"

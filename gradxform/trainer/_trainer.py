@@ -28,38 +28,12 @@ from ._resume import (check_values, is_file, is_gluon_states, keep_multipliers, 
                       state_forms)
 from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss, wants_sharding
 from ._optimizer_object import MXNetOptimizer
+from ._usage import NO_BATCH_SIZE, check_params_arg, gluon_call
 from ._zero import ShardedState
 
 __all__ = ["Trainer"]
 
 _KIND = "gradxform.Trainer/1"
-_NO_BATCH_SIZE = object()  # step(batch_size) called Gluon's way: see _gluon_call
-
-
-def _module_hint(params) -> str:
-    """What to pass instead of a Flax module (Gluon's Trainer takes ``net.collect_params()``)."""
-    mods = [c.__module__ for c in type(params).__mro__]
-    if any(m.startswith("flax.nnx") for m in mods):
-        return (f"got {type(params).__name__}, a Flax nnx module (not all of its state is parameters): pass its "
-                "parameters, Trainer(nnx.state(model, nnx.Param), ...), and write them back with "
-                "nnx.update(model, trainer.params).")
-    if any(m.startswith("flax.linen") for m in mods):
-        return (f"got {type(params).__name__}, a Flax linen module, which holds no parameters: pass the params "
-                "pytree, Trainer(variables['params'], ...) with variables = model.init(key, x).")
-    return ""
-
-
-def _gluon_call(where: str, grads, batch_size) -> None:
-    """Gluon's ``trainer.step(batch_size)`` (autograd left the gradients on the
-    parameters): gradxform's Trainer takes them as an argument."""
-    if batch_size is not _NO_BATCH_SIZE:
-        return
-    if isinstance(grads, (int, float, np.integer, np.floating)):
-        raise TypeError(f"Trainer.{where}({grads!r}): gradxform's Trainer takes the gradients, as JAX returns "
-                        f"them: trainer.{where}(grads, batch_size={grads!r}) with grads = trainer.grads(loss_fn, "
-                        f"batch); or step = trainer.compile_step(loss_fn), then step(batch, {grads!r}).")
-    raise TypeError(f"Trainer.{where}(grads): missing batch_size: trainer.{where}(grads, batch_size) "
-                    "(gradients are normalized by 1/batch_size; 1 if the loss is already a mean).")
 
 
 class Trainer:
@@ -189,19 +163,7 @@ class Trainer:
         self._leaf_tx = optax.with_extra_args_support(tx)
         leaves, self._treedef = jax.tree.flatten(params)
         self._names = param_names(params)
-        if not leaves:
-            raise ValueError("Trainer(params=...): no parameters (an empty pytree).")
-        for name, x in zip(self._names, leaves):
-            try:
-                dtype = jax.numpy.result_type(x)
-            except TypeError:
-                dtype = None
-            if dtype is None or not jax.numpy.issubdtype(dtype, jax.numpy.inexact):
-                what = dtype if dtype is not None else f"a {type(x).__name__}, not an array"
-                if _module_hint(params):
-                    raise TypeError(f"Trainer(params=...): {_module_hint(params)}")
-                raise TypeError(f"Trainer(params=...): parameter {name!r} is {what}; parameters must be "
-                                "floating-point arrays.")
+        check_params_arg(params, self._names, leaves)
         self._shapes = [tuple(np.shape(x)) for x in leaves]
         self._kvstore = check_kvstore(kvstore, update_on_kvstore)
         n_global = len(devices) if devices is not None else jax.device_count()
@@ -324,9 +286,7 @@ class Trainer:
 
     @property
     def learning_rate(self) -> float:
-        """The current learning rate, schedule included (`gradxform.get_learning_rate`):
-        the float32 the step uses, as the shortest Python float that is that
-        float32 (0.05, as it was written, not 0.05000000074505806)."""
+        """The current learning rate, schedule included: the float32 the step uses, shortest repr (0.05)."""
         lr = get_learning_rate(self._hyper_view())
         return float(str(np.float32(lr)))
 
@@ -485,10 +445,10 @@ class Trainer:
         it = iter(summed)
         return self._treedef.unflatten([next(it) if here else None for here in present])
 
-    def update(self, grads, batch_size=_NO_BATCH_SIZE, ignore_stale_grad: bool = False) -> None:
+    def update(self, grads, batch_size=NO_BATCH_SIZE, ignore_stale_grad: bool = False) -> None:
         """Applies already-summed gradients (per device, or one copy), each
         normalized by ``1 / batch_size``; see the class docstring for stale ones."""
-        _gluon_call("update", grads, batch_size)
+        gluon_call("update", grads, batch_size)
         present, g_leaves, mapped = self._split_grads(grads, "update", need_mapped=False)
         self._check_stale(present, "update", ignore_stale_grad)
         rescale = self._rescale(batch_size, "update")
@@ -502,7 +462,7 @@ class Trainer:
         self._host_lr_ran()
         self._after_step()
 
-    def step(self, grads, batch_size=_NO_BATCH_SIZE, ignore_stale_grad: bool = False) -> None:
+    def step(self, grads, batch_size=NO_BATCH_SIZE, ignore_stale_grad: bool = False) -> None:
         """``allreduce_grads`` then ``update``, as one program.
 
         Args:
@@ -510,12 +470,11 @@ class Trainer:
             leaves are stale.
           batch_size: the examples behind the summed gradient (over all
             devices and processes); gradients are normalized by 1/batch_size.
-            Use 1 if the loss was already averaged over the global batch.
+            Use 1 if the loss was already averaged over the global batch. (Gluon's
+            ``step(batch_size)`` without grads raises TypeError saying what to type.)
           ignore_stale_grad: skip (rather than reject) parameters whose gradient is None.
-
-        Gluon's ``trainer.step(batch_size)`` raises TypeError saying what to type.
         """
-        _gluon_call("step", grads, batch_size)
+        gluon_call("step", grads, batch_size)
         present, g_leaves, _ = self._split_grads(grads, "step", need_mapped=True)
         self._check_stale(present, "step", ignore_stale_grad)
         rescale = self._rescale(batch_size, "step")
