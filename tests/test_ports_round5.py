@@ -244,21 +244,17 @@ def test_paddlevideo_train_model(key, tmp_path):
     traj, lrs = train_model()
     check(d, "full", traj, lrs, meta["params"])
     if key == "iter":
-        return       # the resume: test_paddlevideo_resume_fractional_last_epoch (xfail)
+        return       # the resume: test_paddlevideo_resume_fractional_last_epoch
     traj, lrs = train_model(resume_epoch=meta["resume_epoch"])
     check(d, "res", traj, lrs, meta["params"])
 
 
-@pytest.mark.xfail(strict=True, raises=Exception,
-                   reason="gradxform.paddle.Optimizer.set_state_dict refuses LR_Scheduler last_epoch=3.0 "
-                          "(CustomWarmupCosineDecay counts last_epoch in fractions of an epoch, a float); "
-                          "gradxform/migrate/_paddle.py _scheduler_slots -> checked_count: 'a step count "
-                          "is an integer'. Paddle restores it.")
 def test_paddlevideo_resume_fractional_last_epoch(tmp_path):
     """The resumed half of ``test_paddlevideo_train_model[iter]``: PaddleVideo's
     ``optimizer.set_state_dict(load(..._epoch_00003.pdopt))`` with CustomWarmupCosineDecay,
     whose ``last_epoch`` is 0 + 9 * (1/3) = 3.0, a float (Paddle's base class stores whatever
-    the subclass puts there)."""
+    the subclass puts there). It was refused as "a step count is an integer" (found by this port);
+    a float position is now the scheduler object's own, not a step count of the state."""
     d, meta = golden("paddlevideo_iter")
     train_model = _paddlevideo_port(meta["config"], d, str(tmp_path))
     train_model()
@@ -266,17 +262,14 @@ def test_paddlevideo_resume_fractional_last_epoch(tmp_path):
     check(d, "res", traj, lrs, meta["params"])
 
 
-@pytest.mark.xfail(strict=True, reason="library bug (silent): gradxform/paddle/_face.py Optimizer.step "
-                   "steps its own copy of the parameters and writes it back into the nnx.Module, "
-                   "overwriting weights loaded into the module after the optimizer was built")
 def test_paddle_nnx_model_loaded_after_optimizer_is_kept():
     """PaddleVideo (and PaddleSeg, PaddleClas) load the checkpoint into the model after the
     optimizer exists: ``optimizer = build_optimizer(..., model=model)`` then
     ``model.set_state_dict(resume_model_dict)``. Paddle's optimizer holds the Parameter
     objects, so it steps from the loaded values. gradxform's stateful optimizer bound to an
     ``nnx.Module`` copies the parameters at construction and writes its copy back after each
-    step: the loaded weights are silently replaced by the initial ones (training goes on from
-    the wrong weights). This records the behaviour the port needs."""
+    step: the loaded weights were silently replaced by the initial ones (found by this port;
+    fixed: a step reads the module's parameters first)."""
     nnx = pytest.importorskip("flax.nnx")
     import gradxform.paddle as P
 

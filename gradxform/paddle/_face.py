@@ -141,9 +141,24 @@ class Optimizer:
         if want != got:
             raise ValueError(f"optimizer.step(grads): grads must have the structure of opt.parameters ({want}); "
                              f"got {got}. Differentiate with respect to opt.parameters.")
+        if self._module is not None:
+            self._read_module()
         self.params, self.state = self._step(self.params, self.state, grads, extra_args)
         if self._module is not None:
             nnx_module().update(self._module, self.params)
+
+    def _read_module(self) -> None:
+        """The bound module's parameters are the truth: weights a script loaded into
+        it after building the optimizer (``model.set_state_dict(...)``, as Paddle
+        scripts resume) are the ones stepped, not the copy taken at construction.
+        Arrays the last step wrote back are the face's own; only others are copied
+        (the step donates what it holds)."""
+        nnx = nnx_module()
+        current = nnx.state(self._module, nnx.Param)
+        if jax.tree.structure(current) != jax.tree.structure(self.params):
+            raise ValueError("optimizer.step(): the bound nnx module's parameters no longer have the structure "
+                             "the optimizer was built with; build the optimizer again from the module.")
+        self.params = jax.tree.map(lambda mine, now: mine if now is mine else jnp.array(now), self.params, current)
 
     def clear_grad(self, set_to_zero: bool = True) -> None:
         """Paddle's ``clear_grad``: nothing to do (JAX gradients are values, not
@@ -187,6 +202,11 @@ class Optimizer:
             raise MigrateError("set_state_dict: the optimizer's learning rate is an LRScheduler and the state has "
                                "no 'LR_Scheduler' entry (Paddle: LR_Scheduler state must be included in the state "
                                "dict except LambdaDecay); save it with opt.state_dict().")
+        epoch = lr_state.get("last_epoch") if isinstance(lr_state, dict) else None
+        if sched is not None and isinstance(epoch, float):
+            # a subclass counting in fractions of an epoch (PaddleVideo's CustomWarmupCosineDecay): the
+            # position is the scheduler object's alone, not a step count of the state
+            sd = {k: v for k, v in sd.items() if k != "LR_Scheduler"}
         new_state = migrate_paddle.from_paddle_state_dict(sd, self.params, self.tx, state=self.state)
         if sched is not None and lr_state:
             before = sched.state_dict()
