@@ -164,7 +164,12 @@ def read_mindspore_params(fname, *, optimizer_entries: bool = False) -> dict[str
     entries are left out; so, unless ``optimizer_entries=True``, are the
     entries an optimizer adds to a training checkpoint (``moment1.<p>`` and the
     other slots of a parameter ``<p>`` in the file, ``global_step``,
-    ``learning_rate``, ``beta1_power``, ...). A ``Dense`` weight is ``(out, in)``."""
+    ``learning_rate``, ``beta1_power``, ...). A ``Dense`` weight is ``(out, in)``.
+
+    The format holds no count of its entries: a file cut between two entries
+    reads as the entries before the cut (`to_tree` then names the missing
+    ones; a file saved with ``crc_check=True`` is checked whole). A cut inside
+    an entry is a `MigrateError`."""
     from ._mindspore import _ALL_PREFIXES, read_mindspore_checkpoint  # noqa: PLC0415
     ckpt = read_mindspore_checkpoint(fname)
     arrays = {k: v for k, v in ckpt.items() if isinstance(v, np.ndarray) and v.dtype.kind != "U"}
@@ -313,8 +318,9 @@ def to_tree(named_arrays: Mapping[str, Any], like, rules=None, *, ignore=None):
         A target of ``None`` drops that source on purpose. Default: the names
         are the same. ``layout``: a name in `LAYOUTS` (``'T'``, ``'to_flax'``,
         ``'OIHW->HWIO'``, ...), an axes tuple, or a callable.
-      ignore: source names not meant for this tree: a regex (full match) or
-        an iterable of names.
+      ignore: source names no rule maps that may go unused (not meant for
+        this tree): a regex (full match) or an iterable of names. A name a rule
+        maps is mapped.
 
     Returns: a tree of ``like``'s structure, each mapped leaf a ``jax.Array``
     of the target leaf's dtype. Use ``nnx.update(model, tree)`` for nnx.
@@ -339,15 +345,15 @@ def to_tree(named_arrays: Mapping[str, Any], like, rules=None, *, ignore=None):
              and hasattr(leaf, "dtype")}
     rule = _rule_fn(rules) if rules is not None else (lambda n: n if n in slots else _NO_RULE)
     filled: dict[str, str] = {}
+    claimed: set[str] = set()    # targets some source maps to (a problem with it is named once)
     new = list(leaves)
     problems: list[str] = []
     unused: list[str] = []
     for src, arr in named_arrays.items():
-        if ignored(src):
-            continue
         target = rule(src)
         if target is _NO_RULE:
-            unused.append(src)
+            if not ignored(src):
+                unused.append(src)
             continue
         if target is None:
             continue
@@ -357,6 +363,7 @@ def to_tree(named_arrays: Mapping[str, Any], like, rules=None, *, ignore=None):
         if target not in slots:
             problems.append(f"source {src!r} maps to {target!r}, which the target tree does not have")
             continue
+        claimed.add(target)
         if target in filled:
             problems.append(f"sources {filled[target]!r} and {src!r} both map to {target!r}")
             continue
@@ -370,18 +377,18 @@ def to_tree(named_arrays: Mapping[str, Any], like, rules=None, *, ignore=None):
             continue
         want = tuple(leaf.shape)
         if tuple(b.shape) != want:
-            how = f" after layout {lname!r}" if lname else ""
+            how = f" ({tuple(b.shape)} after layout {lname!r})" if lname else ""
             hint = ""
             if a.ndim == 2 and tuple(a.shape[::-1]) == want and not lname:
                 hint = " (its transpose fits: add layout 'T', or 'to_flax' for a flax kernel)"
             elif a.ndim >= 2 and tuple(_oi_to_flax(a).shape) == want and not lname:
                 hint = " (layout 'to_flax' fits)"
-            problems.append(f"source {src!r} has shape {a.shape}{how} {tuple(b.shape)}; target {target!r} has "
+            problems.append(f"source {src!r} has shape {a.shape}{how}; target {target!r} has "
                             f"shape {want}{hint}")
             continue
         filled[target] = src
         new[slots[target]] = jnp.asarray(b, dtype=leaf.dtype)
-    missing = [t for t in slots if t not in filled]
+    missing = [t for t in slots if t not in claimed]
     lines = problems
     if unused:
         lines.append(f"unused source names (no rule maps them; pass ignore= to drop them): {unused[:20]}"
