@@ -18,8 +18,18 @@ import optax
 import pytest
 
 import gradxform as gx
-from gradxform.migrate import (LAYOUTS, MigrateError, UnsafePickleError, convert_run, load_run, read_gluon_params,
-                               read_mindspore_params, read_paddle_params, read_params, to_tree)
+from gradxform.migrate import (
+    LAYOUTS,
+    MigrateError,
+    UnsafePickleError,
+    convert_run,
+    load_run,
+    read_gluon_params,
+    read_mindspore_params,
+    read_paddle_params,
+    read_params,
+    to_tree,
+)
 from gradxform.schedules import FactorScheduler, StepDecay
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,7 +56,9 @@ def files(fw):
 def test_each_reader_returns_the_frameworks_arrays(fw):
     z, meta = load(fw)
     pfile = files(fw)[0]
-    for got in (READERS[fw](pfile), read_params(pfile), read_params(open(pfile, "rb"))):
+    with open(pfile, "rb") as f:
+        results = (READERS[fw](pfile), read_params(pfile), read_params(f))
+    for got in results:
         assert list(got) == meta["names"]
         for n, a in got.items():
             want = z["file_" + n]
@@ -71,7 +83,8 @@ def test_every_truncation_is_refused(fw):
     """Gluon and Paddle files end in a known place; a MindSpore file is a run of entries with no
     count, so one cut between entries reads as the entries before the cut (then `to_tree` names
     the missing ones); a cut inside an entry is refused."""
-    data = open(files(fw)[0], "rb").read()
+    with open(files(fw)[0], "rb") as f:
+        data = f.read()
     names = load(fw)[1]["names"]
     for cut in range(0, len(data), max(1, len(data) // 60)):
         try:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import re
 import struct
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -30,11 +31,24 @@ import numpy as np
 from .._tree import param_names
 from ._errors import MigrateError, short
 from ._ndarray import Budget, RowSparse, _Reader, decode_from, nbytes_of
-from ._pickle import _BUDGET_FACTOR, _BUDGET_SLACK, NUMPY_GLOBALS, read_bytes, safe_loads
+from ._pickle import (
+    _BUDGET_FACTOR,
+    _BUDGET_SLACK,
+    NUMPY_GLOBALS,
+    read_bytes,
+    safe_loads,
+)
 from ._state import at_boundary
 
-__all__ = ["read_gluon_params", "read_paddle_params", "read_mindspore_params", "read_params", "to_tree",
-           "LAYOUTS", "detect_format"]
+__all__ = [
+    "LAYOUTS",
+    "detect_format",
+    "read_gluon_params",
+    "read_mindspore_params",
+    "read_paddle_params",
+    "read_params",
+    "to_tree",
+]
 
 _LIST_MAGIC = 0x112           # MXNet's kMXAPINDArrayListMagic (src/c_api/c_api.cc)
 _ENTRY_BYTES = 400            # Python objects per entry (name, array header, dict slot), charged to the budget
@@ -170,7 +184,7 @@ def read_mindspore_params(fname, *, optimizer_entries: bool = False) -> dict[str
     reads as the entries before the cut (`to_tree` then names the missing
     ones; a file saved with ``crc_check=True`` is checked whole). A cut inside
     an entry is a `MigrateError`."""
-    from ._mindspore import _ALL_PREFIXES, read_mindspore_checkpoint  # noqa: PLC0415
+    from ._mindspore import _ALL_PREFIXES, read_mindspore_checkpoint
     ckpt = read_mindspore_checkpoint(fname)
     arrays = {k: v for k, v in ckpt.items() if isinstance(v, np.ndarray) and v.dtype.kind != "U"}
     if optimizer_entries:
@@ -209,7 +223,7 @@ def read_params(fname) -> dict[str, np.ndarray]:
         fmt = detect_format(data)
     except MigrateError as err:
         raise MigrateError(f"read_params({label!r}): {err}") from None
-    import io  # noqa: PLC0415
+    import io
     buf = io.BytesIO(data)
     buf.name = label
     return {"gluon": read_gluon_params, "paddle": read_paddle_params,
@@ -332,10 +346,10 @@ def to_tree(named_arrays: Mapping[str, Any], like, rules=None, *, ignore=None):
     when a transpose would have fit).
     """
     if ignore is None:
-        ignored = lambda n: False  # noqa: E731
+        ignored = lambda n: False
     elif isinstance(ignore, str):
         pat = re.compile(ignore)
-        ignored = lambda n: pat.fullmatch(n) is not None  # noqa: E731
+        ignored = lambda n: pat.fullmatch(n) is not None
     else:
         ig = set(ignore)
         ignored = ig.__contains__

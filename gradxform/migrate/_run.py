@@ -3,9 +3,9 @@ gradxform checkpoint, and `load_run` to read it back."""
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -13,11 +13,15 @@ from .._state_paths import find_states
 from ..pieces.internal import StepState
 from ._errors import MigrateError
 from ._gluon import from_gluon_states, read_gluon_states
-from ._mindspore import _ALL_PREFIXES, from_mindspore_checkpoint, read_mindspore_checkpoint
+from ._mindspore import (
+    _ALL_PREFIXES,
+    from_mindspore_checkpoint,
+    read_mindspore_checkpoint,
+)
 from ._paddle import from_paddle_state_dict, read_paddle_state_dict
 from ._params import _paddle_file, read_gluon_params, read_mindspore_params
 
-__all__ = ["convert_run", "load_run", "BUFFER_NAMES"]
+__all__ = ["BUFFER_NAMES", "convert_run", "load_run"]
 
 #: Names of entries no optimizer updates (BatchNorm running statistics), the default for
 #: Gluon, whose state file holds no names: ``running_mean``/``running_var`` (Gluon),
@@ -116,7 +120,7 @@ def convert_run(framework: str, params_file, state_file, tx, out=None, *, traina
                 dtypes={n: str(a.dtype) for n, a in arrays.items()})
     tree = {"params": params, "buffers": buffers, "opt_state": state}
     if out is not None:
-        from ..checkpoint import save_state  # noqa: PLC0415
+        from ..checkpoint import save_state
         save_state(out, tree, meta=meta)
     return tree
 
@@ -135,7 +139,7 @@ def _pick(arrays: dict, order: list, framework: str) -> dict:
 def load_run(path, tx):
     """The tree `convert_run` wrote to ``path``, read back with `gradxform.load_state`
     (the ``like`` built from the file's meta: shapes, dtypes, ``tx.init``)."""
-    from ..checkpoint import load_state, read_metadata  # noqa: PLC0415
+    from ..checkpoint import load_state, read_metadata
     meta = read_metadata(path)
     zeros = {n: jnp.zeros(meta["shapes"][n], meta["dtypes"][n]) for n in meta["names"]}
     params = {n: zeros[n] for n in meta["trainable"]}
