@@ -16,10 +16,14 @@ before anything is built.
 from ._gluon import from_gluon_states, read_gluon_states
 from ._mindspore import from_mindspore_checkpoint, read_mindspore_checkpoint
 from ._paddle import from_paddle_state_dict, read_paddle_state_dict
+from ._params import LAYOUTS, read_gluon_params, read_mindspore_params, read_paddle_params, read_params, to_tree
 from ._pickle import MigrateError, UnsafePickleError
+from ._run import convert_run, load_run
 
 __all__ = [
     "from_gluon_states", "from_mindspore_checkpoint", "from_paddle_state_dict",
     "read_gluon_states", "read_mindspore_checkpoint", "read_paddle_state_dict",
     "MigrateError", "UnsafePickleError",
+    "read_params", "read_gluon_params", "read_paddle_params", "read_mindspore_params", "to_tree", "LAYOUTS",
+    "convert_run", "load_run",
 ]

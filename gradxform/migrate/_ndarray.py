@@ -121,7 +121,12 @@ def decode_ndarray(raw: bytes, what: str = "NDArray", *, sparse: bool = False,
     Row-sparse arrays are returned dense, or as `RowSparse` with ``sparse=True``;
     ``None`` for an array without storage.
     """
-    r = _Reader(bytes(raw), what, budget)
+    return decode_from(_Reader(bytes(raw), what, budget), what, sparse=sparse)
+
+
+def decode_from(r: _Reader, what: str, *, sparse: bool = False) -> np.ndarray | RowSparse | None:
+    """`decode_ndarray` from reader ``r``'s position, leaving it after the array
+    (an NDArray list file holds them end to end)."""
     (magic,) = r.take("<I")
     if magic not in (_V1, _V2, _V3):
         raise MigrateError(f"{what}: not an MXNet NDArray (magic 0x{magic:08X}); pre-V1 legacy "
