@@ -30,6 +30,32 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a long test, run only with --slow")
+    for tier, what in TIER_DOC.items():
+        config.addinivalue_line("markers", f"{tier}: {what}")
+
+
+# Each test file's tier, so `pytest -m unit` is the inner loop (README, "Development"). A file not
+# named here is a unit file: a new test file is in the fast tier until it is put elsewhere.
+TIER_DOC = {
+    "unit": "fast tests of one piece, schedule, reader or message (the inner loop: pytest -m unit)",
+    "table": "the shared optimizer table: every registered optimizer through common properties",
+    "parity": "goldens recorded with MXNet, MindSpore and Paddle, and NumPy transcriptions of their kernels",
+    "e2e": "examples, README blocks, ported scripts, the Trainer across devices and processes",
+}
+TIERS = {
+    "table": ("test_properties", "test_hyper", "test_fused", "test_optax_tools", "test_held_rate",
+              "test_state_domains", "test_registry", "test_hypothesis", "test_sharding", "test_round4",
+              "test_moment_piece_bounds"),
+    "parity": ("test_mxnet_parity", "test_mindspore_parity", "test_paddle_parity", "test_paddle_optimizers_parity",
+               "test_paddle_optimizers", "test_mxnet_reference", "test_gluon_select_golden",
+               "test_schedule_goldens_extra", "test_mindspore_new_optimizers", "test_mxnet_new_optimizers",
+               "test_trust_ratio_zero", "test_paddle_rmsprop_groups", "test_migrate_gluon", "test_migrate_mindspore",
+               "test_migrate_paddle", "test_migrate_params", "test_migrate_ndarray", "test_thor"),
+    "e2e": ("test_examples", "test_docs", "test_trainer_multiprocess", "test_ports_round5", "test_porting",
+            "test_trainer_gluon", "test_trainer", "test_trainer_zero", "test_trainer_resume", "test_paddle_face",
+            "test_api_docs", "test_typing", "test_trainer_model_state", "test_optimizer_objects"),
+}
+_TIER_OF = {name: tier for tier, names in TIERS.items() for name in names}
 
 
 def pytest_unconfigure(config):
@@ -38,6 +64,8 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(getattr(pytest.mark, _TIER_OF.get(item.path.stem, "unit")))
     if not config.getoption("--slow"):
         skip = pytest.mark.skip(reason="slow: run with --slow")
         for item in items:
