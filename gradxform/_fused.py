@@ -149,7 +149,9 @@ def flatten_state(tx: GradientTransformation, state, params, *,
     if len(jax.tree.leaves(params)) < 2:
         raise ValueError("fused.flatten_state: a tree of fewer than two leaves keeps the per-leaf path.")
     layout = _layout_for(params, state, facts)
-    return FusedState(_flatten_state(state, layout), layout)
+    # concrete leaves (a checkpoint's) are packed in NumPy: no concatenation of N operands compiled
+    concrete = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(state))
+    return FusedState(_flatten_state(state, layout, concrete=concrete), layout)
 
 
 def unflatten_state(tx: GradientTransformation, state):
