@@ -3,7 +3,8 @@ the leaves. The fused layout keeps a few flat buffers; cutting them into N leave
 a program of N outputs compiled per Trainer (500 leaves of 16 floats: 6.6 s and +450 MB for the
 first save; past 10 GB at 10,000). Counted here, not timed: every program lowered while
 ``save_states``, ``params``, ``state`` and ``load_states`` run, by JAX's own compile log
-(`jax.log_compiles`), on Trainers of 20 and 200 leaves. Time and memory:
+(`jax.log_compiles`), on Trainers of 20 and 200 leaves: none but ``params``'s programs that cut one
+leaf of a given shape from a buffer (shared by every Trainer) and a load's few of a whole buffer. Time and memory:
 benchmarks/bench_checkpoint_scale.py."""
 import logging
 
@@ -46,6 +47,7 @@ KINDS = {
     "sharded": {"update_on_kvstore": True},  # ZeRO-1: the state's shards joined on the host
     "compressed": {"compression_params": {"type": "2bit", "threshold": 0.5}},  # residuals per device
     "per leaf": {"fused": False},
+    "per leaf, one device": {"fused": False, "devices": jax.devices()[:1]},  # the stored arrays themselves
 }
 
 
@@ -68,8 +70,12 @@ def test_no_program_grows_with_the_leaves(tmp_path, kind):
     big = _trained(200, KINDS[kind])
     first = _counts(big, tmp_path / "big")
     again = _counts(big, tmp_path / "big")
-    for what in ("save", "params", "state"):  # host-side reads: nothing compiled at all
+    for what in ("save", "state"):  # host-side reads: nothing compiled at all
         assert first[what] == [] and again[what] == [], (what, first[what], again[what])
+    # params: a leaf cut from its buffer by a program per (buffer, leaf shape), shared by all Trainers
+    for params in (small["params"], first["params"]):
+        assert len(params) <= 2 and all(inputs <= 2 for _, inputs in params), params
+    assert again["params"] == []
     # a load places a few flat buffers: a few small programs (JAX's caches may already hold them),
     # none with an input per leaf, and none a second time
     for load in (small["load"], first["load"]):
@@ -95,3 +101,15 @@ def test_a_loaded_checkpoint_saves_the_same_bytes_and_the_next_step_still_donate
     t.step({k: np.ones((t.num_devices, 16), np.float32) for k in params}, 4)
     assert stored.is_deleted()
     jax.tree.map(np.testing.assert_array_equal, held, copy)
+
+
+def test_params_of_many_shapes_are_read_on_the_host_with_nothing_compiled():
+    # more kinds of leaf than `_host._MAX_TAKES` programs: the host path, the same values
+    params = {f"p{i:02d}": jnp.arange(i + 1, dtype=jnp.float32) / (i + 1) for i in range(40)}
+    t = Trainer(params, "sgd", {"learning_rate": 0.1, "momentum": 0.9}, devices=jax.devices()[:1])
+    t.step({k: np.ones((1,) + v.shape, np.float32) for k, v in params.items()}, 1)
+    got = []
+    assert _compiles(lambda: got.append(t.params)) == []
+    want = jax.tree.map(lambda p: p - np.float32(0.1), params)
+    jax.tree.map(np.testing.assert_array_equal, got[0], want)
+    assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(got[0]))

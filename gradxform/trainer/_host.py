@@ -16,13 +16,17 @@ step from donating that buffer.
 """
 from __future__ import annotations
 
+import functools
+import math
+
 import jax
 import numpy as np
 
 from .._fused import FlatTree, FusedState, unflatten_state
 from . import _allreduce as ar
 
-__all__ = ["first_copy", "per_device", "params_of", "state_of", "residual_of", "gathers_on_host", "hand_out"]
+__all__ = ["first_copy", "per_device", "params_of", "params_on_device", "state_of", "residual_of", "gathers_on_host",
+           "hand_out"]
 
 
 def _is_key(x) -> bool:
@@ -106,3 +110,41 @@ def hand_out(tree, device):
     the stored ones) leave alone."""
     leaves, treedef = jax.tree.flatten(tree)
     return treedef.unflatten(jax.device_put(leaves, device, may_alias=False))
+
+
+_MAX_TAKES = 32  # distinct (buffer, leaf shape) programs one hand-out may compile; above: the host path
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _take(buf, start, shape):
+    return jax.lax.dynamic_slice(jax.numpy.reshape(buf, (-1,)), (start,), (math.prod(shape),)).reshape(shape)
+
+
+def params_on_device(params, single: bool):
+    """The parameters per leaf in fresh buffers on the first local device, each
+    cut from its stored buffer by one small program per (buffer length, leaf
+    shape, dtype), compiled once and shared by every Trainer; None when there
+    are more than ``_MAX_TAKES`` such kinds (then `params_of` and `hand_out`).
+
+    Why not the host path for every read: a fresh device array made from
+    NumPy costs ~100 us per leaf (jax's ``device_put``), a cached program's
+    dispatch ~25 us (benchmarks/README.md, "Checkpoints at scale"), and
+    ``trainer.params`` may be read every step."""
+    row = lambda b: b if single else min(b.addressable_shards, key=_row).data  # noqa: E731
+    if isinstance(params, FlatTree):
+        layout = params.layout
+        buffers, shapes, groups = [row(b) for b in params.buffers], layout.shapes, layout.groups
+    else:
+        leaves, treedef = jax.tree.flatten(params)
+        buffers, shapes = [row(x) for x in leaves], [tuple(np.shape(x))[0 if single else 1:] for x in leaves]
+        groups = [(i,) for i in range(len(leaves))]
+    kinds = {(b.shape, b.dtype, shapes[i]) for b, g in zip(buffers, groups) for i in g}
+    if len(kinds) > _MAX_TAKES or any(b.size >= 2**31 or _is_key(b) for b in buffers):
+        return None
+    out: list = [None] * len(shapes)
+    for b, g in zip(buffers, groups):
+        start = 0
+        for i in g:
+            out[i] = _take(b, np.int32(start), tuple(shapes[i]))
+            start += math.prod(shapes[i])
+    return (layout.treedef if isinstance(params, FlatTree) else treedef).unflatten(out)

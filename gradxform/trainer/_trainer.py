@@ -252,7 +252,8 @@ class Trainer:
     def params(self):
         """A copy of the current parameters (the first local device's), per
         leaf: its arrays are the caller's, which later steps leave alone."""
-        return self._hand_out(host.params_of(self._params, self._place.single))
+        on_device = host.params_on_device(self._params, self._place.single)
+        return on_device if on_device is not None else self._hand_out(host.params_of(self._params, self._place.single))
 
     @property
     def state(self):
