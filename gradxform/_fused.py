@@ -137,7 +137,8 @@ def _template(tx: GradientTransformation, layout: Layout, state=None):
                 state = jax.eval_shape(tx.init, _abstract_params(layout))
         if len(_TEMPLATES) >= _MAX_TEMPLATES:
             _TEMPLATES.pop(next(iter(_TEMPLATES)))
-        _TEMPLATES[key] = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jax.numpy.result_type(x)), state)
+        _TEMPLATES[key] = jax.tree.map(lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(
+            np.shape(x), x.dtype if hasattr(x, "dtype") else jax.numpy.result_type(x)), state)
     return _TEMPLATES[key]
 
 
