@@ -142,12 +142,19 @@ class Layout:
 
     def _slice_leaves(self, buffers, shapes=None) -> list:
         """The leaves stored in ``buffers``, of this layout's shapes or of
-        ``shapes`` (one per leaf, e.g. a state's placeholders)."""
+        ``shapes`` (one per leaf, e.g. a state's placeholders). NumPy buffers
+        (on the host, with any leading axes) are cut into NumPy views: a
+        checkpoint of N leaves then costs no program of N outputs (`gradxform.Trainer`)."""
         shapes = self.shapes if shapes is None else shapes
         sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
         leaves: list = [None] * self.num_leaves
         for buf, group in zip(buffers, self.groups):
             start = 0
+            if isinstance(buf, np.ndarray):
+                for i in group:
+                    leaves[i] = buf[..., start:start + sizes[i]].reshape(buf.shape[:-1] + tuple(shapes[i]))
+                    start += sizes[i]
+                continue
             for i in group:
                 piece = buf if len(group) == 1 else jax.lax.slice(buf, (start,), (start + sizes[i],))
                 leaves[i] = jnp.reshape(piece, shapes[i])
@@ -288,8 +295,9 @@ def _unflatten_state(flat, template, layout: Layout):
                              param_tree=lambda t: _Split([tuple(np.shape(x)) for x in treedef.flatten_up_to(t)]))
 
     def restore(mark, f):
-        if mark is _PER_LEAF:
-            return treedef.unflatten([f[owner[i]] for i in range(layout.num_leaves)])
+        if mark is _PER_LEAF:  # a NumPy f (on the host) gives 0-d views, as jax gives 0-d arrays
+            at = (lambda j: f[j, ...]) if isinstance(f, np.ndarray) else (lambda j: f[j])
+            return treedef.unflatten([at(owner[i]) for i in range(layout.num_leaves)])
         if isinstance(mark, _Split):
             return treedef.unflatten(layout._slice_leaves(f, mark.shapes))
         return f

@@ -118,14 +118,36 @@ def _layout_of(state):
 
 # -- state conversion -------------------------------------------------------------
 
+_TEMPLATES: dict = {}  # (tx.init, layout) -> the per-leaf state's shapes; see _template
+_MAX_TEMPLATES = 16
+
+
+def _template(tx: GradientTransformation, layout: Layout, state=None):
+    """The structure and leaf shapes of ``tx``'s per-leaf state for ``layout``
+    (``jax.eval_shape`` of its ``init``), or of ``state``, a concrete one just made.
+
+    Cached, and seeded by `fused`'s concrete ``init``: tracing ``init`` over N
+    leaves costs about a tenth of a first step, and every checkpoint of a
+    fused state needs it (`unflatten_state`)."""
+    key = (tx.init, layout)
+    if key not in _TEMPLATES:
+        if state is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                state = jax.eval_shape(tx.init, _abstract_params(layout))
+        if len(_TEMPLATES) >= _MAX_TEMPLATES:
+            _TEMPLATES.pop(next(iter(_TEMPLATES)))
+        _TEMPLATES[key] = jax.tree.map(lambda x: x if isinstance(x, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(
+            np.shape(x), x.dtype if hasattr(x, "dtype") else jax.numpy.result_type(x)), state)
+    return _TEMPLATES[key]
+
+
 def buffer_lengths(tx: GradientTransformation, layout: Layout):
     """A tree shaped like ``fused(tx)``'s inner state for ``layout``: at each
     flat buffer (a params-shaped tree of the per-leaf state, one buffer per
     group) its length, and -1 at every other leaf (per-group values,
     hyperparameters, keys). What the Trainer shards over devices."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        template = jax.eval_shape(tx.init, _abstract_params(layout))
+    template = _template(tx, layout)
 
     def lengths(t):  # a placeholder tree (master weights of a float32 leaf) has its own sizes
         sizes = [int(np.prod(np.shape(x), dtype=np.int64)) for x in layout.treedef.flatten_up_to(t)]
@@ -149,7 +171,9 @@ def flatten_state(tx: GradientTransformation, state, params, *,
     if len(jax.tree.leaves(params)) < 2:
         raise ValueError("fused.flatten_state: a tree of fewer than two leaves keeps the per-leaf path.")
     layout = _layout_for(params, state, facts)
-    return FusedState(_flatten_state(state, layout), layout)
+    # concrete leaves (a checkpoint's) are packed in NumPy: no concatenation of N operands compiled
+    concrete = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(state))
+    return FusedState(_flatten_state(state, layout, concrete=concrete), layout)
 
 
 def unflatten_state(tx: GradientTransformation, state):
@@ -159,9 +183,7 @@ def unflatten_state(tx: GradientTransformation, state):
     layout = _layout_of(state)
     if layout is None:
         return state
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        template = jax.eval_shape(tx.init, _abstract_params(layout))
+    template = _template(tx, layout)
     # counts per group (a state loaded after stale steps) where init shares one
     template = with_optional_like(template, state.inner, _abstract_params(layout))
     return _unflatten_state(state.inner, template, layout)
@@ -222,6 +244,7 @@ def fused(tx: GradientTransformation, *, strict: bool = False,
             # give the groups, so no probe is needed either.
             state = tx.init(params)
             layout = _layout_for(params, state, facts)
+            _template(tx, layout, state)  # what unflatten_state (a checkpoint) would trace init for
             return FusedState(_flatten_state(state, layout, concrete=True), layout)
         layout = _make_layout(tx, params, facts)
         # One compiled program: the per-leaf state is never materialised

@@ -175,7 +175,11 @@ class Placement:
         return jax.device_put(x, jax.sharding.SingleDeviceSharding(self.device, memory_kind=kind))
 
     def put(self, tree):
-        """One copy per device of ``tree``."""
+        """One copy per device of ``tree``. On one device, NumPy leaves (a
+        checkpoint's) are only transferred: the copy of the caller's arrays is a
+        program with an input per leaf, compiled again for each new tree."""
+        if self.single and all(isinstance(x, np.ndarray) for x in jax.tree.leaves(tree)):
+            return jax.tree.map(self._to_device, tree)
         return self._copy(tree) if self.single else replicate(tree, self.n, self.devices)
 
     def put_per_device(self, tree):

@@ -24,6 +24,7 @@ from .._tree import param_names
 from ..checkpoint import load_state, read_metadata, save_state
 from . import _allreduce as ar
 from ._compression import parse_compression, zeros_residual
+from . import _host as host
 from ._resume import (check_values, is_file, is_gluon_states, keep_multipliers, migrated_state, read_source,
                       state_forms)
 from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss, wants_sharding
@@ -247,37 +248,38 @@ class Trainer:
     def params(self):
         """A copy of the current parameters (the first local device's), per
         leaf: its arrays are the caller's, which later steps leave alone."""
-        return self._hand_out("params", self._params)
+        on_device = host.params_on_device(self._params, self._place.single)
+        return on_device if on_device is not None else self._hand_out(host.params_of(self._params, self._place.single))
 
     @property
     def state(self):
         """A copy of the optimizer state (the first local device's), per leaf
         whatever the layout (`gradxform.fused.unflatten_state`); later steps
         leave it alone."""
-        return self._hand_out("state", self._state if self._zero is None else self._leaf_form()[1])
+        return self._hand_out(self._host_state())
 
-    def _hand_out(self, what: str, stored):
-        """The per-leaf form of ``stored`` in fresh buffers, in one jitted program.
+    def _hand_out(self, tree):
+        """``tree`` (per leaf, on the host) in fresh device buffers.
 
-        Every step donates the stored arrays (deleting them), and on one device
-        the per-leaf parameters, a fused state's per-leaf fields and a leaf
-        that is a buffer of its own *are* stored arrays: handed out as they
-        are, a reference kept for evaluation or logging raised "Array has been
-        deleted" after the next step. A copy costs a pass over the bytes and
-        nothing per step; measured in benchmarks/README.md ("Arrays handed out")."""
-        key = ("hand_out", what)
-        if key not in self._programs:
-            leaf_tx = self._leaf_tx
+        Every step donates the stored arrays (deleting them): a stored array
+        handed out as it is raised "Array has been deleted" in the caller's
+        hands after the next step. Read on the host (`_host`) and put back,
+        the copy costs a pass over the bytes and no program compiled for N
+        leaves; benchmarks/README.md ("Arrays handed out", "Checkpoints at scale")."""
+        return host.hand_out(tree, self._local_devices[0])
 
-            def view(t):
-                if what == "state":
-                    return unflatten_state(leaf_tx, t)
-                return t.unravel() if isinstance(t, FlatTree) else t
+    def _host_state(self):
+        """The optimizer state per leaf in NumPy, one copy (`_host`)."""
+        state, zero = self._state, self._zero
+        if not host.gathers_on_host(state, zero):  # shards in other processes: the all-gather program
+            state, zero = self._leaf_form()[1], None
+        return host.state_of(state, leaf_tx=self._leaf_tx, zero=zero, single=self._place.single)
 
-            # jnp.copy, not the views themselves: jit returns an output that is
-            # an input (a reshape to the same shape, say) as that very array
-            self._programs[key] = jax.jit(lambda t: jax.tree.map(jax.numpy.copy, view(t)))
-        return self._programs[key](self._place.one(stored))
+    def _host_form(self):
+        """(params, state, residual) per leaf in NumPy, one copy; residuals per local device."""
+        layout = self._params.layout if self._fused else None
+        return (host.params_of(self._params, self._place.single), self._host_state(),
+                host.residual_of(self._residual, layout, self._place.single))
 
     @property
     def num_devices(self) -> int:
@@ -545,9 +547,7 @@ class Trainer:
         parameters, the optimizer state (step counts, hyperparameters, RNG keys), a host scheduler's
         position (its ``state_dict()``, restored by `load_states` as Gluon's pickled optimizer is) and
         each device's compression residual. Several processes: one file each (``f"{fname}.{rank}"``)."""
-        params, state, residual = self._leaf_form()
-        save_state(fname, self._tree(self._place.one(params), self._place.one(state),
-                                     self._place.per_device(residual)),
+        save_state(fname, self._tree(*self._host_form()),
                    meta={**self._meta(), **(self._host_lr.position() if self._host_lr else {})})
 
     def load_states(self, fname) -> None:
@@ -564,11 +564,8 @@ class Trainer:
         another optimizer, parameter structure or compression), `gradxform.migrate.MigrateError`
         for an unusable Gluon file, ValueError for a state tree of another structure; changes
         nothing then."""
-        params, state, residual = jax.eval_shape(self._leaf_form)
-        if not self._place.single:  # one copy of params and state; residuals stay per device
-            params, state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype), (params, state))
-        else:
-            residual = [jax.ShapeDtypeStruct((1,) + r.shape, r.dtype) for r in residual]
+        params, state, residual = self._host_form()  # one copy of params and state; residuals per device
+        current = state
         source, file_meta = read_source(fname) if is_file(fname) else fname, None
         if not is_file(fname) or is_gluon_states(source.getvalue()):
             params = self.params
@@ -580,7 +577,7 @@ class Trainer:
             params, state, residual = loaded["params"], loaded["state"], loaded["residual"]
             file_meta = read_metadata(io.BytesIO(source.getvalue()))
         check_values(state, source.name if is_file(fname) else None)
-        state = keep_multipliers(state, self._place.one(self._leaf_form()[1]))
+        state = keep_multipliers(state, current)
         if self._fused:  # groups follow the loaded counts and multipliers
             state = flatten_state(self._leaf_tx, state, params, max_leaf_size=self._max_leaf)
             layout = state.layout
