@@ -46,6 +46,11 @@ def check_aux(has_aux: bool, reduce_aux) -> None:
 
 # -- the hint for model state passed through ``batch`` -------------------------------
 
+# what jax says when a leaf of a shard meets a whole-size array (lax's shape rules, split_batch's own)
+_SHAPE_ERRORS = ("incompatible shapes", "Incompatible shapes", "shapes must", "contracting dimension",
+                 "leading (batch) axis", "cannot reshape", "cannot be broadcast")
+
+
 @contextlib.contextmanager
 def batch_hint(where: str, batch, n: int):
     """Adds a note to a shape error raised while ``batch`` is split over ``n`` devices
@@ -54,7 +59,7 @@ def batch_hint(where: str, batch, n: int):
     try:
         yield
     except (TypeError, ValueError) as err:
-        if n > 1 and "shape" in str(err):
+        if n > 1 and any(words in str(err) for words in _SHAPE_ERRORS):
             err.add_note(_hint(where, batch, n))
         raise
 
