@@ -29,7 +29,8 @@ from ._resume import (check_values, is_file, is_gluon_states, keep_multipliers, 
                       state_forms)
 from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss, wants_sharding
 from ._optimizer_object import MXNetOptimizer
-from ._usage import NO_BATCH_SIZE, check_params_arg, gluon_call
+from ._usage import NO_BATCH_SIZE, check_params_arg, check_stale, gluon_call
+from ._model_state import MODEL_STATE, batch_hint, check_aux, compile_with_state
 from ._zero import ShardedState
 
 __all__ = ["Trainer"]
@@ -281,6 +282,8 @@ class Trainer:
         return (host.params_of(self._params, self._place.single), self._host_state(),
                 host.residual_of(self._residual, layout, self._place.single))
 
+    model_state = MODEL_STATE
+
     @property
     def num_devices(self) -> int:
         """Local devices the parameters are replicated over (the gradients' leading axis)."""
@@ -347,16 +350,17 @@ class Trainer:
         such as BatchNorm statistics, metrics) and, as `jax.grad` does, this
         returns ``(grads, aux)``, or ``((loss, aux), grads)`` with
         ``with_loss``; every leaf has a leading device axis."""
-        batch = ar.split_batch(batch, self._n)
-        if self._loss_scaled:
-            key = (loss_fn, has_aux)
-            scaled = self._scaled_losses.setdefault(key, scaled_loss(loss_fn, has_aux))
-            value, grads = ar.grad_program(scaled, True, self._devices, with_state=True, has_aux=has_aux)(
-                self._params, batch, self._state)
-            unscale = lambda x: x / self._loss_scale_mapped()  # noqa: E731
-            value = (unscale(value[0]), value[1]) if has_aux else unscale(value)
-        else:
-            value, grads = ar.grad_program(loss_fn, True, self._devices, has_aux=has_aux)(self._params, batch)
+        with batch_hint("grads", batch, self._n):
+            batch = ar.split_batch(batch, self._n)
+            if self._loss_scaled:
+                key = (loss_fn, has_aux)
+                scaled = self._scaled_losses.setdefault(key, scaled_loss(loss_fn, has_aux))
+                value, grads = ar.grad_program(scaled, True, self._devices, with_state=True, has_aux=has_aux)(
+                    self._params, batch, self._state)
+                unscale = lambda x: x / self._loss_scale_mapped()  # noqa: E731
+                value = (unscale(value[0]), value[1]) if has_aux else unscale(value)
+            else:
+                value, grads = ar.grad_program(loss_fn, True, self._devices, has_aux=has_aux)(self._params, batch)
         if with_loss:
             return value, grads
         return (grads, value[1]) if has_aux else grads
@@ -387,17 +391,6 @@ class Trainer:
             mapped = this
         present = tuple(g is not None for g in leaves)
         return present, [g for g in leaves if g is not None], bool(mapped)
-
-    def _check_stale(self, present, where: str, ignore_stale_grad: bool) -> None:
-        if ignore_stale_grad or all(present):
-            return
-        name = self._names[present.index(False)]
-        raise UserWarning(
-            f"Trainer.{where}: the gradient of Parameter `{name}` is None: it has not been computed "
-            "since the last `step`. This could mean a bug in your model that made it only use a "
-            "subset of the Parameters for this iteration. If you are intentionally only using a "
-            "subset, call step with ignore_stale_grad=True to skip updating the Parameters with "
-            "stale gradients.")
 
     def _rescale(self, batch_size, where: str) -> np.float32:
         check_range(f"Trainer.{where}", "batch_size", batch_size, low=0.0, low_open=True)
@@ -452,7 +445,7 @@ class Trainer:
         normalized by ``1 / batch_size``; see the class docstring for stale ones."""
         gluon_call("update", grads, batch_size)
         present, g_leaves, mapped = self._split_grads(grads, "update", need_mapped=False)
-        self._check_stale(present, "update", ignore_stale_grad)
+        check_stale(self._names, present, "update", ignore_stale_grad)
         rescale = self._rescale(batch_size, "update")
         if not any(present):
             return
@@ -478,7 +471,7 @@ class Trainer:
         """
         gluon_call("step", grads, batch_size)
         present, g_leaves, _ = self._split_grads(grads, "step", need_mapped=True)
-        self._check_stale(present, "step", ignore_stale_grad)
+        check_stale(self._names, present, "step", ignore_stale_grad)
         rescale = self._rescale(batch_size, "step")
         if not any(present):
             return
@@ -496,7 +489,8 @@ class Trainer:
         self._set_residual(present, residual)
         self._after_step()
 
-    def compile_step(self, loss_fn: Callable, *, has_aux: bool = False, reduce_aux: str | None = None) -> Callable:
+    def compile_step(self, loss_fn: Callable, *, has_aux: bool = False, reduce_aux: str | None = None,
+                     model_state=None, sync_model_state: bool = True) -> Callable:
         """One program: forward, backward, all-reduce, update.
 
         Returns ``run(batch, batch_size) -> loss``: ``batch`` is this process's
@@ -508,14 +502,14 @@ class Trainer:
         (counts) reduced over all devices of all processes inside the
         program, one value without that axis. Parameters, optimizer state and residuals
         are donated to the program, so no second copy is held. Same result as
-        ``step(trainer.grads(loss_fn, batch), batch_size)``.
+        ``step(trainer.grads(loss_fn, batch), batch_size)``. Model state (BatchNorm
+        statistics): ``model_state=state0`` with ``loss_fn(params, model_state, shard) ->
+        (loss, new_model_state)``; the Trainer keeps it (``trainer.model_state``), averaged
+        over devices each step or, ``sync_model_state=False``, per device (`_model_state`).
         """
-        if reduce_aux not in (None, "mean", "sum"):
-            raise ValueError("Trainer.compile_step(reduce_aux=...): expected None, 'mean' or 'sum'; "
-                             f"got {reduce_aux!r}.")
-        if reduce_aux is not None and not has_aux:
-            raise ValueError("Trainer.compile_step(reduce_aux=...): needs has_aux=True (a loss function "
-                             "returning (loss, aux)).")
+        check_aux(has_aux, reduce_aux)
+        if model_state is not None:
+            return compile_with_state(self, loss_fn, model_state, sync_model_state, has_aux, reduce_aux)
         key = ("compiled", loss_fn, has_aux, reduce_aux)
 
         def build():
@@ -529,8 +523,9 @@ class Trainer:
             rescale = self._rescale(batch_size, "compile_step")
             program = self._program(key, build)  # rebuilt if the layout changed
             self._feed_host_lr()
-            self._params, self._state, self._residual, loss, aux = program(
-                self._params, self._state, self._residual, ar.split_batch(batch, self._n), rescale)
+            with batch_hint("compile_step", batch, self._n):
+                self._params, self._state, self._residual, loss, aux = program(
+                    self._params, self._state, self._residual, ar.split_batch(batch, self._n), rescale)
             self._host_lr_ran()
             self._after_step()
             return (loss, aux) if has_aux else loss

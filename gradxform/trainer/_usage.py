@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-__all__ = ["NO_BATCH_SIZE", "check_params_arg", "gluon_call"]
+__all__ = ["NO_BATCH_SIZE", "check_params_arg", "check_stale", "gluon_call"]
 
 NO_BATCH_SIZE = object()  # step(batch_size) called Gluon's way: see gluon_call
 
@@ -52,3 +52,16 @@ def check_params_arg(params, names, leaves) -> None:
                 raise TypeError(f"Trainer(params=...): {_module_hint(params)}")
             raise TypeError(f"Trainer(params=...): parameter {name!r} is {what}; parameters must be "
                             "floating-point arrays.")
+
+
+def check_stale(names, present, where: str, ignore_stale_grad: bool) -> None:
+    """Gluon's UserWarning for a None (stale) gradient, unless ``ignore_stale_grad``."""
+    if ignore_stale_grad or all(present):
+        return
+    name = names[present.index(False)]
+    raise UserWarning(
+        f"Trainer.{where}: the gradient of Parameter `{name}` is None: it has not been computed "
+        "since the last `step`. This could mean a bug in your model that made it only use a "
+        "subset of the Parameters for this iteration. If you are intentionally only using a "
+        "subset, call step with ignore_stale_grad=True to skip updating the Parameters with "
+        "stale gradients.")
