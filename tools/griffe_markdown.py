@@ -24,7 +24,7 @@ def escape_quotes(text: str) -> str:
 
 
 class PlainDocstrings(griffe.Extension):
-    def on_instance(self, *, node, obj, **kwargs) -> None:  # noqa: ANN001, ANN003
+    def on_instance(self, *, node, obj, **kwargs) -> None:
         if obj.docstring is None:
             return
         value = getattr(node, "obj", None)
