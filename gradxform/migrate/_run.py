@@ -52,7 +52,8 @@ def convert_run(framework: str, params_file, state_file, tx, out=None, *, traina
         ``'paddle'`` (``.pdparams`` + ``.pdopt``, whose ``LR_Scheduler`` gives the
         schedule position) or ``'mindspore'`` (``save_checkpoint(net)`` +
         ``save_checkpoint(opt)``, whose ``global_step`` gives it).
-      params_file, state_file: the two files (paths or binary file objects).
+      params_file: the parameter file (a path or a binary file object).
+      state_file: the optimizer-state file (a path or a binary file object).
       tx: the gradxform optimizer with the run's hyperparameters and schedule
         (as for `from_gluon_states`, `from_paddle_state_dict`, `from_mindspore_checkpoint`).
       out: where to write the checkpoint (`gradxform.save_state`); None: write nothing.

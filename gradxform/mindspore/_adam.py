@@ -184,14 +184,19 @@ def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False
         use_amsgrad:  v in the last line is vhat = max(vhat, v)
 
     Args:
-      beta1, beta2: floats in (0, 1); eps: float > 0 (hyperparameters).
+      beta1: float in (0, 1) (hyperparameter).
+      beta2: float in (0, 1) (hyperparameter).
+      eps: float > 0 (hyperparameter).
       use_locking: accepted and ignored (a JAX update has no concurrent writers).
-      use_nesterov, use_amsgrad, use_lazy, use_offload: bools (static);
-        use_lazy: only rows (first axis) touched by the gradient change,
-        moments included (`lazy_rows`); use_offload: moments in host memory
+      use_nesterov: bool (static).
+      use_amsgrad: bool (static); combines with neither ``use_lazy`` nor
+        ``use_offload``.
+      use_lazy: bool (static): only rows (first axis) touched by the gradient
+        change, moments included (`lazy_rows`).
+      use_offload: bool (static): moments in host memory
         (`offloaded_moments`), no gradient centralization (as MindSpore).
-        amsgrad combines with neither.
-      Others as `gradxform.mindspore.momentum`.
+
+    Others as `gradxform.mindspore.momentum`.
     """
     return _adam(registered_name(adam), **locals())
 

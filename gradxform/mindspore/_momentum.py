@@ -49,7 +49,8 @@ def momentum(learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nest
       learning_rate: a number >= 0, a list / 1-D array (update i uses the i-th
         value, the last one after the end), or a `gradxform.schedules` schedule.
       momentum: float >= 0 (hyperparameter ``momentum``).
-      weight_decay: >= 0. loss_scale: > 0, static gradient division.
+      weight_decay: >= 0.
+      loss_scale: > 0, static gradient division.
       use_nesterov: bool (static).
       groups: MindSpore parameter groups (`gradxform.mindspore._groups`): 'params',
         'lr', 'weight_decay', 'grad_centralization', and 'order_params'.
@@ -245,8 +246,10 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
       optimizer: the wrapped transformation (a `gradxform.mindspore`
         optimizer; another transformation works with ``weight_decay``,
         ``loss_scale`` and, for ``use_clip``, ``learning_rate`` given here).
-      epsilon, coefficient: floats >= 0 (hyperparameters).
-      use_clip: bool (static). lars_filter: name -> bool (static per leaf).
+      epsilon: float >= 0 (hyperparameter).
+      coefficient: float >= 0 (hyperparameter).
+      use_clip: bool (static).
+      lars_filter: name -> bool (static per leaf).
       weight_decay: None (the wrapped optimizer's), or LARS's own: a number
         >= 0, a list, or a `gradxform.schedules` schedule (dynamic weight
         decay, MindSpore's weight-decay Cell, read at the update's step as a

@@ -43,8 +43,11 @@ def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=
       params: MindSpore's ``params`` (group dicts, parameters with a ``.name``),
         or None / the parameter pytree: every leaf (given to ``init``); by
         keyword here, first in `gradxform.mindspore.AdaMax`.
-      beta1, beta2: floats in (0, 1); eps: float > 0.
-      learning_rate, weight_decay, loss_scale: as `gradxform.mindspore.momentum`.
+      beta1: float in (0, 1).
+      beta2: float in (0, 1).
+      eps: float > 0.
+
+    ``learning_rate``, ``weight_decay``, ``loss_scale``: as `gradxform.mindspore.momentum`.
     """
     owner = registered_name(adamax)
     o = parse(owner, learning_rate, weight_decay, loss_scale, groups, params=params, skip_nonfinite=skip_nonfinite)

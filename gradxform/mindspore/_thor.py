@@ -371,9 +371,10 @@ def thor(net=None, learning_rate=None, damping=None, momentum=None, weight_decay
         step; only cycle-start values are used (and every step's for
         ``layernorm``). A hyperparameter (``set_hyper(damping=...)`` scales a
         list as it does a learning rate list).
-      momentum: float >= 0. weight_decay: int or float >= 0 (after the
-        preconditioning, not multiplied by loss_scale, as ``apply_decay`` in
-        ``ThorGpu``). loss_scale: float > 0.
+      momentum: float >= 0.
+      weight_decay: int or float >= 0 (after the preconditioning, not
+        multiplied by loss_scale, as ``apply_decay`` in ``ThorGpu``).
+      loss_scale: float > 0.
       batch_size: int > 0, the normaliser above (static).
       use_nesterov: bool (static; MindSpore's ``ThorAscend`` has no Nesterov).
       decay_filter: ``name -> bool``, which parameters decay (default: all,
@@ -384,7 +385,8 @@ def thor(net=None, learning_rate=None, damping=None, momentum=None, weight_decay
       enable_clip_grad: bool (static): clip each leaf to norm 1.0 (MindSpore's
         ``GRADIENT_CLIP_TYPE = 1``, ``GRADIENT_CLIP_VALUE = 1.0``).
       frequency: int >= 2 (static): steps per cycle of the inverses.
-      layers: see above (static). layout: ``"in_out"`` (Flax: dense kernels
+      layers: see above (static).
+      layout: ``"in_out"`` (Flax: dense kernels
         ``(in, out)``, conv ``(kh, kw, in, out)``) or ``"out_in"`` (MindSpore,
         Equinox, PyTorch: ``(out, in)``, ``(out, in, kh, kw)``); embedding
         tables are ``(vocab, dim)`` in both.

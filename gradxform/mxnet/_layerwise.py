@@ -53,12 +53,16 @@ def lamb(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6, lower_bound=
 
     Args:
       learning_rate: >= 0 (MXNet's default 0.001).
-      beta1, beta2: in [0, 1). epsilon: > 0.
-      lower_bound, upper_bound: None or a number; as MXNet, a bound that is
-        not > 0 is no bound (static).
+      beta1: in [0, 1).
+      beta2: in [0, 1).
+      epsilon: > 0.
+      lower_bound: None or a number; as MXNet, a bound that is not > 0 is no
+        bound (static).
+      upper_bound: the same.
       bias_correction: bool (static).
-      wd, rescale_grad, clip_gradient, lr_scheduler, multi_precision, ...:
-        the common keywords (`gradxform.mxnet.sgd`).
+
+    ``wd``, ``rescale_grad``, ``clip_gradient``, ``lr_scheduler``,
+    ``multi_precision``, ...: the common keywords (`gradxform.mxnet.sgd`).
     """
     o = parse_options(lamb, locals())
     owner = o.owner
@@ -144,9 +148,12 @@ def lars(learning_rate=None, momentum=0.0, lazy_update=False, eta=0.001, eps=0.0
       lazy_update: accepted, no effect: MXNet's LARS reads it only on its
         row_sparse path; dense gradients take the aggregated kernels, which
         ignore it (so the default here is False, and True changes nothing).
-      eta: >= 0. eps: >= 0. momentum_correction: bool (static).
+      eta: >= 0.
+      eps: >= 0.
+      momentum_correction: bool (static).
       learning_rate: >= 0; None means 0.01, or the lr_scheduler's base_lr.
-      wd, rescale_grad, ...: the common keywords (`gradxform.mxnet.sgd`).
+
+    ``wd``, ``rescale_grad``, ...: the common keywords (`gradxform.mxnet.sgd`).
     """
     o = parse_options(lars, locals())
     owner = o.owner
@@ -185,8 +192,10 @@ def groupadagrad(learning_rate=None, eps=1e-5, *, wd=0.0, rescale_grad=1.0, clip
     is not shaped like the parameter.
 
     Args:
-      eps: >= 0, added inside the root. learning_rate: >= 0; None means 0.01,
-        or the lr_scheduler's base_lr. wd, rescale_grad, ...: the common keywords.
+      eps: >= 0, added inside the root.
+      learning_rate: >= 0; None means 0.01, or the lr_scheduler's base_lr.
+
+    ``wd``, ``rescale_grad``, ...: the common keywords (`gradxform.mxnet.sgd`).
     """
     o = parse_options(groupadagrad, locals())
     owner = o.owner

@@ -40,13 +40,16 @@ def sgd(learning_rate=None, momentum=0.0, lazy_update=False, *, wd=0.0, rescale_
         w  += mom
 
     Args:
-      learning_rate: >= 0; None means 0.01, or the lr_scheduler's base_lr. momentum: in [0, 1); 0 keeps no momentum buffer
-        (static). lazy_update: row_sparse semantics over dense gradients: rows
+      learning_rate: >= 0; None means 0.01, or the lr_scheduler's base_lr.
+      momentum: in [0, 1); 0 keeps no momentum buffer (static).
+      lazy_update: row_sparse semantics over dense gradients: rows
         whose gradient is all zero are left alone, weight and momentum alike.
         MXNet's default True only acts on row_sparse gradients, so dense
         MXNet training matches the default False here.
-      wd, rescale_grad, ... (keyword-only): the keywords every MXNet
-        optimizer takes, with MXNet's defaults (`gradxform.mxnet._common`).
+
+    The other keywords (``wd``, ``rescale_grad``, ``clip_gradient``,
+    ``lr_scheduler``, ``multi_precision``, ...; keyword-only) are the ones
+    every MXNet optimizer takes, with MXNet's defaults (`gradxform.mxnet._common`).
     """
     return _sgd_rule(parse_options(sgd, locals()), momentum, lazy_update)
 

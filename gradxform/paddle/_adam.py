@@ -180,10 +180,16 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=N
     Paddle's documentation prints ``epsilon`` added to ``sqrt(m2)``; its
     kernel adds ``epsilon * sqrt(1 - beta2_pow)`` (the code wins).
 
-    Args: as `gradxform.paddle.sgd`, and beta1, beta2 in [0, 1), epsilon >= 0
-      (hyperparameters); amsgrad: bool (static). lazy_mode: accepted; it acts
-      only on Paddle's sparse (SelectedRows) gradients, so dense gradients
-      give the same numbers with either value (goldens checked).
+    The other arguments are as `gradxform.paddle.sgd`'s.
+
+    Args:
+      beta1: in [0, 1) (hyperparameter).
+      beta2: in [0, 1) (hyperparameter).
+      epsilon: >= 0 (hyperparameter).
+      amsgrad: bool (static).
+      lazy_mode: accepted; it acts only on Paddle's sparse (SelectedRows)
+        gradients, so dense gradients give the same numbers with either
+        value (goldens checked).
       use_multi_tensor: accepted (the same numbers).
     """
     owner = registered_name(adam)

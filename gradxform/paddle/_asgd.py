@@ -92,12 +92,13 @@ def asgd(learning_rate=0.001, batch_num=1, parameters=None, weight_decay=None, g
         each ``optimizer.step()``), or a `gradxform.schedules.ReduceOnPlateau`
         (then ``update`` needs ``loss=``).
       batch_num: int > 0, the number of stored gradients (static).
-      parameters, weight_decay, grad_clip, multi_precision, name: Paddle's
-        (see `gradxform.paddle._common`): weight_decay None, a float (L2) or
-        `L1Decay` / `L2Decay`; grad_clip a `ClipGradByGlobalNorm` /
-        `ClipGradByNorm` / `ClipGradByValue`; multi_precision: float32 master
-        weights (and state) for float16/bfloat16 parameters; without it such
-        parameters warn, as Paddle does.
+      parameters: Paddle's (see `gradxform.paddle._common`).
+      weight_decay: None, a float (L2) or `L1Decay` / `L2Decay`.
+      grad_clip: a `ClipGradByGlobalNorm` / `ClipGradByNorm` / `ClipGradByValue`.
+      multi_precision: float32 master weights (and state) for
+        float16/bfloat16 parameters; without it such parameters warn, as
+        Paddle does.
+      name: Paddle's (unused).
       skip_nonfinite: a step with a NaN/Inf gradient changes nothing.
     """
     owner = registered_name(asgd)

@@ -135,10 +135,15 @@ def momentum(learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=Fa
     A group dict may set its own ``momentum``, ``use_nesterov`` and
     ``rescale_grad`` (Paddle's ``_update_param_group``).
 
-    Args: as `sgd`, and momentum: a number in [0, 1] (Paddle checks only that
-      it is set; hyperparameter ``momentum``). use_nesterov: bool (static).
-      rescale_grad: a number (hyperparameter). use_multi_tensor: accepted
-      (Paddle's merged kernel computes the same numbers; see `gradxform.fused`).
+    The other arguments are as `sgd`'s.
+
+    Args:
+      momentum: a number in [0, 1] (Paddle checks only that it is set;
+        hyperparameter ``momentum``).
+      use_nesterov: bool (static).
+      rescale_grad: a number (hyperparameter).
+      use_multi_tensor: accepted (Paddle's merged kernel computes the same
+        numbers; see `gradxform.fused`).
     """
     owner = registered_name(globals()["momentum"])  # the argument momentum shadows the factory
     del name
