@@ -38,6 +38,7 @@ from ._pickle import (
     read_bytes,
     safe_loads,
 )
+from ._mindspore import _ALL_PREFIXES, read_mindspore_checkpoint
 from ._state import at_boundary
 
 __all__ = [
@@ -184,7 +185,6 @@ def read_mindspore_params(fname, *, optimizer_entries: bool = False) -> dict[str
     reads as the entries before the cut (`to_tree` then names the missing
     ones; a file saved with ``crc_check=True`` is checked whole). A cut inside
     an entry is a `MigrateError`."""
-    from ._mindspore import _ALL_PREFIXES, read_mindspore_checkpoint
     ckpt = read_mindspore_checkpoint(fname)
     arrays = {k: v for k, v in ckpt.items() if isinstance(v, np.ndarray) and v.dtype.kind != "U"}
     if optimizer_entries:

@@ -9,6 +9,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
+from ..checkpoint import load_state, read_metadata, save_state
 from .._state_paths import find_states
 from ..pieces.internal import StepState
 from ._errors import MigrateError
@@ -121,7 +122,6 @@ def convert_run(framework: str, params_file, state_file, tx, out=None, *, traina
                 dtypes={n: str(a.dtype) for n, a in arrays.items()})
     tree = {"params": params, "buffers": buffers, "opt_state": state}
     if out is not None:
-        from ..checkpoint import save_state
         save_state(out, tree, meta=meta)
     return tree
 
@@ -140,7 +140,6 @@ def _pick(arrays: dict, order: list, framework: str) -> dict:
 def load_run(path, tx):
     """The tree `convert_run` wrote to ``path``, read back with `gradxform.load_state`
     (the ``like`` built from the file's meta: shapes, dtypes, ``tx.init``)."""
-    from ..checkpoint import load_state, read_metadata
     meta = read_metadata(path)
     zeros = {n: jnp.zeros(meta["shapes"][n], meta["dtypes"][n]) for n in meta["names"]}
     params = {n: zeros[n] for n in meta["trainable"]}
