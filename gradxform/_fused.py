@@ -70,6 +70,7 @@ import warnings
 from typing import Any, NamedTuple
 
 import jax
+import jax.core
 import numpy as np
 
 from ._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation

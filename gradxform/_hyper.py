@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey

@@ -16,6 +16,7 @@ import dataclasses
 import warnings
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 

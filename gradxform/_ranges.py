@@ -52,6 +52,8 @@ import math
 import re
 
 import jax
+import jax.core
+import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["Range", "check_bool", "check_value", "real_value", "check_hyper", "declared_range", "register_range", "stored_float32",
@@ -120,8 +122,8 @@ def real_value(owner: str, name: str, value) -> tuple[float, bool]:
     if not bad and dtype is not None:
         try:
             dt = np.dtype(dtype)
-            bad = dt == np.bool_ or not (jax.dtypes.issubdtype(dt, np.integer)
-                                         or jax.dtypes.issubdtype(dt, np.floating))
+            bad = dt == np.bool_ or not (jnp.issubdtype(dt, np.integer)
+                                         or jnp.issubdtype(dt, np.floating))
         except TypeError:  # an extended dtype (a PRNG key)
             bad = True
         if not bad and np.size(value) != 1:

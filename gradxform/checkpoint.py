@@ -147,7 +147,7 @@ def _msgpack():
 
 def _is_key(x) -> bool:
     dtype = getattr(x, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def _leaf_dtype_name(x) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import jax
+import jax.core
 import jax.numpy as jnp
 
 from .._registry import registered_name
