@@ -100,7 +100,8 @@ def domain_error(state) -> str | None:
     (and its parameter, the path inside the field), the first offending value
     and its index."""
     for path, node in state_paths(state):
-        for field, domain in getattr(type(node), "domains", {}).items():
+        domains: dict[str, Domain] = getattr(type(node), "domains", {})
+        for field, domain in domains.items():
             rng = domain(node) if callable(domain) else domain
             value = getattr(node, field, None)
             if rng is None or value is None:
