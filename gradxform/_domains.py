@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Callable, Union
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ._ranges import NON_NEGATIVE, UNIT_CLOSED, Range
@@ -68,16 +69,16 @@ def _host(leaf):
     if leaf is None or isinstance(leaf, jax.ShapeDtypeStruct):
         return None
     dtype = getattr(leaf, "dtype", None)
-    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
         return None
     if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
         parts = [np.asarray(s.data).reshape(-1) for s in leaf.addressable_shards]
         a = np.concatenate(parts) if parts else np.zeros((0,), leaf.dtype)
     else:
         a = np.asarray(leaf)
-    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.number) or jax.dtypes.issubdtype(a.dtype, np.floating)):
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.number) or jnp.issubdtype(a.dtype, np.floating)):
         return None
-    if jax.dtypes.issubdtype(a.dtype, np.floating) and a.dtype.itemsize < 4:
+    if jnp.issubdtype(a.dtype, np.floating) and a.dtype.itemsize < 4:
         a = a.astype(np.float32)  # bfloat16, float16, float8: compared in float32 (exact)
     return a
 
@@ -99,7 +100,8 @@ def domain_error(state) -> str | None:
     (and its parameter, the path inside the field), the first offending value
     and its index."""
     for path, node in state_paths(state):
-        for field, domain in getattr(type(node), "domains", {}).items():
+        domains: dict[str, Domain] = getattr(type(node), "domains", {})
+        for field, domain in domains.items():
             rng = domain(node) if callable(domain) else domain
             value = getattr(node, field, None)
             if rng is None or value is None:

@@ -27,6 +27,7 @@ import warnings
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import keystr, tree_flatten_with_path
@@ -233,7 +234,7 @@ def as_init_dtypes(state, expected):
     `jax.eval_shape`, same structure). Weakly typed scalars too: a Python
     float would otherwise turn a bfloat16 step's arithmetic weak (optax#1414)."""
     def one(s, e):
-        if _is_number(s) and tuple(e.shape) == () and not jax.dtypes.issubdtype(e.dtype, jax.dtypes.prng_key):
+        if _is_number(s) and tuple(e.shape) == () and not jnp.issubdtype(e.dtype, jax.dtypes.prng_key):
             return jnp.asarray(s, e.dtype)
         return s
     return jax.tree.map(one, state, expected)

@@ -12,6 +12,7 @@ import warnings
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 

@@ -70,6 +70,7 @@ import warnings
 from typing import Any, NamedTuple
 
 import jax
+import jax.core
 import numpy as np
 
 from ._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation
@@ -291,12 +292,13 @@ def fused(tx: GradientTransformation, *, strict: bool = False,
     return transformation(init, update)
 
 
-fused.ravel = ravel
-fused.FlatTree = FlatTree
-fused.why_not_fused = why_not_fused
-fused.bit_exact = bit_exact
-fused.fusable = fusable
-fused.not_fusable = not_fusable
-fused.flatten_state = flatten_state
-fused.unflatten_state = unflatten_state
-fused.packed = packed
+# gradxform.fused.<name>: helpers hung on the function as a namespace (intentional; public API)
+fused.ravel = ravel  # pyright: ignore[reportFunctionMemberAccess]
+fused.FlatTree = FlatTree  # pyright: ignore[reportFunctionMemberAccess]
+fused.why_not_fused = why_not_fused  # pyright: ignore[reportFunctionMemberAccess]
+fused.bit_exact = bit_exact  # pyright: ignore[reportFunctionMemberAccess]
+fused.fusable = fusable  # pyright: ignore[reportFunctionMemberAccess]
+fused.not_fusable = not_fusable  # pyright: ignore[reportFunctionMemberAccess]
+fused.flatten_state = flatten_state  # pyright: ignore[reportFunctionMemberAccess]
+fused.unflatten_state = unflatten_state  # pyright: ignore[reportFunctionMemberAccess]
+fused.packed = packed  # pyright: ignore[reportFunctionMemberAccess]

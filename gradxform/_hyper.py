@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey
@@ -312,7 +313,7 @@ def _scheduled(state, where=None, who="get_learning_rate"):
     return any(bool(f) for f in flags)
 
 
-def get_learning_rate(state, *, where=None) -> float:
+def get_learning_rate(state, *, where=None) -> float | jax.Array:
     """The learning rate the optimizer uses now, schedule included.
 
     Without a schedule this is the ``learning_rate`` hyperparameter; with one it

@@ -16,6 +16,7 @@ import dataclasses
 import warnings
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -114,7 +115,7 @@ def packed(tx: GradientTransformation, *, max_leaf_size: int = 1 << 16) -> Gradi
     def update(updates, state, params=None, **extra_args):
         if (not enabled or isinstance(updates, FlatTree)
                 or extra_args.get("update_mask") is not None or buffer_segments(extra_args) is not None):
-            return tx.update(updates, state, params, **extra_args)
+            return tx.update(updates, state, params, **extra_args)  # pyright: ignore[reportArgumentType]  # a FlatTree is a pytree; optax's Updates alias does not say so
         ref = updates if params is None else params
         leaves, treedef = jax.tree.flatten(ref)
         if sum(np.size(x) <= max_leaf_size for x in leaves) < 2 or jax.tree.structure(updates) != treedef:

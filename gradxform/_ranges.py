@@ -50,8 +50,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from typing import Any
 
 import jax
+import jax.core
+import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["Range", "check_bool", "check_value", "real_value", "check_hyper", "declared_range", "register_range", "stored_float32",
@@ -108,20 +111,26 @@ def stored_float32(value) -> float:
     return v
 
 
-def real_value(owner: str, name: str, value) -> tuple[float, bool]:
+def _never_real(value: Any) -> bool:
+    """A bool, string, bytes, complex or None: not a real number whatever its value (a
+    function of its own: an isinstance inline would narrow ``value`` for the checker)."""
+    return isinstance(value, (bool, np.bool_, str, bytes, complex, np.complexfloating)) or value is None
+
+
+def real_value(owner: str, name: str, value: Any) -> tuple[float, bool]:
     """``(value as a Python float, whether it overflowed float64)``, whatever
     its type: a Python int or float, a NumPy scalar, a 0-d (or one-element)
     NumPy or JAX array, ``fractions.Fraction``... An integer beyond float64
     (``10**400``) is +/-inf, judged as such. A TypeError naming the argument
     for what is not a real number: a bool, a string (``'0.1'``), a complex of
     any kind (``0.1+1j``, ``np.complex64``), an array of another size, None."""
-    bad = isinstance(value, (bool, np.bool_, str, bytes, complex, np.complexfloating)) or value is None
+    bad = _never_real(value)
     dtype = getattr(value, "dtype", None)
     if not bad and dtype is not None:
         try:
             dt = np.dtype(dtype)
-            bad = dt == np.bool_ or not (jax.dtypes.issubdtype(dt, np.integer)
-                                         or jax.dtypes.issubdtype(dt, np.floating))
+            bad = dt == np.bool_ or not (jnp.issubdtype(dt, np.integer)
+                                         or jnp.issubdtype(dt, np.floating))
         except TypeError:  # an extended dtype (a PRNG key)
             bad = True
         if not bad and np.size(value) != 1:

@@ -19,7 +19,7 @@ import difflib
 import functools
 import inspect
 import warnings
-from typing import Callable
+from typing import Any, Callable, cast
 
 from ._base import GradientTransformation, transformation
 from ._ranges import register_range
@@ -27,7 +27,7 @@ from ._ranges import register_range
 __all__ = ["create", "register", "registered_names", "register_family", "family_classes", "registered_name",
            "registered_factory", "keyword_checked"]
 
-_REGISTRY: dict[str, Callable[..., GradientTransformation]] = {}
+_REGISTRY: dict[str, Callable[..., Any]] = {}  # factories: what they return is checked by create
 _NAMES: dict[Callable, str] = {}  # factory -> the name it was first registered under (its owner name)
 DEFAULT_FAMILY = "mxnet"
 
@@ -245,11 +245,12 @@ def unknown_keyword_message(who: str, given: str, known: list[str]) -> str:
     return f"{who}: unknown keyword {given!r}{hint} It takes: {', '.join(known)}."
 
 
-def _as_transformation(obj, key: str) -> GradientTransformation:
+def _as_transformation(obj: Any, key: str) -> GradientTransformation:
     if isinstance(obj, tuple) and hasattr(obj, "init") and hasattr(obj, "update"):
-        return obj
-    if callable(getattr(obj, "init", None)) and callable(getattr(obj, "update", None)):
-        return transformation(obj.init, obj.update)
+        return cast(GradientTransformation, obj)  # an optax GradientTransformation(ExtraArgs) or alike
+    init, update = getattr(obj, "init", None), getattr(obj, "update", None)
+    if callable(init) and callable(update):
+        return transformation(init, update)
     raise TypeError(f"create({key!r}): the registered factory returned {type(obj).__name__}, which is not a "
                     "transformation; it must return an (init, update) pair or an object with init(params) and "
                     "update(updates, state, params=None) methods.")

@@ -236,7 +236,8 @@ def multipliers(names: Sequence[str], mapping: Mapping[Any, float] | Callable[[s
                 continue
             sel = Selector(key, what=what)
             if sel.kind(names) == "exact":
-                target = _object_name(key) if _object_name(key) is not None else key
+                named = _object_name(key)
+                target = named if named is not None else key
                 exact.setdefault(target, v)
             else:
                 patterns.append((sel.select(names), v))
@@ -267,7 +268,8 @@ def names_of(objs: Iterable) -> list[str] | None:
     if isinstance(objs, (str, bytes, dict)) or not isinstance(objs, (list, tuple)) or not objs:
         return None
     got = [_object_name(x) for x in objs]
-    return got if all(n is not None for n in got) else None
+    names = [n for n in got if n is not None]
+    return names if len(names) == len(got) else None
 
 
 def as_names(objs) -> list[str] | None:
@@ -279,4 +281,5 @@ def as_names(objs) -> list[str] | None:
     if isinstance(objs, (str, bytes, dict)) or not isinstance(objs, (list, tuple)) or not objs:
         return None
     got = [x if isinstance(x, str) else _object_name(x) for x in objs]
-    return got if all(n is not None for n in got) else None
+    names = [n for n in got if n is not None]
+    return names if len(names) == len(got) else None

@@ -23,7 +23,7 @@ import it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, cast
 
 __all__ = ["FIELDS", "LocalKey", "ContextUse", "Fusion", "Spec", "REDUCTIONS", "declare", "spec_of",
            "context_use", "checkable", "check_key", "piece_name"]
@@ -206,7 +206,7 @@ def declare(target=None, *, who: str | None = None, needs: Iterable = _KEEP, pro
         if spec.context and not spec.who:
             spec = dataclasses.replace(spec, who=piece_name(fn))
         if not isinstance(spec.needs, Mapping):  # who reads each need, for messages
-            spec = dataclasses.replace(spec, needs={k: spec.who for k in spec.needs})
+            spec = dataclasses.replace(spec, needs={k: spec.who for k in cast(Iterable[str], spec.needs)})
         setattr(fn, ATTR, spec)
         return t
 

@@ -35,7 +35,8 @@ def param_names(tree) -> list[str]:
 
 def _without_variable_value(path):
     last = path[-1] if path else None
-    if isinstance(last, jax.tree_util.GetAttrKey) and last.name == "value" and len(path) > 1:
+    # jax types GetAttrKey as Any, so isinstance does not narrow ``last``
+    if isinstance(last, jax.tree_util.GetAttrKey) and last.name == "value" and len(path) > 1:  # pyright: ignore[reportOptionalMemberAccess]
         return path[:-1]
     return path
 

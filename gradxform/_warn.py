@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from typing import cast
 
 import jax
 import optax
@@ -17,7 +18,7 @@ def _package_dir(module_file: str) -> str:
 
 # gradxform's own frames, and the JAX and optax frames between a user's call and ours
 # (`jax.jit(tx.init)`, `optax.chain(...).init`): a warning pointing there tells nobody anything.
-_SKIPPED = tuple(_package_dir(m.__file__) for m in (sys.modules[__package__], jax, optax))
+_SKIPPED = tuple(_package_dir(cast(str, m.__file__)) for m in (sys.modules[cast(str, __package__)], jax, optax))
 
 
 def warn_at_caller(message: str) -> None:

@@ -69,7 +69,7 @@ import reprlib
 import struct
 import tempfile
 import time
-from typing import Any
+from typing import Any, cast
 
 try:
     import fcntl
@@ -147,7 +147,7 @@ def _msgpack():
 
 def _is_key(x) -> bool:
     dtype = getattr(x, "dtype", None)
-    return dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def _leaf_dtype_name(x) -> str:
@@ -329,12 +329,12 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
         hosts.append(h)
         entries.append([p, list(shape), dtype, offset, h.nbytes])
         offset += h.nbytes
-        sha.update(h)
-    header = _msgpack().packb({
+        sha.update(h)  # pyright: ignore[reportArgumentType]  # an ndarray is a buffer; NumPy's stubs say so only for Python 3.12+
+    header = cast(bytes, _msgpack().packb({  # msgpack.packb: bytes (None only from a Packer without autoreset)
         "format": FORMAT_VERSION, "leaves": entries, "treedef": str(treedef),
         "payload_size": offset, "payload_sha256": sha.hexdigest(),
         "meta": _msgpack_safe(meta or {}),
-    }, use_bin_type=True)
+    }, use_bin_type=True))
     total = _PREFIX.size + len(header) + _SHA + offset
     if _header_cost(header, _header_limit(total)) is None:  # what load_state would refuse
         raise ValueError(f"save_state: {len(entries)} leaves of {offset} bytes in all: the header describing "

@@ -53,12 +53,12 @@ _DTYPES = {"Float32": "<f4", "Float16": "<f2", "Float64": "<f8", "Int8": "i1", "
 def _checkpoint_class():
     from google.protobuf import descriptor_pb2, descriptor_pool  # noqa: PLC0415  (optional extra)
     try:
-        from google.protobuf.message_factory import GetMessageClass  # noqa: PLC0415
+        from google.protobuf.message_factory import GetMessageClass  # noqa: PLC0415  # pyright: ignore[reportAssignmentType]  # the fallback below is for older protobuf
     except ImportError:  # protobuf < 4.22
         from google.protobuf import message_factory  # noqa: PLC0415
 
         def GetMessageClass(desc):  # noqa: N802
-            return message_factory.MessageFactory(desc.file.pool).GetPrototype(desc)
+            return message_factory.MessageFactory(desc.file.pool).GetPrototype(desc)  # pyright: ignore[reportAttributeAccessIssue]  # protobuf < 4.22 only
 
     F = descriptor_pb2.FieldDescriptorProto
     fdp = descriptor_pb2.FileDescriptorProto(name="gradxform_ms_checkpoint.proto", package="gradxform_ms",

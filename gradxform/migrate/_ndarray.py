@@ -108,7 +108,7 @@ class _Reader:
         return out
 
 
-def decode_ndarray(raw: bytes, what: str = "NDArray", *, sparse: bool = False,
+def decode_ndarray(raw: bytes | bytearray, what: str = "NDArray", *, sparse: bool = False,
                    budget: Budget = _UNLIMITED) -> np.ndarray | RowSparse | None:
     """Decodes MXNet's NDArray serialisation (little-endian)::
 

@@ -19,7 +19,7 @@ with the restricted unpickler: only numpy arrays, dtypes and scalars.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import jax
 import numpy as np
@@ -240,7 +240,7 @@ def _scheduler_slots(sd, position, n_leaves) -> dict:
             what = f"{WHO}: LR_Scheduler"
             whole.update({
                 Slot(PlateauState, "last_lr"): np.float32(checked_value(
-                    sched.get("last_lr"), f"{what} last_lr", declared_range(None, "learning_rate"))),
+                    sched.get("last_lr"), f"{what} last_lr", cast(Range, declared_range(None, "learning_rate")))),
                 Slot(PlateauState, "best"): np.float32(0.0 if best is None else checked_value(best, f"{what} best",
                                                                                               Range())),
                 Slot(PlateauState, "has_best"): np.asarray(best is not None, np.int32),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -275,7 +275,7 @@ LAYOUTS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
-def _layout_fn(layout, where: str):
+def _layout_fn(layout, where: str) -> tuple[Callable[[np.ndarray], Any] | None, str]:
     if layout is None:
         return None, ""
     if callable(layout):
@@ -374,7 +374,7 @@ def to_tree(named_arrays: Mapping[str, Any], like, rules=None, *, ignore=None):
         layout = None
         if isinstance(target, tuple):
             target, layout = target
-        if target not in slots:
+        if not isinstance(target, str) or target not in slots:  # slots: {name: index}
             problems.append(f"source {src!r} maps to {target!r}, which the target tree does not have")
             continue
         claimed.add(target)

@@ -507,7 +507,7 @@ def _finish(obj, what: str, m: _Machine):
     done: dict[int, Any] = {}
     active: set[int] = set()
 
-    def walk(x, depth):
+    def walk(x, depth) -> Any:
         if isinstance(x, (str, bytes, int, float, complex, type(None), np.ndarray, np.generic)):
             return x
         key = id(x)

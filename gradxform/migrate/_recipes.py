@@ -6,7 +6,7 @@ reaches, and none of them calls anything the file names.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class _Pending:
 
     __slots__ = ("recipe", "args", "value", "built")
 
-    def __init__(self, recipe: "_Recipe", args: tuple, value=None, built: bool = False):
+    def __init__(self, recipe: "_Recipe", args: tuple, value: Any = None, built: bool = False):
         self.recipe, self.args, self.value, self.built = recipe, args, value, built
 
 
@@ -82,10 +82,10 @@ class _Recipe:
 
     name = "?"
 
-    def reduce(self, args: tuple, ctx: ReadContext):
+    def reduce(self, args: tuple, ctx: ReadContext) -> Any:  # what the pickle's REDUCE builds
         raise UnsafePickleError(f"{self.name} cannot be called in a state file.")
 
-    def newobj(self, args: tuple, ctx: ReadContext):
+    def newobj(self, args: tuple, ctx: ReadContext) -> Any:
         raise UnsafePickleError(f"{self.name}.__new__ is not allowed in a state file.")
 
 
@@ -154,7 +154,7 @@ def _dtype_of(x, what: str) -> np.dtype:
     raise UnsafePickleError(f"{what}: the dtype is a {type(x).__name__}, not a numpy.dtype record.")
 
 
-def _raw_bytes(raw, what: str) -> bytes:
+def _raw_bytes(raw, what: str) -> bytes | bytearray:
     if isinstance(raw, str):  # Python 2 pickles carry latin-1 text
         raw = raw.encode("latin-1")
     if not isinstance(raw, (bytes, bytearray)):

@@ -15,7 +15,7 @@ import contextvars
 import functools
 import os
 import struct
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +63,7 @@ def _describe(slot: Slot) -> str:
     return f"{slot.cls.__name__}.{slot.field}" + (f" (holding {slot.key!r})" if slot.key else "")
 
 
-def fill_state(state, params, per_leaf: dict[Slot, Sequence[Any]], whole: dict[Slot, Any], *,
+def fill_state(state, params, per_leaf: Mapping[Slot, Sequence[Any]], whole: dict[Slot, Any], *,
                who: str, hint: str) -> Any:
     """Returns ``state`` with the given values written in.
 

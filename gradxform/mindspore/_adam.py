@@ -6,7 +6,7 @@ Sources: ``mindspore/nn/optim/adam.py`` (``P.Adam``, ``AdamWeightDecay``,
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol, cast
 
 import jax
 import jax.numpy as jnp
@@ -136,6 +136,14 @@ def _host_offered() -> bool:
     return all("pinned_host" in {m.kind for m in d.addressable_memories()} for d in jax.local_devices())
 
 
+class _MomentsLike(Protocol):
+    """The state of `offloaded_moments`'s ``inner``: a NamedTuple with ``mu`` and ``nu``."""
+    mu: Any
+    nu: Any
+
+    def _replace(self, **fields: Any) -> Any: ...
+
+
 def offloaded_moments(inner: GradientTransformation) -> GradientTransformation:
     """Keeps ``inner``'s moment buffers (``mu``, ``nu``) in pinned host memory
     where the JAX backend has that memory kind, on the device otherwise; they
@@ -157,7 +165,7 @@ def offloaded_moments(inner: GradientTransformation) -> GradientTransformation:
         return jax.tree.map(lambda x: jax.device_put(x, dev), tree)
 
     def init(params):
-        s = inner.init(params)
+        s = cast(_MomentsLike, inner.init(params))
         if not _host_offered():
             return s
         return s._replace(mu=to_host(s.mu), nu=to_host(s.nu))
@@ -165,6 +173,7 @@ def offloaded_moments(inner: GradientTransformation) -> GradientTransformation:
     def update(updates, state, params=None, **extra_args):
         state = state._replace(mu=to_device(state.mu), nu=to_device(state.nu))
         out, new = inner.update(updates, state, params, **extra_args)
+        new = cast(_MomentsLike, new)
         if _host_offered():
             new = new._replace(mu=to_host(new.mu), nu=to_host(new.nu))
         return out, new

@@ -31,7 +31,7 @@ groups leaves by them and runs these pieces unchanged on its flat buffers.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -198,7 +198,7 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
             val = s.lr_schedule.lr_for_update(t, base) if s.lr_schedule is not None else \
                 jnp.broadcast_to(base, t.shape)
             lr = jnp.where(slot == k, val, lr)
-        StepContext.of(extra_args).publish(lr=treedef.unflatten([lr[i] for i in range(len(leaves))]))
+        cast(StepContext, StepContext.of(extra_args)).publish(lr=treedef.unflatten([lr[i] for i in range(len(leaves))]))
         return updates, state
 
     return transformation(init, update)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import jax
+import jax.core
 import jax.numpy as jnp
+from optax import OptState
 
 from .._registry import registered_name
 from .._base import CONTEXT_KEY, GradientTransformation, StepContext, run_inner, transformation
@@ -135,7 +137,7 @@ def sgd(learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nester
 
 class LarsState(NamedTuple):
     hyper: Hyper
-    inner: ParamTree
+    inner: OptState
 
 
 def _default_lars_filter(name: str) -> bool:

@@ -6,7 +6,7 @@ Source: ``mxnet/optimizer/optimizer.py`` (1.9.1) and its kernels
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -213,7 +213,7 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
                                 w2, g2, wd)
         else:
             mult = jax.tree.map(lbmult, num_cums)
-        StepContext.of(extra_args).publish_local({LBMULT: mult, LBSGD_APPLY: apply_tree})
+        cast(StepContext, StepContext.of(extra_args)).publish_local({LBMULT: mult, LBSGD_APPLY: apply_tree})
         cum = jax.tree.map(lambda c, a: jnp.where(a, jnp.zeros_like(c), c), cum, apply_tree)
         return mean, LBSGDState(state.hyper, cum, num_cums)
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -197,7 +197,7 @@ class PaddleOptions(Setup):
             del params
             lr = context_value(extra_args, "lr", self.owner)
             # Paddle: float32(lr) * group['learning_rate'] (its scale op, float32)
-            StepContext.of(extra_args).publish(lr=jax.tree.map(lambda l, r: l * r, lr, state.lr_ratio))
+            cast(StepContext, StepContext.of(extra_args)).publish(lr=jax.tree.map(lambda l, r: l * r, lr, state.lr_ratio))
             return updates, state
 
         return transformation(init, update)

@@ -401,7 +401,7 @@ class ReduceOnPlateau(LRScheduler):
     def state_keys(self):
         self.keys = ["cooldown_counter", "best", "num_bad_epochs", "last_epoch", "last_lr"]
 
-    def step(self, metrics, epoch=None):
+    def step(self, metrics, epoch=None):  # pyright: ignore[reportIncompatibleMethodOverride]  # Paddle's signature
         """``metrics``: a number or a one-element array (the loss or score of this epoch)."""
         self.last_epoch = self.last_epoch + 1 if epoch is None else epoch
         if hasattr(metrics, "shape") and not isinstance(metrics, (np.floating, np.integer)):

@@ -33,15 +33,17 @@ import functools
 from typing import NamedTuple
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
+from optax import OptState
 
 from .._base import CONTEXT_KEY, GradientTransformation, StepContext, run_inner, transformation
 from .._spec import Fusion, declare
 from .._state_paths import find_states
 from ._segments import on_every_shard
 from .._hyper import check_range, hyper_scalar, register_check
-from .._types import Hyper, ParamTree
+from .._types import Hyper
 from .._domains import FLAG, NON_NEGATIVE_FINITE
 from .._ranges import Range
 
@@ -72,7 +74,7 @@ class GuardState(NamedTuple):
 
 class SkipNonfiniteState(NamedTuple):
     guard: GuardState
-    inner: ParamTree
+    inner: OptState
 
 
 class LossScaleState(NamedTuple):
@@ -83,7 +85,7 @@ class LossScaleState(NamedTuple):
     hyper: Hyper
     scale: jax.Array
     good_steps: jax.Array
-    inner: ParamTree
+    inner: OptState
     domains = {"scale": NON_NEGATIVE_FINITE, "good_steps": NON_NEGATIVE_FINITE}  # growth keeps the scale finite
 
 

@@ -5,6 +5,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from optax import OptState
 
 from .._base import GradientTransformation, run_inner, transformation
 from .._spec import Fusion, declare
@@ -28,7 +29,7 @@ class MasterWeightsState(NamedTuple):
     the others); ``inner``: the wrapped optimizer's state, built on the float32
     master values."""
     master: ParamTree
-    inner: ParamTree
+    inner: OptState
     domains = {"master": FINITE}
 
 

@@ -78,7 +78,7 @@ class StepState(NamedTuple):
     hyper: Hyper
     lr_mult: Optional[ParamTree]
     leaf_counts: Optional[ParamTree]
-    count: jax.Array
+    count: jax.Array  # pyright: ignore[reportIncompatibleMethodOverride]  # optax's field name (shadows tuple.count)
     per_leaf_fields = ("lr_mult", "leaf_counts")  # trees of per-leaf scalars (gradxform.fused: one per buffer)
     step_counter = True  # one per gradxform optimizer: gradxform._hyper tells optimizers apart by it
     # fields that may be None, and what each leaf holds then: leaf_counts -> count, lr_mult -> 1

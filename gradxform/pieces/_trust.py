@@ -6,7 +6,7 @@ summed in another order than per leaf (a few ulp: ``bit_exact=False``).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, cast
 
 import jax
 import jax.numpy as jnp
@@ -175,7 +175,7 @@ def provide_lars_ratio(eta: float = 0.001, eps: float = 0.0, *, key: LocalKey,
             ratio = jax.tree.map(one, w_sq, g_sq, wd)
         else:
             ratio = jax.tree.map(one, w_sq, g_sq, wd, state.layers)
-        StepContext.of(extra_args).publish_local({key: ratio})
+        cast(StepContext, StepContext.of(extra_args)).publish_local({key: ratio})
         return updates, state
 
     return transformation(init, update)

@@ -73,7 +73,7 @@ class Schedule:
     with other conventions sets the class attributes and overrides
     ``__call__`` (`gradxform.schedules._mxnet.LRScheduler`)."""
 
-    base_lr: float = 1.0
+    base_lr: float | None = 1.0  # None: taken from the optimizer at the first update (a user's schedule)
     indexed_by: str = COMPLETED
     rebase: str = SCALE
 
@@ -144,8 +144,8 @@ def on_completed_steps(sched: Callable) -> Callable:
     def shifted(count, base_lr=None):
         return sched(jnp.asarray(count) - 1, base_lr)
 
-    shifted.base_lr = getattr(sched, "base_lr", None)
-    shifted.wrapped = sched
+    shifted.base_lr = getattr(sched, "base_lr", None)  # pyright: ignore[reportFunctionMemberAccess]  # kept as it was
+    shifted.wrapped = sched  # pyright: ignore[reportFunctionMemberAccess]
     return shifted
 
 

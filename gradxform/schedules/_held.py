@@ -31,6 +31,7 @@ the host themselves and feed the value in, with no callback.
 from __future__ import annotations
 
 import threading
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +42,7 @@ from ._common import COMPLETED, SCALE, Schedule
 
 __all__ = ["HeldRate", "ScheduleRestartError", "watch", "wait_for_updates"]
 
+_WRAPPERS: weakref.WeakSet = weakref.WeakSet()  # the after_updates wrappers `watch` installed
 _inside = threading.local()  # set while a callback reads an object: a barrier there would wait for itself
 
 
@@ -79,7 +81,7 @@ def watch(obj) -> None:
         return
     for name in ("step", "set_state_dict", "set_dict"):
         method = getattr(obj, name, None)
-        if method is None or getattr(method, "_waits_for_updates", False):
+        if method is None or method in _WRAPPERS:
             continue
 
         def after_updates(*args, _method=method, **kwargs):
@@ -88,7 +90,7 @@ def watch(obj) -> None:
             _count_change(obj)
             return out
 
-        after_updates._waits_for_updates = True
+        _WRAPPERS.add(after_updates)
         try:
             setattr(obj, name, after_updates)
         except (AttributeError, TypeError) as err:  # __slots__ or a read-only attribute

@@ -51,8 +51,8 @@ class LearningRateSchedule(Schedule):
 
     _users_construct = False
 
-    @property
-    def lr_for_update(self):
+    @property  # a property: a user's construct subclass has none (pyright: intentional override of the method)
+    def lr_for_update(self):  # pyright: ignore[reportIncompatibleMethodOverride]
         """`Schedule.lr_for_update` for the closed forms; a subclass with its own
         ``construct`` has none (AttributeError): optimizers adapt it as a user's
         callable, indexed by ``global_step``."""

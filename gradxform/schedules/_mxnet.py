@@ -74,8 +74,8 @@ class LRScheduler(Schedule):
 
     _users_call = False
 
-    @property
-    def lr_for_update(self):
+    @property  # a property: a user's __call__ subclass has none (pyright: intentional override of the method)
+    def lr_for_update(self):  # pyright: ignore[reportIncompatibleMethodOverride]
         """`Schedule.lr_for_update` for gradxform's closed forms; a subclass with
         its own ``__call__(num_update)`` has none (AttributeError), so optimizers
         adapt it as a user's callable (see the module docstring)."""
@@ -110,7 +110,7 @@ class LRScheduler(Schedule):
             return after
         return jnp.where(num_update < self.warmup_steps, LRScheduler.get_warmup_lr(self, num_update), after)
 
-    def _after_warmup(self, num_update, base_lr):
+    def _after_warmup(self, t, base):
         raise NotImplementedError
 
     def __call__(self, num_update, base_lr=None):

@@ -19,6 +19,7 @@ rather than change the numbers MXNet would train with.
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -30,6 +31,9 @@ from .._registry import registered_factory
 from ..mxnet._create import create as mxnet_create, register as mxnet_register
 from .._state_paths import find_states, replace_fields, state_paths
 from ..pieces.internal import StepState, host_done
+
+if TYPE_CHECKING:
+    from ._trainer import Trainer
 
 __all__ = ["MXNetOptimizer"]
 
@@ -77,7 +81,7 @@ class _Param:
 
     def __init__(self, owner: "MXNetOptimizer", index: int):
         self._owner, self._index = owner, index
-        self.name = owner._trainer._names[index]
+        self.name = owner._t("optimizer.param_dict")._names[index]
 
     def __repr__(self) -> str:
         return f"Parameter {self.name} (lr_mult={self.lr_mult}, wd_mult={self.wd_mult})"
@@ -113,6 +117,12 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
     ``jax.tree.map`` rebuilt), it is only the transformation.
     """
 
+    # set by __new__ (object.__setattr__), or by __getattr__ on a copy that _make/_replace built
+    _trainer: Trainer | None
+    tx: optax.GradientTransformationExtraArgs
+    _options: dict[str, Any]
+    _name: str | None
+
     def __new__(cls, init, update, trainer=None, tx=None, options=None, name=None):
         self = super().__new__(cls, init, update)
         object.__setattr__(self, "_trainer", trainer)
@@ -127,7 +137,7 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
         return cls(tx.init, tx.update, trainer, tx, options, name)
 
     # -- what the Trainer holds ------------------------------------------------
-    def _t(self, what: str):
+    def _t(self, what: str) -> Trainer:
         if self._trainer is None:
             raise AttributeError(f"{what}: this optimizer object is not bound to a Trainer (a copy "
                                  "jax.tree.map rebuilt); use trainer.optimizer instead.")
@@ -195,7 +205,7 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
         if not step:
             return {}
         s = step[0]
-        counts = [s.count] * len(self._trainer._names) if s.leaf_counts is None else jax.tree.leaves(s.leaf_counts)
+        counts = [s.count] * len(self._t("optimizer._index_update_count")._names) if s.leaf_counts is None else jax.tree.leaves(s.leaf_counts)
         return {i: int(c) for i, c in enumerate(counts)}
 
     @property
@@ -223,11 +233,11 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
     @property
     def lr_mult(self) -> dict:
         """``{name: multiplier}`` for every parameter whose ``lr_mult`` is not 1."""
-        return {n: m for n, m in zip(self._trainer._names, self._multiplier("lr_mult")) if m != 1.0}
+        return {n: m for n, m in zip(self._t("optimizer.lr_mult")._names, self._multiplier("lr_mult")) if m != 1.0}
 
     @property
     def wd_mult(self) -> dict:
-        return {n: m for n, m in zip(self._trainer._names, self._multiplier("wd_mult")) if m != 1.0}
+        return {n: m for n, m in zip(self._t("optimizer.wd_mult")._names, self._multiplier("wd_mult")) if m != 1.0}
 
     def set_lr_mult(self, args_lr_mult):
         self._gluon_ignores("set_lr_mult", "lr_mult", args_lr_mult)
@@ -254,7 +264,8 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
                        f"name ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}).")
 
     def _multiplier(self, field: str) -> list[float]:
-        state, n = self._t(f"optimizer.{field}").state, len(self._trainer._names)
+        t = self._t(f"optimizer.{field}")
+        state, n = t.state, len(t._names)
         nodes = [node for _, node in state_paths(state) if field in getattr(node, "_fields", ())]
         if not nodes:
             return [1.0] * n
@@ -283,7 +294,7 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
         install_state(t, template, replace_fields(state, edits))
 
     # -- hyperparameters and options by name (wd, beta1, momentum, ...) ----------------
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:  # hyperparameters and options, by name
         if name in _UNSET_FIELDS:  # a copy made by _make/_replace: only the transformation
             return _UNSET_FIELDS[name](self)
         if name.startswith("__"):

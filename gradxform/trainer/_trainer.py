@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import warnings
-from typing import Callable
+from typing import Callable, cast
 
 import jax
 import numpy as np
@@ -17,7 +17,7 @@ import optax
 from .._hyper import check_range, get_hyper, get_learning_rate, hyper_names, set_learning_rate
 from ..pieces.internal import check_guard, dynamic_loss_scale, get_loss_scale, host_done
 from ..pieces.internal import skip_nonfinite as guard_nonfinite
-from .._fused import FlatTree, flatten_state, fused as fuse, unflatten_state
+from .._fused import FlatTree, FusedState, flatten_state, fused as fuse, unflatten_state
 from .._registry import _resolve, create
 from ..schedules.internal import HostSchedule, take_host_schedule
 from .._tree import param_names
@@ -197,7 +197,8 @@ class Trainer:
         self._has_rescale = "rescale_grad" in hyper_names(state)
         self._scale = float(get_hyper(state, "rescale_grad")) if self._has_rescale else 1.0
         if self._fused:
-            params = FlatTree(state.layout.ravel_concrete(params), state.layout)
+            layout = cast(FusedState, state).layout  # fuse(tx).init's state
+            params = FlatTree(layout.ravel_concrete(params), layout)
         residual = [zeros_residual(x) for x in jax.tree.leaves(params)] if self._compression else []
         self._params, self._residual = self._place.put((params, residual))
         self._state = self._put_state(state)
