@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable, Mapping
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp

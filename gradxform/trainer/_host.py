@@ -20,6 +20,7 @@ import functools
 import math
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._fused import FlatTree, FusedState, unflatten_state
@@ -30,7 +31,7 @@ __all__ = ["first_copy", "per_device", "params_of", "params_on_device", "state_o
 
 
 def _is_key(x) -> bool:
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+    return isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def first_copy(x, single: bool):
