@@ -5,7 +5,7 @@ from typing import Any, Mapping, Sequence, Union
 
 import jax
 
-__all__ = ["Hyper", "ParamTree"]
+__all__ = ["Hyper", "InnerState", "ParamTree"]
 
 #: A tree of arrays: shaped like the parameters (moments, master copies, one
 #: scalar per leaf for counts and multipliers), or the state of a transformation
@@ -17,3 +17,6 @@ ParamTree = Union[jax.Array, Mapping[Any, "ParamTree"], Sequence["ParamTree"]]
 #: set and read by name with `gradxform.set_hyper` / `gradxform.get_hyper`.
 Hyper = dict[str, jax.Array]
 
+#: The state of a transformation a wrapper runs: any optax state (optax's own
+#: ``OptState`` alias names ``ArrayTree`` by a string that does not resolve here).
+InnerState = Any

@@ -123,12 +123,19 @@ def scan():
                     if isinstance(sub, (ast.Import, ast.ImportFrom)) and targets(mod, is_pkg, sub, set(modules)):
                         found["gradxform imports inside functions"].append(where(sub))
         for node in tree.body:  # top-level imports (also those under `if`/`try` at module level)
+            if _type_checking_only(node):
+                continue  # `if TYPE_CHECKING:` imports never run: annotations, not a runtime cycle
             for sub in ast.walk(node) if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) else ():
                 if isinstance(sub, (ast.Import, ast.ImportFrom)):
                     graph[mod].update(t for t in targets(mod, is_pkg, sub, set(modules)) if t != mod)
     found = {k: sorted(set(v)) for k, v in found.items()}  # nested functions are walked twice
     found["import cycles"] = [" -> ".join(c) for c in cycles(graph)]
     return found
+
+
+def _type_checking_only(node) -> bool:
+    test = getattr(node, "test", None) if isinstance(node, ast.If) else None
+    return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
 
 
 def cycles(graph: dict) -> list[list[str]]:

@@ -11,7 +11,6 @@ from typing import Callable, NamedTuple
 import jax
 import jax.core
 import jax.numpy as jnp
-from optax import OptState
 
 from .._registry import registered_name
 from .._base import CONTEXT_KEY, GradientTransformation, StepContext, run_inner, transformation
@@ -28,7 +27,7 @@ from .._state_paths import get_path, map_states
 from ..schedules.internal import Constant, as_schedule
 from ..schedules.internal import DynamicLR
 from ._common import check_bool, check_float, parse
-from .._types import Hyper, ParamTree
+from .._types import Hyper, ParamTree, InnerState
 from .._domains import FINITE, FLAG
 
 __all__ = ["momentum", "sgd", "lars", "SGDMomentumState", "LarsState"]
@@ -137,7 +136,7 @@ def sgd(learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nester
 
 class LarsState(NamedTuple):
     hyper: Hyper
-    inner: OptState
+    inner: InnerState
 
 
 def _default_lars_filter(name: str) -> bool:

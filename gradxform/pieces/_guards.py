@@ -36,14 +36,13 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
-from optax import OptState
 
 from .._base import CONTEXT_KEY, GradientTransformation, StepContext, run_inner, transformation
 from .._spec import Fusion, declare
 from .._state_paths import find_states
 from ._segments import on_every_shard
 from .._hyper import check_range, hyper_scalar, register_check
-from .._types import Hyper
+from .._types import Hyper, InnerState
 from .._domains import FLAG, NON_NEGATIVE_FINITE
 from .._ranges import Range
 
@@ -74,7 +73,7 @@ class GuardState(NamedTuple):
 
 class SkipNonfiniteState(NamedTuple):
     guard: GuardState
-    inner: OptState
+    inner: InnerState
 
 
 class LossScaleState(NamedTuple):
@@ -85,7 +84,7 @@ class LossScaleState(NamedTuple):
     hyper: Hyper
     scale: jax.Array
     good_steps: jax.Array
-    inner: OptState
+    inner: InnerState
     domains = {"scale": NON_NEGATIVE_FINITE, "good_steps": NON_NEGATIVE_FINITE}  # growth keeps the scale finite
 
 

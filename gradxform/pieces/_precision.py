@@ -5,11 +5,10 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-from optax import OptState
 
 from .._base import GradientTransformation, run_inner, transformation
 from .._spec import Fusion, declare
-from .._types import ParamTree
+from .._types import ParamTree, InnerState
 from .._domains import FINITE
 
 __all__ = ["MasterWeightsState", "with_master_weights", "is_low_precision"]
@@ -29,7 +28,7 @@ class MasterWeightsState(NamedTuple):
     the others); ``inner``: the wrapped optimizer's state, built on the float32
     master values."""
     master: ParamTree
-    inner: OptState
+    inner: InnerState
     domains = {"master": FINITE}
 
 
