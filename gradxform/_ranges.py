@@ -104,8 +104,12 @@ _TINY32 = float(np.finfo(np.float32).tiny)
 def stored_float32(value) -> float:
     """``value`` as the float32 scalar it will be stored as (subnormals as 0),
     returned as a Python float; NaN stays NaN, overflow becomes +/-inf."""
+    try:
+        wide = np.asarray(value, dtype=np.float64)
+    except OverflowError:  # an int beyond float64 (10**400): +/-inf, as real_value judges it
+        wide = np.float64(math.inf if value > 0 else -math.inf)
     with np.errstate(over="ignore", invalid="ignore"):
-        v = float(np.float32(np.asarray(value, dtype=np.float64)))
+        v = float(np.float32(wide))
     if v != 0.0 and abs(v) < _TINY32:
         v = math.copysign(0.0, v)
     return v
