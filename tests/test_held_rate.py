@@ -133,7 +133,7 @@ def test_a_scheduler_waits_for_updates_in_flight_before_it_changes(monkeypatch):
     # read the next rate. Every public attribute write of a held scheduler waits first, a user
     # subclass's own step() included; a scheduler no optimizer reads never waits.
     waits = []
-    monkeypatch.setattr(jax, "effects_barrier", lambda: waits.append(1))
+    monkeypatch.setattr(jax, "live_arrays", lambda: waits.append(1) or [])
 
     class Halving(LR.LRScheduler):
         def step(self, epoch=None):  # a user's override that writes last_lr itself
@@ -164,7 +164,7 @@ def test_a_duck_typed_scheduler_gets_a_waiting_step(monkeypatch):
             self.last_lr /= 10
 
     waits = []
-    monkeypatch.setattr(jax, "effects_barrier", lambda: waits.append(1))
+    monkeypatch.setattr(jax, "live_arrays", lambda: waits.append(1) or [])
     sched = Mine()
     tx = gradxform.create("mxnet.sgd", lr_scheduler=sched)  # another family's optimizer
     state = tx.init({"w": jnp.zeros(2)})

@@ -14,21 +14,16 @@ Python (``if``, ``float``, ``max`` on ``self.last_epoch`` and ``self.base_lr``).
 ``set_dict`` is the base class's ``set_state_dict`` in every class, as in Paddle
 (so LinearWarmup's ``set_dict`` leaves its inner scheduler as it was).
 
-**How the rate reaches the optimizer.** Paddle's optimizer reads
-``scheduler()`` at each ``optimizer.step()``; here the value is the
-``learning_rate`` hyperparameter of the optimizer's state (float32, as
-Paddle's learning-rate tensor), so a new value never recompiles:
+**How the rate reaches the optimizer.** Paddle's optimizer reads ``scheduler()`` at each
+``optimizer.step()`` (a float32 tensor); a new value never recompiles here:
 
 * `gradxform.Trainer(params, 'paddle.momentum', {'learning_rate': sched})` and
-  `gradxform.mxnet.get_updater('paddle.sgd', {'learning_rate': sched})` read
-  ``sched()`` before every update;
-* your own jitted step: build the optimizer with the scheduler
-  (``opt = gradxform.paddle.Momentum(sched)``, or any family's optimizer
-  with it as its learning rate) and step it as Paddle's script does: each
-  update reads ``sched()`` itself when it runs (a host callback,
-  `gradxform.schedules._held`), so no update runs at a stale rate and
-  nothing recompiles. A scheduler read so waits, before it changes, for
-  the updates already dispatched (JAX runs them asynchronously).
+  `gradxform.mxnet.get_updater('paddle.sgd', {'learning_rate': sched})` read ``sched()`` on the
+  host before every update;
+* any family's optimizer built with the scheduler (``gradxform.paddle.Momentum(sched)``), in your
+  own jit: each update reads ``sched()`` itself when it runs (a host callback,
+  `gradxform.schedules._held`), so no update runs at a stale rate; the scheduler waits, before it
+  changes, for the updates already dispatched (JAX runs them asynchronously).
 
 ``opt.get_lr(state)`` is ``sched()``, as Paddle's ``optimizer.get_lr()``:
 between an update and ``sched.step()``, the rate that update used.
@@ -41,6 +36,7 @@ ReduceOnPlateau) are Paddle's, step for step.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from typing import Callable
@@ -115,13 +111,14 @@ class LRScheduler:
     def step(self, epoch=None) -> None:
         """After ``optimizer.step()``: ``last_epoch += 1`` (or ``= epoch``) and the new
         ``last_lr`` (``get_lr()``; with ``epoch``, the class's closed form if it has one)."""
-        if epoch is None:
-            self.last_epoch += 1
-            self.last_lr = self.get_lr()
-        else:
-            self.last_epoch = epoch
-            closed = getattr(self, "_get_closed_form_lr", None)
-            self.last_lr = closed() if closed is not None else self.get_lr()
+        with self._one_wait():
+            if epoch is None:
+                self.last_epoch += 1
+                self.last_lr = self.get_lr()
+            else:
+                self.last_epoch = epoch
+                closed = getattr(self, "_get_closed_form_lr", None)
+                self.last_lr = closed() if closed is not None else self.get_lr()
         self._announce()
 
     def _announce(self, changed=True):
@@ -129,17 +126,30 @@ class LRScheduler:
             print(f"Epoch {self.last_epoch}: {self.__class__.__name__} set learning rate to {self.last_lr}.")
 
     def _hold(self) -> None:
-        """Called when an optimizer's update reads this scheduler inside jit
-        (`gradxform.schedules._held`): from now on a change to a public
-        attribute first waits for the updates in flight, so none reads a
-        value set after it was dispatched."""
+        """An optimizer's update reads this scheduler (`gradxform.schedules._held`): from now on a change
+        to a public attribute first waits for the updates in flight (none reads a value set after it)."""
         object.__setattr__(self, "_held", True)
 
     def __setattr__(self, name, value):
-        if not name.startswith("_") and self.__dict__.get("_held"):
-            wait_for_updates()
-            object.__setattr__(self, "_gx_changes", self.__dict__.get("_gx_changes", 0) + 1)
+        d = self.__dict__
+        if not name.startswith("_") and d.get("_held"):
+            if not d.get("_waited"):
+                wait_for_updates()
+            object.__setattr__(self, "_gx_changes", d.get("_gx_changes", 0) + 1)
         object.__setattr__(self, name, value)
+
+    @contextlib.contextmanager
+    def _one_wait(self):
+        """One wait covers every attribute a change writes (a subclass's own ``step`` waits at each)."""
+        again = self.__dict__.get("_held") and not self.__dict__.get("_waited")
+        if again:
+            wait_for_updates()
+            object.__setattr__(self, "_waited", True)
+        try:
+            yield
+        finally:
+            if again:
+                object.__setattr__(self, "_waited", False)
 
     def state_keys(self) -> None:
         """What `state_dict` saves: ``self.keys = ['last_epoch', 'last_lr']`` (a subclass may change it)."""
@@ -164,11 +174,12 @@ class LRScheduler:
     def set_state_dict(self, state_dict: dict) -> None:
         """Loads what `state_dict` returned (a RuntimeError naming a missing key, as Paddle)."""
         self.state_keys()
-        for key in self.keys:
-            if key not in state_dict:
-                raise RuntimeError(f"Please check whether state_dict is correct for optimizer. Can't find "
-                                   f"[ {key} ] in state_dict")
-            setattr(self, key, _loaded(type(self).__name__, key, state_dict[key]))  # waits for updates in flight
+        with self._one_wait():  # no update in flight reads a half-loaded scheduler
+            for key in self.keys:
+                if key not in state_dict:
+                    raise RuntimeError(f"Please check whether state_dict is correct for optimizer. Can't find "
+                                       f"[ {key} ] in state_dict")
+                setattr(self, key, _loaded(type(self).__name__, key, state_dict[key]))
         if len(state_dict) > len(self.keys):
             warnings.warn("There are some unused values in state_dict. Maybe the optimizer have different "
                           "'LearningRateDecay' when invoking state_dict and set_dict", stacklevel=2)

@@ -5,22 +5,29 @@ user calls ``scheduler.step()`` after it, per batch or per epoch, and may
 subclass the scheduler with any Python. Such an object cannot be traced, and
 its value changes between calls of a jitted update that the user compiled
 once. `HeldRate` makes the update read it anyway: the learning rate is a
-host callback (`jax.experimental.io_callback`) that returns ``float32(obj())``
-when the update runs, inside the user's own ``jit``, ``scan``, ``vmap`` or
+host callback (`jax.pure_callback`) that returns ``float32(obj())`` when the
+update runs, inside the user's own ``jit``, ``scan``, ``vmap`` or
 ``nnx.jit`` alike. Nothing has to be synced by hand, so no update can run at
 a stale rate.
 
 **Why a barrier.** JAX dispatches asynchronously: ``train_step(...)``
 returns before the device has run it, and the script's next line may be
 ``scheduler.step()``. The callback would then read the next rate. So a
-watched object waits, before it changes, for every dispatched computation
-with host effects (`jax.effects_barrier`): `gradxform.paddle.lr.LRScheduler`
-waits in ``__setattr__`` (a subclass that writes ``self.last_lr`` in its own
+watched object waits, before it changes, for the computations in flight
+(`wait_for_updates`: every live array ready, which includes the outputs of
+any update not yet run): `gradxform.paddle.lr.LRScheduler` waits in
+``__setattr__`` (a subclass that writes ``self.last_lr`` in its own
 ``step()`` is covered), any other object following the protocol gets an
 instance ``step`` that waits first. An update therefore reads the value the
 object held when the update was dispatched, as Paddle's eager step does.
-The barrier costs about a microsecond when nothing is in flight; with an
-update in flight it is the wait for that update.
+
+**What it costs** (``benchmarks/bench_held_rate.py``). A pure callback keeps
+jit's fast dispatch (an ``io_callback``, an effect, sends every call through
+JAX's Python dispatch, about 7 us per state array: 1.4 ms a step for a
+16-leaf Paddle Momentum). The wait costs about 0.2 us per live array when
+nothing is in flight; with an update in flight it is the wait for that
+update, so a scheduler stepped per batch gives up JAX's run-ahead of one
+step.
 
 **Where it cannot run.** A host callback cannot be serialised
 (`jax.export`) and needs a backend that runs Python callbacks; there the
@@ -36,7 +43,6 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import io_callback
 
 from ._common import COMPLETED, SCALE, Schedule
 
@@ -47,10 +53,11 @@ _inside = threading.local()  # set while a callback reads an object: a barrier t
 
 
 def wait_for_updates() -> None:
-    """Blocks until every dispatched computation with host callbacks is done
-    (so none of them reads a value changed after it was dispatched)."""
+    """Blocks until every dispatched computation is done (so none of them reads
+    a value changed after it was dispatched): an update in flight holds its
+    outputs among the live arrays until it has run."""
     if not getattr(_inside, "reading", False):
-        jax.effects_barrier()
+        jax.block_until_ready(jax.live_arrays())
 
 
 class ScheduleRestartError(ValueError):
@@ -149,8 +156,8 @@ class HeldRate(Schedule):
         against a restarted scheduler)."""
         shape = jax.ShapeDtypeStruct((), jnp.float32)
         if done is None:
-            return io_callback(self.host_value, shape, ordered=False)
-        return io_callback(self.host_value, shape, jnp.asarray(done, jnp.int32), ordered=False)
+            return jax.pure_callback(self.host_value, shape)
+        return jax.pure_callback(self.host_value, shape, jnp.asarray(done, jnp.int32), vmap_method="sequential")
 
     def __call__(self, step, base_lr=None):
         del base_lr  # the object's value, whatever the base
