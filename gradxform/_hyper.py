@@ -348,3 +348,33 @@ def set_learning_rate(state, learning_rate: float, *, where=None):
                           "set_learning_rate can mutate the value of the learning rate of the "
                           "optimizer only when the LRScheduler of the optimizer is undefined.")
     return set_hyper(state, learning_rate=learning_rate, where=where)
+
+
+def rebased_schedules(loaded, like) -> list[str]:
+    """What a load would change in a schedule's base: for each step counter whose
+    learning rate is scheduled, a line when ``loaded`` (a state read from a file)
+    holds another base ``learning_rate`` than ``like`` (the optimizer's own). The
+    loaded base rescales a MindSpore/Paddle schedule (``set_hyper`` semantics), so a
+    run resumed into an optimizer built with another schedule (MindSpore scripts
+    load with ``filter_prefix=['learning_rate']`` and slice their lr list) would
+    otherwise train at a silently scaled rate. Values that are not concrete
+    (abstract ``like`` leaves) are not compared."""
+    out = []
+    for (path, node), (_, mine) in zip(state_paths(loaded), state_paths(like)):
+        if not getattr(type(node), "step_counter", False):
+            continue
+        got, want = (getattr(n, "hyper", {}) for n in (node, mine))
+        try:
+            scheduled = bool(np.asarray(got.get("scheduled", 0))) and "learning_rate" in got
+            a, b = (float(np.asarray(h["learning_rate"])) for h in (got, want)) if scheduled else (0.0, 0.0)
+        except (TypeError, ValueError, KeyError):  # abstract leaves, or another structure
+            continue
+        if a != b:
+            a32, b32 = str(np.float32(a)), str(np.float32(b))  # as written: 0.01, not 0.009999999776482582
+            where = f" (the optimizer at {_label(path)!r})" if _label(path) else ""
+            out.append(f"the file's schedule base learning_rate {a32} differs from this optimizer's {b32}{where}; "
+                       f"the file's is used and scales this schedule by {a / b if b else float('inf'):.6g} "
+                       "(set_hyper's rule). To keep the schedule as built (MindSpore's "
+                       f"filter_prefix=['learning_rate']): state = gradxform.set_hyper(state, learning_rate={b32}) "
+                       "after loading.")
+    return out

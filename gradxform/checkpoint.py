@@ -83,7 +83,9 @@ import numpy as np
 from ._domains import domain_error
 from ._files import new_file_mode, path_of, read_regular, temp_prefix
 from ._msgpack_cost import decoded_cost as _header_cost
+from ._hyper import rebased_schedules
 from ._state_paths import former_names, hyper_difference
+from ._warn import warn_at_caller
 
 __all__ = ["CheckpointError", "save_state", "load_state", "read_metadata", "FORMAT_VERSION"]
 
@@ -589,4 +591,6 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
     why = domain_error(jax.tree_util.tree_unflatten(treedef, out))  # what each state class declares
     if why is not None:
         raise CheckpointError("corrupt", path, f"it holds a value no run reaches: {why}.")
+    for line in rebased_schedules(jax.tree_util.tree_unflatten(treedef, out), like):
+        warn_at_caller(f"load_state: {line}")
     return jax.tree_util.tree_unflatten(treedef, [_placed(x, leaf) for x, leaf in zip(out, leaves)])
