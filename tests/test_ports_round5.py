@@ -587,7 +587,7 @@ def test_mindspore_resnet_train(tmp_path):
         if config.resume_ckpt:
             # the file's base learning_rate would rescale the new (sliced) list: load_state says so,
             # naming the set_hyper that keeps the list as built (it was silent when this was ported)
-            with pytest.warns(UserWarning, match="schedule base learning_rate .* set_hyper"):
+            with pytest.warns(UserWarning, match="schedule base learning_rate .*set_hyper"):
                 params, state = gx.load_state(config.resume_ckpt, like=(params, state))
             fresh_lr = optax.tree_utils.tree_get(opt.init(params), "learning_rate")
             # filter_prefix=['learning_rate', 'global_step']: the count restarts and the NEW
