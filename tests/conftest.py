@@ -45,15 +45,17 @@ TIER_DOC = {
 TIERS = {
     "table": ("test_properties", "test_hyper", "test_fused", "test_optax_tools", "test_held_rate",
               "test_state_domains", "test_registry", "test_hypothesis", "test_sharding", "test_round4",
-              "test_moment_piece_bounds"),
+              "test_moment_piece_bounds", "test_segments", "test_masking", "test_guards", "test_packed"),
     "parity": ("test_mxnet_parity", "test_mindspore_parity", "test_paddle_parity", "test_paddle_optimizers_parity",
                "test_paddle_optimizers", "test_mxnet_reference", "test_gluon_select_golden",
                "test_schedule_goldens_extra", "test_mindspore_new_optimizers", "test_mxnet_new_optimizers",
                "test_trust_ratio_zero", "test_paddle_rmsprop_groups", "test_migrate_gluon", "test_migrate_mindspore",
-               "test_migrate_paddle", "test_migrate_params", "test_migrate_ndarray", "test_thor"),
+               "test_migrate_paddle", "test_migrate_params", "test_migrate_ndarray", "test_thor",
+               "test_migrate_hostile"),
     "e2e": ("test_examples", "test_docs", "test_trainer_multiprocess", "test_ports_round5", "test_porting",
             "test_trainer_gluon", "test_trainer", "test_trainer_zero", "test_trainer_resume", "test_paddle_face",
-            "test_api_docs", "test_typing", "test_trainer_model_state", "test_optimizer_objects"),
+            "test_api_docs", "test_typing", "test_trainer_model_state", "test_optimizer_objects",
+            "test_checkpoint_scale"),
 }
 _TIER_OF = {name: tier for tier, names in TIERS.items() for name in names}
 
