@@ -374,7 +374,7 @@ def as_update_schedule(sched, indexed_by: str = NUM_UPDATE, rebase: str | None =
     return adapt(sched, default=indexed_by, owner=owner, arg=arg)
 
 
-def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Callable | None]:
+def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Schedule | None]:
     """Splits a framework ``learning_rate`` argument into (base value, schedule
     or None): a number is fixed; a list/tuple/1-D array becomes ``list_cls``;
     a `Schedule` (or any callable with a ``base_lr``) is used as it is."""
