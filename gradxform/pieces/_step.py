@@ -19,7 +19,7 @@ from ..schedules.internal import NUM_UPDATE, as_update_schedule
 from .._domains import COUNT, FINITE, MAX_COUNT
 
 if TYPE_CHECKING:
-    from ..schedules._held import HeldRate
+    from ..schedules.internal import HeldRate
 
 __all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
            "per_leaf_multipliers", "host_done"]
