@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Self, overload
 
 import jax
 import jax.numpy as jnp
@@ -155,7 +155,13 @@ class _Field:
     def __set_name__(self, owner, name):
         self.name = name
 
-    def __get__(self, ctx, owner=None):
+    @overload
+    def __get__(self, ctx: None, owner: type | None = None) -> Self: ...
+
+    @overload
+    def __get__(self, ctx: StepContext, owner: type | None = None) -> Any: ...
+
+    def __get__(self, ctx: StepContext | None, owner: type | None = None) -> Self | Any:
         if ctx is None:
             return self
         return ctx._shared.get(self.name)

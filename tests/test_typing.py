@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ERROR_CEILING = 56  # issue 37 item 5: from 265 (basedpyright basic, same pyright 1.1.414) toward 0
+ERROR_CEILING = 0  # issue 37 item 5: from 265 (basedpyright basic, same pyright 1.1.414); 0 since typed2
 
 
 def test_gradxform_type_checks_in_basic_mode():

@@ -347,8 +347,8 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
                 if count is None:
                     raise ValueError(f"{owner}(weight_decay=<schedule>): the wrapped optimizer publishes no step "
                                      "count (it is not a gradxform optimizer).")
-                wd_value = jax.tree.map(lambda c: jnp.asarray(wd_sched.lr_for_update(c, wd_value), jnp.float32),
-                                        count)
+                wd_of = wd_sched.lr_for_update  # bound here, where it is known not None
+                wd_value = jax.tree.map(lambda c: jnp.asarray(wd_of(c, wd_value), jnp.float32), count)
             else:
                 wd_value = treedef.unflatten([wd_value] * treedef.num_leaves)
             decays = leaf_flags(updates, extra_args, decay_filter or (lambda name: True))
@@ -362,7 +362,8 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
                 if count is None:
                     raise ValueError(f"{owner}(learning_rate=<schedule>): the wrapped optimizer publishes no "
                                      "step count (it is not a gradxform optimizer).")
-                lr = jax.tree.map(lambda c: jnp.asarray(sched.lr_for_update(c), jnp.float32), count)
+                lr_of = sched.lr_for_update  # bound here, where it is known not None
+                lr = jax.tree.map(lambda c: jnp.asarray(lr_of(c), jnp.float32), count)
             elif lr_in is not None:
                 lr = lr_in
             else:

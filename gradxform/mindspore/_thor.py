@@ -238,6 +238,7 @@ def _thor_precondition(layers, layout, frequency, batch_size, loss_scale, dampin
                 got = sorted(stats) if isinstance(stats, Mapping) else type(stats).__name__
                 raise ValueError(f"{_owner()}.update: layer_stats must have exactly the THOR layers "
                                  f"{sorted(thor_names)} as keys; got {got}.")
+        layer_stats: Mapping = stats if isinstance(stats, Mapping) else {}  # a Mapping wherever a THOR layer reads it
         a_new, g_new, out = dict(state.a_inv), dict(state.g_inv), []
         for n, g, c in zip(names, leaves, counts):
             kind = kinds.get(n)
@@ -251,7 +252,7 @@ def _thor_precondition(layers, layout, frequency, batch_size, loss_scale, dampin
                 shift = lam if factor_damping == "seed" else jnp.sqrt(lam)
             if kind in _MATRIX_KINDS:
                 dims = _dims(kind, g.shape, layout)
-                a_mat, g_mat = _factors(n, kind, stats[n], dims, batch_size, ls, dt)
+                a_mat, g_mat = _factors(n, kind, layer_stats[n], dims, batch_size, ls, dt)
 
                 def fresh(ops, kind=kind):
                     a_m, g_m, sh, _, _ = ops
@@ -428,7 +429,7 @@ def thor(net=None, learning_rate=None, damping=None, momentum=None, weight_decay
         raise TypeError(f"{owner}: missing required argument {missing[0]!r} (MindSpore's "
                         f"thor(net, learning_rate, damping, momentum, ...) requires it).")
     o = parse(owner, learning_rate, weight_decay, loss_scale, None, skip_nonfinite=skip_nonfinite)
-    check_float(owner, "momentum", momentum)
+    momentum = check_float(owner, "momentum", momentum)  # a float (it accepts floats only): the same value
     if isinstance(loss_scale, bool) or not isinstance(loss_scale, float):
         raise TypeError(f"{owner}(loss_scale=...): loss_scale must be a float; got {loss_scale!r}.")
     check_bool(owner, "use_nesterov", use_nesterov)

@@ -23,7 +23,7 @@ to 1e-12 in float64). A layer called twice (shared weights) is refused.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence, cast
 
 import jax
 import jax.numpy as jnp
@@ -79,7 +79,8 @@ def capture(loss_fn: Callable, params, *args, **kwargs):
     return loss, grads, {n: {"a": inputs[n], "D": d[n]} for n in inputs}
 
 
-def conv_patches(x, kernel_hw, strides=(1, 1), padding="SAME", layout: str = "in_out"):
+def conv_patches(x, kernel_hw, strides=(1, 1), padding: str | Sequence[tuple[int, int]] = "SAME",
+                 layout: str = "in_out"):
     """A 2-D convolution's input patches, one row per output position, in the
     kernel's flatten order: ``layout='in_out'`` (Flax, NHWC input, HWIO kernel)
     gives ``(N, H', W', kh*kw*C)`` ordered (kh, kw, c); ``'out_in'``
@@ -116,7 +117,8 @@ def capture_linen(loss_fn: Callable, params, *args, **kwargs):
             if isinstance(mod, nn.Embed):
                 return tap(f"{path}/embedding", x, next_fun(*iargs, **ikwargs))
             if isinstance(mod, nn.Conv):
-                ks = tuple(mod.kernel_size)
+                # flax types kernel_size int | Sequence[int]; an int (a 1-D kernel) raises TypeError here
+                ks = tuple(mod.kernel_size)  # pyright: ignore[reportArgumentType]
                 if len(ks) != 2 or mod.feature_group_count != 1 or any(
                         d not in (None, 1, (1, 1)) for d in (mod.kernel_dilation, mod.input_dilation)):
                     raise ValueError(f"capture_linen: {path}: only 2-D convolutions without dilation or "
@@ -125,7 +127,8 @@ def capture_linen(loss_fn: Callable, params, *args, **kwargs):
                 if isinstance(pad, int):
                     pad = ((pad, pad), (pad, pad))
                 elif not isinstance(pad, str):
-                    pad = tuple((q, q) if isinstance(q, int) else tuple(q) for q in pad)
+                    # flax's PaddingLike: each entry an int or a (low, high) pair
+                    pad = tuple((q, q) if isinstance(q, int) else cast("tuple[int, int]", tuple(q)) for q in pad)
                 if isinstance(pad, str) and pad not in ("SAME", "VALID"):
                     raise ValueError(f"capture_linen: {path}: padding {pad!r} is not supported.")
                 st = mod.strides or 1

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from .._base import GradientTransformation, chain
 from .._hyper import check_range
@@ -116,7 +116,7 @@ class MXNetOptions(Setup):
     param_dict: Any = None
 
     # -- per-parameter multipliers --------------------------------------------
-    def _resolver(self, mapping, module_rule: bool, what: str):
+    def _resolver(self, mapping: Mapping[Any, float] | Callable[[str], float] | None, module_rule: bool, what: str):
         idx2name = self.param_idx2name
 
         def resolve(names):

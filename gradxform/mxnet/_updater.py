@@ -90,7 +90,8 @@ class Updater:
             for j, leaf in enumerate(jax.tree.leaves(state)):
                 arrays[f"{index!r}|{j}"] = np.asarray(leaf)
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        # numpy's stub lets **arrays fill allow_pickle (a bool); the keys here are index strings
+        np.savez(buf, **arrays)  # pyright: ignore[reportArgumentType]
         return buf.getvalue()
 
     def set_states(self, states: bytes) -> None:

@@ -46,8 +46,9 @@ def _state(name: str, acc: tuple, pows: tuple = (), domains: dict | None = None)
     ``domains`` (`gradxform._domains`): each accumulator's, finite where not
     given."""
     cls = NamedTuple(name, [("hyper", Hyper)] + [(f, ParamTree) for f in acc + pows + ("group",)])
-    cls.per_leaf_fields = pows + ("group",)
-    cls.domains = {**{f: FINITE for f in acc}, **(domains or {})}
+    # class attributes of a class built at run time (the checker knows only its fields)
+    setattr(cls, "per_leaf_fields", pows + ("group",))
+    setattr(cls, "domains", {**{f: FINITE for f in acc}, **(domains or {})})
     cls.__doc__ = (f"Paddle's accumulators {', '.join(acc)} per parameter"
                    + (f"; {', '.join(pows)} per leaf (Paddle: every element equal)" if pows else "")
                    + "; ``group``: each leaf's parameter group.")

@@ -6,6 +6,7 @@ before (`gradxform.paddle._common.parse`)."""
 from __future__ import annotations
 
 import sys
+from typing import Any, ClassVar
 
 import jax
 import numpy as np
@@ -20,7 +21,7 @@ class Bound:
     ``nnx.Module`` to write the stepped values back into (or None)."""
 
     __slots__ = ("params", "module")
-    face = None  # the stateful class (`gradxform.paddle._face.Optimizer`), set when it is imported
+    face: ClassVar[Any] = None  # the stateful class (`gradxform.paddle._face.Optimizer`), set when it is imported
 
     def __init__(self, params, module=None):
         self.params, self.module = params, module
@@ -79,12 +80,13 @@ def bind_parameters(owner: str, parameters):
                 bad = found.index(None)
                 raise TypeError(f"{owner}(parameters=...): group {bad}'s 'params' names parameters while another "
                                 "group holds arrays; give every group its arrays ({name: array}).")
-            if any(m is not None for _, m in found):
+            pairs = [f for f in found if f is not None]  # every one, as just checked
+            if any(m is not None for _, m in pairs):
                 raise TypeError(f"{owner}(parameters=...): a group's 'params' is an nnx.Module; give its arrays by "
                                 "name instead: dict(nnx.to_flat_state(nnx.state(model, nnx.Param))) split by group.")
             merged: dict = {}
             groups = []
-            for g, (arrays, _) in zip(parameters, found):
+            for g, (arrays, _) in zip(parameters, pairs):
                 names = param_names(arrays)
                 for n, leaf in zip(names, jax.tree.leaves(arrays)):
                     merged.setdefault(n, leaf)

@@ -18,14 +18,14 @@ second only matters in Paddle's static graphs.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .._base import transformation
+from .._base import GradientTransformation, transformation
 from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
@@ -81,7 +81,7 @@ def _fusion(active) -> Fusion:
     return Fusion()
 
 
-def group_clip(clips: list, slots_of, *, default=None) -> optax.GradientTransformation:
+def group_clip(clips: list, slots_of, *, default=None) -> GradientTransformation:
     """Clips each group's gradients with its own clip (``clips[k]``: a `Clip`
     or None), a global norm over that group's ``need_clip`` leaves.
     ``slots_of(params) -> int array`` gives the groups at ``init`` (leaves of
@@ -151,6 +151,8 @@ class Clip(optax.GradientTransformationExtraArgs):
     each parameter group with it."""
     kind = "?"
     owner = "paddle.clip"
+    need_clip: Any  # None, a callable or a dict of names (need_clip_flags); set in _build (instance attributes beside the tuple's fields)
+    numbers: dict[str, Any]
 
     @classmethod
     def _build(cls, need_clip, **numbers):

@@ -136,7 +136,7 @@ class GroupState(NamedTuple):
     domains = {"lr_ratio": FINITE}
 
 
-def _named(parameters):
+def _named(parameters) -> list[Any]:
     """``parameters`` with each parameter object (anything with a ``.name``:
     ``model.parameters()``) replaced by its name, at the top level and in
     each group's ``'params'`` list; anything else as it was."""
@@ -352,7 +352,7 @@ class PaddleOptimizer(optax.GradientTransformationExtraArgs):
         """The Paddle scheduler object given as ``learning_rate`` (None otherwise)."""
         return self._schedules()[1]
 
-    def get_lr(self, state) -> float:
+    def get_lr(self, state) -> float | jax.Array:
         return get_lr(state, self)
 
     def set_lr(self, state, value: float):
@@ -390,7 +390,7 @@ def leaf_hyper(h: dict, slot, groups: dict) -> dict:
     return out
 
 
-def get_lr(state, tx=None) -> float:
+def get_lr(state, tx: Any = None) -> float | jax.Array:
     """Paddle ``optimizer.get_lr()``: the learning rate the next step uses
     (without the group ratios): the number, a Paddle scheduler object's
     ``scheduler()`` (what it holds now; pass ``tx``), the schedule at the number of

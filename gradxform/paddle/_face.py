@@ -145,7 +145,9 @@ class Optimizer:
             self._read_module()
         self.params, self.state = self._step(self.params, self.state, grads, extra_args)
         if self._module is not None:
-            nnx_module().update(self._module, self.params)
+            nnx = nnx_module()
+            assert nnx is not None  # a bound module: flax.nnx is imported
+            nnx.update(self._module, self.params)
 
     def _read_module(self) -> None:
         """The bound module's parameters are the truth: weights a script loaded into
@@ -154,6 +156,7 @@ class Optimizer:
         Arrays the last step wrote back are the face's own; only others are copied
         (the step donates what it holds)."""
         nnx = nnx_module()
+        assert nnx is not None  # a bound module: flax.nnx is imported
         current = nnx.state(self._module, nnx.Param)
         if jax.tree.structure(current) != jax.tree.structure(self.params):
             raise ValueError("optimizer.step(): the bound nnx module's parameters no longer have the structure "

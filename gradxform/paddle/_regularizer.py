@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from .._base import transformation
+from .._base import GradientTransformation, transformation
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
@@ -46,6 +46,7 @@ class Decay(optax.GradientTransformationExtraArgs):
     (hyperparameter ``<kind>_coeff``) that also carries ``kind`` ('l1' or
     'l2') and ``coeff``."""
     kind = "?"
+    coeff: float  # set in __new__ (an instance attribute beside the tuple's fields)
 
     def __new__(cls, coeff: float = 0.0):
         owner = f"paddle.{cls.__name__}"
@@ -116,7 +117,7 @@ class RegState(NamedTuple):
 
 
 def group_regularization(regs: list, slots_of, *, default=None,
-                         kinds=("l1", "l2")) -> optax.GradientTransformation:
+                         kinds=("l1", "l2")) -> GradientTransformation:
     """Each leaf's group regularizer, ``g += coeff_k * term_k(w)`` for the leaves
     of group ``k`` (``regs[k]``: a `Decay` or None), only for regularizers whose
     kind is in ``kinds`` (static: Paddle's Momentum folds L2 into its kernel).

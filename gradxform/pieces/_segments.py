@@ -283,7 +283,7 @@ def whole_buffers(tree, extra_args: dict) -> list:
     return [s.gather(x) for x, s in zip(_buffers(tree, segs), segs)]
 
 
-def on_every_shard(flag: jax.Array, extra_args: dict) -> jax.Array:
+def on_every_shard(flag: jax.Array, extra_args: dict | None) -> jax.Array:
     """``flag`` (a scalar bool computed on this device's shards) and-ed over
     every shard of a sharded step (an exact integer all-reduce); as it is otherwise."""
     segs = buffer_segments(extra_args, "whole") if extra_args else None
@@ -419,4 +419,5 @@ def row_sums(tree, extra_args: dict) -> list:
     """Under `fused`: per buffer of the integer tree, each element's row sum
     (`Segments.row_sums`)."""
     segs = buffer_segments(extra_args, "row_sums")
+    assert segs is not None, "row_sums: only under fused (present_rows checks)"
     return [s.row_sums(x) for x, s in zip(_buffers(tree, segs), segs)]

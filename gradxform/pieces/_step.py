@@ -1,7 +1,7 @@
 """The step counter and learning rate of a chain (MXNet's update counts and ``_get_lr``)."""
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional, cast
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +17,9 @@ from .._tree import once_per_value, param_names
 from .._types import Hyper, ParamTree
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
 from .._domains import COUNT, FINITE, MAX_COUNT
+
+if TYPE_CHECKING:
+    from ..schedules.internal import HeldRate
 
 __all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
            "per_leaf_multipliers", "host_done"]
@@ -211,10 +214,9 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
         old = _within(state.count)
         nxt = _next(old)
         base = hyper_scalar(state.hyper["learning_rate"])
-        at_old = at_new = None
         if held:
             # one host read per update, whatever the count (the count checks for a restarted scheduler)
-            at_old = at_new = _usable_rate(schedule.read(old - begin_num_update))
+            at_old = at_new = _usable_rate(cast("HeldRate", schedule).read(old - begin_num_update))
         elif schedule is not None:
             # A count never exceeds num_update, so leaf i reads the schedule at
             # `old` or `old + 1`: at old + 1 once some leaf up to i (after) or
@@ -222,6 +224,8 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             # sequential loop over indices does.
             at_old = _usable_rate(schedule.lr_for_update(old, base))
             at_new = _usable_rate(schedule.lr_for_update(nxt, base))
+        else:
+            at_old = at_new = base  # unread: without a schedule every leaf's rate is the base
         if state.leaf_counts is None:
             # Every leaf goes from `old` to `old + 1`: one count, one rate, one
             # flag, the same traced scalar at every leaf (pieces compute on it once).

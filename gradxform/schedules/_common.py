@@ -36,7 +36,7 @@ index. An adapter for another convention is one small class: set
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, cast
 
 import jax.numpy as jnp
 import numpy as np
@@ -116,7 +116,7 @@ class Constant(Schedule):
         self.base_lr = float(learning_rate)
 
     def value(self, step):
-        return jnp.full_like(step, self.base_lr)
+        return jnp.full_like(step, cast(float, self.base_lr))  # set to a float in __init__
 
 
 class FunctionSchedule(Schedule):

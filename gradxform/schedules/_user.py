@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -58,10 +58,23 @@ from .._ranges import NON_NEGATIVE, check_value
 from ._common import COMPLETED, NUM_UPDATE, REPLACE, SCALE, FunctionSchedule, Schedule, check_number
 from ._held import HeldRate
 
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing.TypeIs: Python 3.13
+
 __all__ = ["UserSchedule", "mxnet_style", "optax_style", "adapt", "HostScheduleError", "HostSchedule",
            "take_host_schedule", "holds_its_rate", "as_update_schedule", "as_schedule"]
 
 _CONVENTIONS = (NUM_UPDATE, COMPLETED)
+
+
+class HeldScheduler(Protocol):
+    """Paddle's ``LRScheduler`` protocol as `holds_its_rate` tests it: the user
+    calls ``step()``, and ``obj()`` is the rate it holds (it also has
+    ``last_lr`` and ``last_epoch``)."""
+
+    def __call__(self) -> Any: ...
+
+    def step(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 class HostScheduleError(TypeError):
@@ -144,7 +157,7 @@ def wrap(sched, default: str) -> Schedule | None:
     return UserSchedule(sched, indexed_by=getattr(sched, "indexed_by", default))
 
 
-def holds_its_rate(obj) -> bool:
+def holds_its_rate(obj) -> TypeIs[HeldScheduler]:
     """Whether ``obj`` follows Paddle's ``LRScheduler`` protocol (item 5 of the
     module docstring): the user steps it, and ``obj()`` is the rate it holds."""
     return (callable(obj) and callable(getattr(obj, "step", None)) and hasattr(obj, "last_lr")
@@ -227,7 +240,7 @@ class HostSchedule:
     with the convention of the keyword it came from (`UserSchedule`), or an
     object that holds its rate (`holds_its_rate`), read as it stands."""
 
-    def __init__(self, sched: UserSchedule | FunctionSchedule, arg: str, begin_num_update: int = 0):
+    def __init__(self, sched: UserSchedule | FunctionSchedule | HeldScheduler, arg: str, begin_num_update: int = 0):
         self.sched, self.arg = sched, arg
         self.begin = int(begin_num_update)
         self.num_update: int | None = None  # updates done; None: read it from the state first
@@ -254,9 +267,10 @@ class HostSchedule:
             self.num_update = int(done())
         return self.lr_at(min(self.num_update + 1, MAX_COUNT))  # counts stop there (track_step)
 
-    def _object(self):
+    def _object(self) -> Any:
         """The object whose own attributes carry its position (a held scheduler, or
-        an MXNet-style scheduler that changes itself when called), or None."""
+        an MXNet-style scheduler that changes itself when called), or None: a
+        user's object of any type, read by duck typing."""
         obj = self.sched if holds_its_rate(self.sched) else getattr(self.sched, "fn", None)
         return obj if hasattr(obj, "__dict__") else None
 
@@ -329,6 +343,8 @@ def take_host_schedule(optimizer_params: dict | None) -> tuple[dict, HostSchedul
                 not isinstance(given, (UserSchedule, FunctionSchedule)):
             continue
         sched = wrap(given, default)
+        if not isinstance(sched, (UserSchedule, FunctionSchedule)):
+            continue  # gradxform's own schedules are closed forms (untraceable_reason: None)
         reason = untraceable_reason(sched)
         if reason is None:
             continue
@@ -337,7 +353,7 @@ def take_host_schedule(optimizer_params: dict | None) -> tuple[dict, HostSchedul
         del params[arg]
         lr = params.get("learning_rate")
         if arg == "lr_scheduler" and isinstance(lr, (int, float)) and hasattr(sched.fn, "base_lr"):
-            sched.fn.base_lr = lr  # as MXNet's Optimizer.__init__ does
+            setattr(sched.fn, "base_lr", lr)  # as MXNet's Optimizer.__init__ does
         host = HostSchedule(sched, arg, params.get("begin_num_update", 0) or 0)
         params["learning_rate"] = host.lr_at(host.begin + 1)
         return params, host
@@ -358,7 +374,7 @@ def as_update_schedule(sched, indexed_by: str = NUM_UPDATE, rebase: str | None =
     return adapt(sched, default=indexed_by, owner=owner, arg=arg)
 
 
-def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Callable | None]:
+def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Schedule | None]:
     """Splits a framework ``learning_rate`` argument into (base value, schedule
     or None): a number is fixed; a list/tuple/1-D array becomes ``list_cls``;
     a `Schedule` (or any callable with a ``base_lr``) is used as it is."""
@@ -386,6 +402,7 @@ def as_schedule(owner: str, learning_rate, list_cls) -> tuple[float, Callable | 
         # any schedule (see gradxform.schedules._user): a bare callable counts
         # from 0 on the first update, as optax, MindSpore and Paddle do
         sched = as_update_schedule(learning_rate, COMPLETED, owner=owner, arg="learning_rate")
+        assert sched is not None  # adapt gives None only for None
         base = getattr(sched, "base_lr", None)
         if base is None:
             # no base of its own: the value at the first update stands for it

@@ -134,6 +134,7 @@ def params_on_device(params, single: bool):
     row = lambda b: b if single else min(b.addressable_shards, key=_row).data  # noqa: E731
     if isinstance(params, FlatTree):
         layout = params.layout
+        treedef = layout.treedef
         buffers, shapes, groups = [row(b) for b in params.buffers], layout.shapes, layout.groups
     else:
         leaves, treedef = jax.tree.flatten(params)
@@ -148,4 +149,4 @@ def params_on_device(params, single: bool):
         for i in g:
             out[i] = _take(b, np.int32(start), tuple(shapes[i]))
             start += math.prod(shapes[i])
-    return (layout.treedef if isinstance(params, FlatTree) else treedef).unflatten(out)
+    return treedef.unflatten(out)
