@@ -529,6 +529,7 @@ def test_capture_linen_conv_options_and_refusals():
         assert (a, d) == (rows + (27,), rows + (4,)), conv
     for xs, conv, match in [
             (jax.ShapeDtypeStruct((2, 6, 3), jnp.float32), dict(kernel_size=(3,)), "only 2-D convolutions"),
+            (jax.ShapeDtypeStruct((2, 6, 3), jnp.float32), dict(kernel_size=3), "only 2-D convolutions"),
             (jax.ShapeDtypeStruct((2, 6, 6, 4), jnp.float32), dict(kernel_size=(3, 3), feature_group_count=2),
              "only 2-D convolutions"),
             (x, dict(kernel_size=(3, 3), kernel_dilation=2), "only 2-D convolutions without dilation"),

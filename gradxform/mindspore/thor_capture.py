@@ -117,8 +117,8 @@ def capture_linen(loss_fn: Callable, params, *args, **kwargs):
             if isinstance(mod, nn.Embed):
                 return tap(f"{path}/embedding", x, next_fun(*iargs, **ikwargs))
             if isinstance(mod, nn.Conv):
-                # flax types kernel_size int | Sequence[int]; an int (a 1-D kernel) raises TypeError here
-                ks = tuple(mod.kernel_size)  # pyright: ignore[reportArgumentType]
+                k = mod.kernel_size  # flax takes an int (a 1-D kernel) or a sequence
+                ks = (k,) if isinstance(k, int) else tuple(k)
                 if len(ks) != 2 or mod.feature_group_count != 1 or any(
                         d not in (None, 1, (1, 1)) for d in (mod.kernel_dilation, mod.input_dilation)):
                     raise ValueError(f"capture_linen: {path}: only 2-D convolutions without dilation or "
