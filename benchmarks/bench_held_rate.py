@@ -10,7 +10,7 @@ times a jitted, donated step of ``paddle.momentum`` three ways, side by side in 
 * ``set_hyper``: the float optimizer with ``set_learning_rate(state, sched())`` before each update
   (what a loop had to write before the held read).
 
-    PYTHONPATH=$PWD python benchmarks/bench_held_rate.py [--leaves 16] [--size 65536] [--steps 200]
+    PYTHONPATH=$PWD/src python benchmarks/bench_held_rate.py [--leaves 16] [--size 65536] [--steps 200]
 
 Prints the median step time of each and the ratios to ``float`` (medians of 5 rounds; the
 machines are shared, so compare ratios, not absolute times).

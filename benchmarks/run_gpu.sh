@@ -10,7 +10,7 @@ set -u
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu_logs}
 mkdir -p "$out"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 # JAX takes 75% of the GPU by default; PyTorch runs in the same process here.
 export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.5}
 py=${PYTHON:-python3}

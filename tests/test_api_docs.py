@@ -34,7 +34,7 @@ EXTERNAL = {"gradxform.GradientTransformation": "optax.GradientTransformationExt
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
                           check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     log = proc.stdout + proc.stderr

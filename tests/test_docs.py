@@ -61,7 +61,7 @@ def run_block(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
     script.write_text(code)
     env = dict(os.environ)
     env.update(XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu", MPLBACKEND="Agg")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=TIMEOUT_S)
 

@@ -10,7 +10,7 @@ import pathlib
 import subprocess
 import sys
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "gradxform"
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "src" / "gradxform"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 SURFACED = ("pieces", "schedules")
 
@@ -49,5 +49,18 @@ def test_the_generated_re_exports_are_current():
     # plain imports (a type checker sees them); tools/gen_exports.py writes them from those tuples
     root = pathlib.Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, str(root / "tools" / "gen_exports.py"), "--check"], cwd=root,
-                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root / "src")})
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_script_beside_a_clone_named_gradxform_imports_the_package(tmp_path):
+    # issue 39: run from a clone's parent, the clone's folder (no __init__.py) was taken for a namespace
+    # package ("module 'gradxform' has no attribute 'create'"); with the src/ layout the installed
+    # package is the only thing named gradxform on the path
+    clone = tmp_path / "gradxform"
+    (clone / "tests").mkdir(parents=True)
+    (clone / "README.md").write_text("a clone\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the package as pip installed it
+    done = subprocess.run([sys.executable, "-c", "import gradxform; print(gradxform.create.__name__)"],
+                          cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and done.stdout.strip() == "create", done.stdout + done.stderr

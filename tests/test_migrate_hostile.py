@@ -223,7 +223,7 @@ def run_corpus(tmp_path, cases, timeout):
             path = tmp_path / f"case{i}.bin"
             path.write_bytes(data)
             f.write(json.dumps({"id": cid, "reader": reader, "path": str(path)}) + "\n")
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", CHILD, str(listing)], capture_output=True, text=True,
                           timeout=timeout, env=env)
@@ -276,7 +276,7 @@ def test_special_files_are_refused_before_reading(tmp_path):
             for reader in ("paddle", "gluon", "gluon_full", "mindspore", "checkpoint", "trainer"):
                 f.write(json.dumps({"id": f"{reader}:{path}", "reader": reader, "path": path}) + "\n")
                 n += 1
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "JAX_PLATFORMS": "cpu"}
     proc = subprocess.run([sys.executable, "-c", CHILD, str(listing)], capture_output=True, text=True,
                           timeout=300, env=env)

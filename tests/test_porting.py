@@ -296,7 +296,7 @@ def test_resume_from_gluon_has_a_fast_mode():
     root = pathlib.Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, str(root / "examples" / "resume_from_gluon.py"), "--fast"],
                          capture_output=True, text=True, timeout=300, cwd=root,
-                         env={**__import__("os").environ, "PYTHONPATH": str(root)}).stdout
+                         env={**__import__("os").environ, "PYTHONPATH": str(root / "src")}).stdout
     rows = [r.split() for r in out.splitlines()[1:]]
     assert [r[1] for r in rows].count("gradxform") == 5 and all(float(r[4]) <= 1e-6 for r in rows if len(r) == 5)
 

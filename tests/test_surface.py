@@ -21,7 +21,7 @@ PENDING: set[str] = set()  # every recorded entry matches (95/95)
 
 def _run_check() -> tuple[dict[str, list[str]], str]:
     assert TOOL.is_file(), f"{TOOL} is missing: the vendored surface check (tests/data/) is part of the repository"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, str(TOOL), "-v"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=900)
     assert "surface:" in out.stdout, out.stdout + out.stderr

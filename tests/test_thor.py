@@ -405,7 +405,7 @@ def test_digits_example_fast_thor_reaches_momentum_accuracy_in_no_more_epochs(tm
         pytest.skip("sklearn is not installed (pip install -e '.[test]')")
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+           "PYTHONPATH": os.pathsep.join([str(root / "src"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("XLA_FLAGS", None)
     proc = subprocess.run([sys.executable, str(root / "examples" / "thor_digits.py"), "--fast"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=300)

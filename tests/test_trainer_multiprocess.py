@@ -107,7 +107,7 @@ def test_two_processes_equal_one_process_on_the_whole_batch(tmp_path, sharded):
 
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.path.join(REPO, "src") + os.pathsep + env.get("PYTHONPATH", "")
     outs = [tmp_path / f"p{i}.npz" for i in range(2)]
     procs = [subprocess.Popen([sys.executable, __file__, str(i), str(port), str(outs[i]), str(int(sharded))], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -208,7 +208,7 @@ def test_checkpoint_saved_on_four_sharded_devices_resumes_on_eight(tmp_path):
     ref = saved_after_three_updates(tmp_path / "ckpt")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.path.join(root, "src") + os.pathsep + env.get("PYTHONPATH", "")
     subprocess.run([sys.executable, "-c", _EIGHT, str(tmp_path / "ckpt"), str(tmp_path / "out.npz"),
                     os.path.dirname(os.path.abspath(__file__))], check=True, env=env, timeout=300)
     got = np.load(tmp_path / "out.npz")

@@ -17,7 +17,7 @@ ERROR_CEILING = 0  # issue 37 item 5: from 265 (basedpyright basic, same pyright
 
 def test_gradxform_type_checks_in_basic_mode():
     proc = subprocess.run(
-        [sys.executable, "-m", "basedpyright", "--outputjson", "--pythonpath", sys.executable, "gradxform"],
+        [sys.executable, "-m", "basedpyright", "--outputjson", "--pythonpath", sys.executable, "src/gradxform"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.stdout, f"basedpyright gave no report (is the test extra installed?): {proc.stderr[-2000:]}"
     report = json.loads(proc.stdout)

@@ -6,8 +6,8 @@ checker and a reader see every name; the modules' tuples stay the one place a na
 and this tool copies them (read from the source, not imported) into the block between the markers of
 each ``__init__.py``.
 
-    PYTHONPATH=$PWD python tools/gen_exports.py          # rewrite the blocks
-    PYTHONPATH=$PWD python tools/gen_exports.py --check  # exit 1 if a block is stale (tests/test_layout.py)
+    PYTHONPATH=$PWD/src python tools/gen_exports.py          # rewrite the blocks
+    PYTHONPATH=$PWD/src python tools/gen_exports.py --check  # exit 1 if a block is stale (tests/test_layout.py)
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def _wrap(head: str, body: str, tail: str, width: int = 118) -> str:
 
 
 def path_of(package: str) -> pathlib.Path:
-    return ROOT.joinpath(*package.split(".")) / "__init__.py"
+    return ROOT.joinpath("src", *package.split(".")) / "__init__.py"
 
 
 def stale() -> list[str]:

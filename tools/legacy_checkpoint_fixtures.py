@@ -7,7 +7,7 @@ writes the new layout, so running it now would not make a legacy file.
 Each file comes with ``<name>.npz``: the parameters one more update gives
 from the loaded state (the expected continuation, recorded by the old code).
 
-    PYTHONPATH=$PWD python tools/legacy_checkpoint_fixtures.py
+    PYTHONPATH=$PWD/src python tools/legacy_checkpoint_fixtures.py
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """One-token mutation testing of one gradxform module against a chosen test selection.
 
-    PYTHONPATH=$PWD /work/venv/bin/python tools/mutants.py gradxform/pieces/_moments.py \
+    PYTHONPATH=$PWD/src /work/venv/bin/python tools/mutants.py gradxform/pieces/_moments.py \
         --tests "tests/test_pieces.py tests/test_mxnet_reference.py" [--jobs 2] [--timeout 300] \
         [--only 3,17] [--list] [--report out.md]
 
@@ -143,7 +143,7 @@ def _scratch(tag: str) -> str:
     top = tempfile.mkdtemp(prefix=f"gx_mutants_{tag}_")
     d = os.path.join(top, "repo")
     os.mkdir(d)
-    shutil.copytree(os.path.join(ROOT, "gradxform"), os.path.join(d, "gradxform"))
+    shutil.copytree(os.path.join(ROOT, "src"), os.path.join(d, "src"), ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(os.path.join(ROOT, "tests"), os.path.join(d, "tests"),
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(os.path.join(ROOT, "pyproject.toml"), d)
@@ -151,7 +151,7 @@ def _scratch(tag: str) -> str:
 
 
 def _run(workdir: str, tests: list[str], timeout: float, cache: str) -> tuple[str, float, str]:
-    env = dict(os.environ, PYTHONPATH=workdir, PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONPATH=os.path.join(workdir, "src"), PYTHONDONTWRITEBYTECODE="1")
     if cache:
         # every program, however small: the tests compile many tiny ones
         env.update(JAX_COMPILATION_CACHE_DIR=cache, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
@@ -173,7 +173,7 @@ def _run(workdir: str, tests: list[str], timeout: float, cache: str) -> tuple[st
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("module", help="a module path under gradxform/, e.g. gradxform/pieces/_moments.py")
+    ap.add_argument("module", help="a module path under src/gradxform/, e.g. src/gradxform/pieces/_moments.py")
     ap.add_argument("--tests", required=True, help="pytest arguments: files, -k expressions (one string)")
     ap.add_argument("--jobs", type=int, default=1, help="parallel scratch copies (2 at most on 2 cores)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant run")
@@ -183,8 +183,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cache", action="store_true", help="no shared JAX compilation cache")
     args = ap.parse_args(argv)
     rel = os.path.relpath(os.path.abspath(args.module), ROOT)
-    if not rel.startswith("gradxform" + os.sep) or not rel.endswith(".py"):
-        ap.error(f"module must be a .py file under gradxform/; got {args.module!r}")
+    if not rel.startswith(os.path.join("src", "gradxform") + os.sep) or not rel.endswith(".py"):
+        ap.error(f"module must be a .py file under src/gradxform/; got {args.module!r}")
     with open(os.path.join(ROOT, rel)) as f:
         source = f.read()
     lines = source.splitlines()

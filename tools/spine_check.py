@@ -6,7 +6,7 @@ registered optimizer names written by hand in the family packages (string
 constants other than docstrings that name one, ``"mxnet.adam"`` or
 ``"mindspore.AdamWeightDecay"``: the owner's name comes from its registration).
 
-    PYTHONPATH=$PWD python tools/spine_check.py [-v]
+    PYTHONPATH=$PWD/src python tools/spine_check.py [-v]
 
 Prints one count per line (``-v``: where each one is). Exit status 0: it
 reports, it does not judge (the targets are in issue 26).
@@ -19,12 +19,12 @@ import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PKG = ROOT / "gradxform"
+PKG = ROOT / "src" / "gradxform"
 CLOSURE_NAMES = ("__closure__", "cell_contents", "co_freevars")
 
 
 def module_name(path: pathlib.Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(ROOT / "src").with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
