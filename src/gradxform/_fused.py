@@ -82,8 +82,8 @@ from ._spec import declare
 from ._state_paths import map_param_shaped, with_optional_like
 from .pieces.internal import layout_segments
 
-__all__ = ["fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_lengths", "fusable", "not_fusable",
-           "flatten_state", "packed", "ravel", "unflatten_state", "why_not_fused"]
+__all__ = ["fused", "fuse", "Fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_lengths", "fusable",
+           "not_fusable", "flatten_state", "packed", "ravel", "unflatten_state", "why_not_fused"]
 
 
 # -- layout and flat trees ------------------------------------------------------
@@ -192,8 +192,8 @@ def unflatten_state(tx: GradientTransformation, state):
 
 # -- the wrapper ------------------------------------------------------------------
 
-def fused(tx: GradientTransformation, *, strict: bool = False,
-          max_leaf_size: int | None = None) -> GradientTransformation:
+def fuse(tx: GradientTransformation, *, strict: bool = False,
+         max_leaf_size: int | None = None) -> GradientTransformation:
     """Runs ``tx`` on flat per-group buffers: the same results, one
     elementwise pass per buffer instead of one per leaf.
 
@@ -292,13 +292,30 @@ def fused(tx: GradientTransformation, *, strict: bool = False,
     return transformation(init, update)
 
 
-# gradxform.fused.<name>: helpers hung on the function as a namespace (intentional; public API)
-fused.ravel = ravel  # pyright: ignore[reportFunctionMemberAccess]
-fused.FlatTree = FlatTree  # pyright: ignore[reportFunctionMemberAccess]
-fused.why_not_fused = why_not_fused  # pyright: ignore[reportFunctionMemberAccess]
-fused.bit_exact = bit_exact  # pyright: ignore[reportFunctionMemberAccess]
-fused.fusable = fusable  # pyright: ignore[reportFunctionMemberAccess]
-fused.not_fusable = not_fusable  # pyright: ignore[reportFunctionMemberAccess]
-fused.flatten_state = flatten_state  # pyright: ignore[reportFunctionMemberAccess]
-fused.unflatten_state = unflatten_state  # pyright: ignore[reportFunctionMemberAccess]
-fused.packed = packed  # pyright: ignore[reportFunctionMemberAccess]
+class Fused:
+    """``gradxform.fused``: call it on a transformation (`fuse`: one elementwise pass
+    per buffer instead of one per leaf), and find the flat form's helpers on it
+    (``gradxform.fused.FlatTree``, ``.ravel``, ``.why_not_fused``, ``.bit_exact``,
+    ``.fusable``, ``.not_fusable``, ``.flatten_state``, ``.unflatten_state``,
+    ``.packed``). One object with its attributes declared here, so a reader and a
+    type checker see them (they were set on a function at import)."""
+
+    __slots__ = ()
+
+    def __call__(self, tx: GradientTransformation, *, strict: bool = False,
+                 max_leaf_size: int | None = None) -> GradientTransformation:
+        """`fuse`: ``tx`` on flat per-group buffers (see the module docstring)."""
+        return fuse(tx, strict=strict, max_leaf_size=max_leaf_size)
+
+    ravel = staticmethod(ravel)
+    FlatTree = FlatTree
+    why_not_fused = staticmethod(why_not_fused)
+    bit_exact = staticmethod(bit_exact)
+    fusable = staticmethod(fusable)
+    not_fusable = staticmethod(not_fusable)
+    flatten_state = staticmethod(flatten_state)
+    unflatten_state = staticmethod(unflatten_state)
+    packed = staticmethod(packed)
+
+
+fused = Fused()

@@ -17,7 +17,7 @@ import optax
 from .._hyper import check_range, get_hyper, get_learning_rate, hyper_names, set_learning_rate
 from ..pieces.internal import check_guard, dynamic_loss_scale, get_loss_scale, host_done
 from ..pieces.internal import skip_nonfinite as guard_nonfinite
-from .._fused import FlatTree, FusedState, flatten_state, fused as fuse, unflatten_state
+from .._fused import FlatTree, FusedState, flatten_state, fuse, unflatten_state
 from .._registry import _resolve, create
 from ..schedules.internal import HostSchedule, take_host_schedule
 from .._tree import param_names
