@@ -45,7 +45,8 @@ TIER_DOC = {
 TIERS = {
     "table": ("test_properties", "test_hyper", "test_fused", "test_optax_tools", "test_held_rate",
               "test_state_domains", "test_registry", "test_hypothesis", "test_sharding", "test_round4",
-              "test_moment_piece_bounds", "test_segments", "test_masking", "test_guards", "test_packed"),
+              "test_moment_piece_bounds", "test_segments", "test_masking", "test_guards", "test_packed",
+              "test_state_fixtures"),
     "parity": ("test_mxnet_parity", "test_mindspore_parity", "test_paddle_parity", "test_paddle_optimizers_parity",
                "test_paddle_optimizers", "test_mxnet_reference", "test_gluon_select_golden",
                "test_schedule_goldens_extra", "test_mindspore_new_optimizers", "test_mxnet_new_optimizers",
