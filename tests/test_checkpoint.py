@@ -588,24 +588,24 @@ def test_a_current_file_with_a_bool_leaf_where_int32_is_expected_is_a_mismatch(t
     assert err.value.kind == "mismatch"
 
 
-def test_a_state_loaded_into_an_optimizer_with_another_schedule_base_warns(tmp_path):
+def test_a_state_loaded_into_an_optimizer_with_another_schedule_base_is_refused_until_told_which(tmp_path):
     # found by porting MindSpore's ResNet train.py: it resumes with a sliced lr list and
     # load_checkpoint(..., filter_prefix=['learning_rate', 'global_step']); loading the whole state
-    # here brings the old list's base, which rescales the new list (set_hyper's rule) silently
-    import warnings
-
+    # here brought the old list's base, which rescaled the new list (set_hyper's rule) silently
     import gradxform as gx
     old = gx.create("mindspore.momentum", learning_rate=[0.036, 0.03, 0.02, 0.01], momentum=0.9)
     new = gx.create("mindspore.momentum", learning_rate=[0.01, 0.005], momentum=0.9)
-    params = {"w": jnp.ones(3)}
+    params, grads = {"w": jnp.ones(3)}, {"w": jnp.ones(3)}
     save_state(tmp_path / "s.ckpt", old.init(params))
-    with pytest.warns(UserWarning, match=r"base learning_rate 0\.036 differs from this optimizer's 0\.01.*"
-                                         r"set_hyper\(state, learning_rate=0\.01\)") as rec:
-        state = load_state(tmp_path / "s.ckpt", like=new.init(params))
-    assert rec[0].filename == __file__
-    state = gx.set_hyper(state, learning_rate=0.01)  # as the message says: the new list as built
-    fresh = new.update({"w": jnp.ones(3)}, new.init(params), params)[0]["w"]
-    np.testing.assert_array_equal(new.update({"w": jnp.ones(3)}, state, params)[0]["w"], fresh)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the same schedule: nothing to say
-        load_state(tmp_path / "s.ckpt", like=old.init(params))
+    with pytest.raises(CheckpointError, match=r"base learning_rate 0\.036 differs from this optimizer's 0\.01.*"
+                                               r"schedule_base='optimizer'") as err:
+        load_state(tmp_path / "s.ckpt", like=new.init(params))
+    assert err.value.kind == "mismatch"
+    kept = load_state(tmp_path / "s.ckpt", like=new.init(params), schedule_base="optimizer")
+    fresh = new.update(grads, new.init(params), params)[0]["w"]
+    np.testing.assert_array_equal(new.update(grads, kept, params)[0]["w"], fresh)  # the list as built
+    saved = load_state(tmp_path / "s.ckpt", like=new.init(params), schedule_base="file")
+    np.testing.assert_allclose(new.update(grads, saved, params)[0]["w"], np.asarray(fresh) * 3.6, rtol=1e-6)
+    load_state(tmp_path / "s.ckpt", like=old.init(params))  # the same schedule: nothing to settle
+    with pytest.raises(ValueError, match="schedule_base"):
+        load_state(tmp_path / "s.ckpt", like=new.init(params), schedule_base="mine")

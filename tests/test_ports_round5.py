@@ -541,12 +541,13 @@ def test_mindspore_resnet_train(tmp_path):
     3. ``ModelCheckpoint``/``ms.load_checkpoint`` -> ``gx.save_state((params, state), meta=...)``
        / ``gx.load_state``; ``filter_prefix=['global_step']`` + ``load_param_into_net(opt, ...)``
        (moments restored, step count restarted at 0 because the lr list was sliced) ->
-       ``optax.tree_utils.tree_set(state, count=0, learning_rate=<the fresh state's>)``.
-    4. Loading the whole state (the obvious port of ``load_param_into_net(opt, ...)``) and
-       only resetting ``count`` trains on with a wrong rate and no error: the file's
-       ``learning_rate`` hyperparameter slot (0.01 here) is restored beside the NEW sliced lr
-       list, and gradxform then scales the list by 0.01 / 0.036 (its first value): every
-       resumed step used 0.278x the rate MindSpore uses (params off by 2e-4 after 9 steps).
+       ``gx.load_state(..., schedule_base='optimizer')`` and ``tree_set(state, count=0)``.
+    4. Found by this port: loading the whole state (the obvious port of
+       ``load_param_into_net(opt, ...)``) and only resetting ``count`` trained on with a wrong
+       rate and no error: the file's ``learning_rate`` base (0.01 here) was restored beside the
+       NEW sliced lr list, scaling it by 0.01 / 0.036 (its first value): every resumed step used
+       0.278x MindSpore's rate (params off by 2e-4 after 9 steps). Now that load refuses,
+       naming both bases and ``schedule_base=``.
     """
     d, meta = golden("mindspore_resnet")
     import gradxform.mindspore as nn                     # was: import mindspore.nn as nn
@@ -585,14 +586,13 @@ def test_mindspore_resnet_train(tmp_path):
         opt = nn.Momentum(group_params, lr, config.momentum, loss_scale=config.loss_scale)
         state = opt.init(params)
         if config.resume_ckpt:
-            # the file's base learning_rate would rescale the new (sliced) list: load_state says so,
-            # naming the set_hyper that keeps the list as built (it was silent when this was ported)
-            with pytest.warns(UserWarning, match="schedule base learning_rate .*set_hyper"):
-                params, state = gx.load_state(config.resume_ckpt, like=(params, state))
-            fresh_lr = optax.tree_utils.tree_get(opt.init(params), "learning_rate")
-            # filter_prefix=['learning_rate', 'global_step']: the count restarts and the NEW
-            # (sliced) list's rate is kept (see change 4)
-            state = optax.tree_utils.tree_set(state, count=0, learning_rate=fresh_lr)
+            # filter_prefix=['learning_rate', 'global_step']: the new (sliced) list's base is kept
+            # (schedule_base='optimizer'; without it the load refuses, naming both bases: it was
+            # silent when this was ported, see change 4) and the count restarts
+            with pytest.raises(gx.CheckpointError, match="schedule_base='optimizer'"):
+                gx.load_state(config.resume_ckpt, like=(params, state))
+            params, state = gx.load_state(config.resume_ckpt, like=(params, state), schedule_base="optimizer")
+            state = optax.tree_utils.tree_set(state, count=0)
         step = jax.jit(lambda p, s, x, y: (lambda u_s: (optax.apply_updates(p, u_s[0]), u_s[1]))(
             opt.update(jax.grad(loss_fn)(p, x, y), s, p)))
         traj, lrs = [], []

@@ -1,7 +1,7 @@
 """Issue 24 item 1: the recorded framework surfaces (``tests/data/surface/*.json``,
 Paddle 3.3.1, MindSpore 2.10.0, MXNet 1.9.1) against gradxform's, by
-``tests/data/tools/surface_check.py`` (both vendored from the project's ``../shared/``,
-issue 39: the test runs in a plain clone; ``tests/data/surface/README.md`` says where they came from).
+``tests/data/tools/surface_check.py`` (both kept in the repository, issue 39: the test runs in a
+plain clone; ``tests/data/surface/README.md`` says where they came from).
 
 Every recorded entry must match, except the ones in `PENDING` (empty now:
 95/95 match). A name put there while its work is under way fails this test

@@ -350,15 +350,14 @@ def set_learning_rate(state, learning_rate: float, *, where=None):
     return set_hyper(state, learning_rate=learning_rate, where=where)
 
 
-def rebased_schedules(loaded, like) -> list[str]:
-    """What a load would change in a schedule's base: for each step counter whose
-    learning rate is scheduled, a line when ``loaded`` (a state read from a file)
-    holds another base ``learning_rate`` than ``like`` (the optimizer's own). The
-    loaded base rescales a MindSpore/Paddle schedule (``set_hyper`` semantics), so a
-    run resumed into an optimizer built with another schedule (MindSpore scripts
-    load with ``filter_prefix=['learning_rate']`` and slice their lr list) would
-    otherwise train at a silently scaled rate. Values that are not concrete
-    (abstract ``like`` leaves) are not compared."""
+SCHEDULE_BASES = (None, "file", "optimizer")  # load_state(schedule_base=...)
+
+
+def _base_differences(loaded, like) -> list[tuple]:
+    """``(path, file's base, like's base)`` for each step counter whose learning
+    rate is scheduled and whose base ``learning_rate`` differs between ``loaded``
+    (a state read from a file) and ``like`` (the optimizer's own). Values that
+    are not concrete (abstract ``like`` leaves) are not compared."""
     out = []
     for (path, node), (_, mine) in zip(state_paths(loaded), state_paths(like)):
         if not getattr(type(node), "step_counter", False):
@@ -370,11 +369,39 @@ def rebased_schedules(loaded, like) -> list[str]:
         except (TypeError, ValueError, KeyError):  # abstract leaves, or another structure
             continue
         if a != b:
-            a32, b32 = str(np.float32(a)), str(np.float32(b))  # as written: 0.01, not 0.009999999776482582
-            where = f" (the optimizer at {_label(path)!r})" if _label(path) else ""
-            out.append(f"the file's schedule base learning_rate {a32} differs from this optimizer's {b32}{where}; "
-                       f"the file's is used and scales this schedule by {a / b if b else float('inf'):.6g} "
-                       "(set_hyper's rule). To keep the schedule as built (MindSpore's "
-                       f"filter_prefix=['learning_rate']): state = gradxform.set_hyper(state, learning_rate={b32}) "
-                       "after loading.")
+            out.append((path, a, b))
     return out
+
+
+def settle_schedule_bases(loaded, like, schedule_base=None):
+    """``loaded`` with each scheduled base ``learning_rate`` settled against
+    ``like``'s. A loaded base rescales a MindSpore/Paddle schedule (``set_hyper``'s
+    rule), so a run resumed into an optimizer built with another schedule
+    (MindSpore scripts load with ``filter_prefix=['learning_rate']`` and slice
+    their lr list) would train at a scaled rate. Where the two differ, the
+    caller says which holds: ``'optimizer'`` (``like``'s, the schedule as built),
+    ``'file'`` (the saved run's); None is a ValueError saying both."""
+    if schedule_base not in SCHEDULE_BASES:
+        raise ValueError(f"load_state(schedule_base=...): must be None, 'file' or 'optimizer'; got {schedule_base!r}.")
+    diffs = _base_differences(loaded, like)
+    if not diffs or schedule_base == "file":
+        return loaded
+    if schedule_base is None:
+        path, a, b = diffs[0]
+        a32, b32 = str(np.float32(a)), str(np.float32(b))  # as written: 0.01, not 0.009999999776482582
+        where = f" (the optimizer at {_label(path)!r})" if len(state_paths(like)) > 1 and _label(path) else ""
+        raise ValueError(f"the file's schedule base learning_rate {a32} differs from this optimizer's {b32}{where}: "
+                         f"loaded, it would scale this schedule by {a / b if b else float('inf'):.6g} "
+                         "(set_hyper's rule). Say which holds: load_state(..., schedule_base='optimizer') keeps "
+                         "the schedule as built (MindSpore's filter_prefix=['learning_rate']), "
+                         "schedule_base='file' the saved run's base.")
+    mine = dict(state_paths(like))
+    moved = {path for path, _, _ in diffs}
+
+    def keep(path, node):
+        if path not in moved:
+            return node
+        old = node.hyper["learning_rate"]
+        new = np.asarray(mine[path].hyper["learning_rate"], dtype=np.asarray(old).dtype)
+        return node._replace(hyper=dict(node.hyper, learning_rate=new))
+    return map_states(keep, loaded)

@@ -83,9 +83,8 @@ import numpy as np
 from ._domains import domain_error
 from ._files import new_file_mode, path_of, read_regular, temp_prefix
 from ._msgpack_cost import decoded_cost as _header_cost
-from ._hyper import rebased_schedules
+from ._hyper import settle_schedule_bases
 from ._state_paths import former_names, hyper_difference
-from ._warn import warn_at_caller
 
 __all__ = ["CheckpointError", "save_state", "load_state", "read_metadata", "FORMAT_VERSION"]
 
@@ -331,7 +330,7 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
         hosts.append(h)
         entries.append([p, list(shape), dtype, offset, h.nbytes])
         offset += h.nbytes
-        sha.update(h)  # pyright: ignore[reportArgumentType]  # an ndarray is a buffer; NumPy's stubs say so only for Python 3.12+
+        sha.update(h)  # pyright: ignore[reportArgumentType]  # a buffer (NumPy's stubs: only on 3.12+)
     header = cast(bytes, _msgpack().packb({  # msgpack.packb: bytes (None only from a Packer without autoreset)
         "format": FORMAT_VERSION, "leaves": entries, "treedef": str(treedef),
         "payload_size": offset, "payload_sha256": sha.hexdigest(),
@@ -506,7 +505,7 @@ def _fmt(shape, dtype) -> str:
     return f"{dtype}[{','.join(str(d) for d in shape)}]"
 
 
-def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
+def load_state(path, like=None, *, meta: dict | None = None, alternatives=(), schedule_base: str | None = None):
     """Reads a file written by `save_state`.
 
     Args:
@@ -527,9 +526,11 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
         ``StepState.num_update`` and ``.count``, now ``.count`` and
         ``.leaf_counts``) loads too, its bool flags as the int32 0/1 that
         state now holds.
+      schedule_base: where a scheduled learning rate's base differs between the
+        file and ``like`` (another schedule, or a ``set_hyper``), which holds:
+        ``'optimizer'`` or ``'file'``; None refuses ('mismatch'), naming both.
 
-    Returns:
-      The tree, bit-identical to what was saved.
+    Returns: the tree, bit-identical to what was saved (but a base ``schedule_base`` replaced).
 
     Raises:
       CheckpointError: 'truncated', 'corrupt' (also: an optimizer state in
@@ -591,6 +592,9 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=()):
     why = domain_error(jax.tree_util.tree_unflatten(treedef, out))  # what each state class declares
     if why is not None:
         raise CheckpointError("corrupt", path, f"it holds a value no run reaches: {why}.")
-    for line in rebased_schedules(jax.tree_util.tree_unflatten(treedef, out), like):
-        warn_at_caller(f"load_state: {line}")
+    try:
+        out = treedef.flatten_up_to(settle_schedule_bases(jax.tree_util.tree_unflatten(treedef, out), like,
+                                                          schedule_base))
+    except ValueError as err:
+        raise CheckpointError("mismatch", path, str(err)) from None
     return jax.tree_util.tree_unflatten(treedef, [_placed(x, leaf) for x, leaf in zip(out, leaves)])
