@@ -66,7 +66,6 @@ def test_every_optimizer_built_with_a_stepped_scheduler_uses_its_rate_at_every_u
     for t, (a, b) in enumerate(zip(held, fixed)):
         for k in PARAMS:
             np.testing.assert_allclose(a[k], b[k], rtol=c.rtol, atol=c.atol, err_msg=f"{name} update {t} {k}")
-    assert not all(np.array_equal(held[0][k], held[-1][k]) for k in PARAMS) or name == "mxnet.sgld"
 
 
 def test_a_loop_written_as_paddles_trains_at_paddles_rate_without_a_sync_call():

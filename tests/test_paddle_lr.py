@@ -640,3 +640,15 @@ def test_warm_restarts_step_with_an_epoch_at_t_mult_3_as_paddle():
         s.step(epoch=epoch)
         assert (s.T_cur, s.T_i, s.last_epoch) == (t_cur, t_i, epoch)
         assert s() == pytest.approx(lr, rel=1e-12) == cos_closed(0.5, t_i, 0.01, t_cur)
+
+
+def test_a_set_state_dict_that_fails_changes_nothing():
+    # a missing key or a value out of range is refused before any attribute is written
+    sched = LR.StepDecay(0.1, 1, gamma=0.5)
+    sched.step()
+    before = dict(sched.state_dict())
+    with pytest.raises(RuntimeError, match="last_lr"):
+        sched.set_state_dict({"last_epoch": 7})
+    with pytest.raises((TypeError, ValueError)):
+        sched.set_state_dict({"last_epoch": 7, "last_lr": -1.0})
+    assert sched.state_dict() == before

@@ -126,8 +126,7 @@ class LRScheduler:
             print(f"Epoch {self.last_epoch}: {self.__class__.__name__} set learning rate to {self.last_lr}.")
 
     def _hold(self) -> None:
-        """An optimizer's update reads this scheduler (`gradxform.schedules._held`): from now on a change
-        to a public attribute first waits for the updates in flight (none reads a value set after it)."""
+        """An update reads this scheduler (`schedules._held`): a change waits for the updates in flight."""
         object.__setattr__(self, "_held", True)
 
     def __setattr__(self, name, value):
@@ -174,12 +173,14 @@ class LRScheduler:
     def set_state_dict(self, state_dict: dict) -> None:
         """Loads what `state_dict` returned (a RuntimeError naming a missing key, as Paddle)."""
         self.state_keys()
+        missing = [key for key in self.keys if key not in state_dict]
+        if missing:
+            raise RuntimeError(f"Please check whether state_dict is correct for optimizer. Can't find "
+                               f"[ {missing[0]} ] in state_dict")
+        values = {key: _loaded(type(self).__name__, key, state_dict[key]) for key in self.keys}  # all, or none
         with self._one_wait():  # no update in flight reads a half-loaded scheduler
-            for key in self.keys:
-                if key not in state_dict:
-                    raise RuntimeError(f"Please check whether state_dict is correct for optimizer. Can't find "
-                                       f"[ {key} ] in state_dict")
-                setattr(self, key, _loaded(type(self).__name__, key, state_dict[key]))
+            for key, value in values.items():
+                setattr(self, key, value)
         if len(state_dict) > len(self.keys):
             warnings.warn("There are some unused values in state_dict. Maybe the optimizer have different "
                           "'LearningRateDecay' when invoking state_dict and set_dict", stacklevel=2)
