@@ -309,3 +309,19 @@ def test_a_killed_writers_long_name_temp_is_cleaned(tmp_path):
     gx.save_state(path, {"x": jnp.zeros(2)})
     assert not stray.exists()
     assert math.isfinite(float(gx.load_state(path, like={"x": jnp.zeros(2)})["x"][0]))
+
+
+@pytest.mark.parametrize("written", [-0.1, np.nan, np.inf])
+def test_a_base_rate_written_inside_jit_out_of_range_is_used_as_0(written):
+    # the host check cannot see a value written inside the user's jit (tree_set on a traced state):
+    # a NaN, infinite or negative base is used as 0, as a schedule's rate is; never gradient ascent
+    tx = gx.create("sgd", learning_rate=0.1)
+
+    @jax.jit
+    def step(state, lr):
+        return tx.update(GRADS, optax.tree_utils.tree_set(state, learning_rate=lr), PARAMS)[0]
+
+    state = tx.init(PARAMS)
+    for leaf in jax.tree.leaves(step(state, jnp.float32(written))):
+        np.testing.assert_array_equal(leaf, np.zeros_like(leaf))
+    np.testing.assert_allclose(step(state, jnp.float32(0.1))["w"], np.full(3, -0.05), rtol=1e-6)  # in range: used

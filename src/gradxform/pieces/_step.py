@@ -225,14 +225,16 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             at_old = _usable_rate(schedule.lr_for_update(old, base))
             at_new = _usable_rate(schedule.lr_for_update(nxt, base))
         else:
-            at_old = at_new = base  # unread: without a schedule every leaf's rate is the base
+            # without a schedule every leaf's rate is the base: a base written around the host checks
+            # (tree_set inside jit) that is NaN, infinite or negative is used as 0, as a schedule's is
+            at_old = at_new = _usable_rate(base)
         if state.leaf_counts is None:
             # Every leaf goes from `old` to `old + 1`: one count, one rate, one
             # flag, the same traced scalar at every leaf (pieces compute on it once).
             num_update = nxt
             new_counts, count_tree = [num_update] * n, None
             bumps = [jnp.asarray(True)] * n
-            rates = [base] * n if schedule is None else [at_new] * n
+            rates = [at_new] * n
             if schedule is not None and read_lr == "before" and n:
                 rates[0] = at_old  # leaf 0 reads the schedule before its own bump
         else:
@@ -241,7 +243,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
                 [jnp.asarray(m).reshape(()) for m in treedef.flatten_up_to(mask)]
             new_counts = [_next(c) if b is True else jnp.minimum(c + jnp.asarray(b, jnp.int32), MAX_COUNT)
                           for c, b in zip(counts, bumps)]
-            rates = [base] * n
+            rates = [at_new] * n
             if mask is None:
                 # Every leaf bumps: the leaves holding the largest count pass `old`
                 # (if that count is `old`), from the first of them on. Reduced over
