@@ -215,7 +215,8 @@ def _per_leaf_vectors(state, treedef) -> list[np.ndarray]:
     found: list[np.ndarray] = []
 
     def leaf_fn(_, x):
-        found.append(np.asarray([np.asarray(v) for v in treedef.flatten_up_to(x)]))
+        found.append(np.asarray(x) if hasattr(x, "shape") else
+                     np.asarray([np.asarray(v) for v in treedef.flatten_up_to(x)]))
         return x
 
     map_param_shaped(state, treedef, per_leaf=leaf_fn, param_tree=lambda t: t)
@@ -257,6 +258,13 @@ def _flatten_state(state, layout: Layout, *, concrete: bool = False):
     reps = [g[0] for g in layout.groups]
 
     def leaf_fn(field, x):
+        vector = hasattr(x, "shape")  # a per-leaf vector: the fused one has an entry per group
+        if vector and not isinstance(x, jax.core.Tracer):
+            host = np.asarray(x)
+            if any(np.unique(host[list(g)]).size > 1 for g in layout.groups):
+                raise ValueError(f"fused: per-leaf {field} differs inside a group; this state cannot be fused.")
+        if vector:
+            return x[np.asarray(reps)]
         leaves = layout.treedef.flatten_up_to(x)
         for g in layout.groups:  # the chain keeps one value per group: they must agree
             vals = [leaves[i] for i in g]
@@ -277,7 +285,8 @@ class _Split:
         self.shapes = shapes
 
 
-_PER_LEAF = _Split(None)  # where a per-leaf field was
+_PER_LEAF = _Split(None)  # where a per-leaf field (a tree of scalars) was
+_PER_LEAF_VECTOR = _Split(None)  # where a per-leaf vector was
 
 
 def _unflatten_state(flat, template, layout: Layout):
@@ -292,10 +301,13 @@ def _unflatten_state(flat, template, layout: Layout):
     # slice by the template's own leaf shapes: a params-shaped state tree may
     # hold placeholders, e.g. master weights keep a (0,) array for a float32
     # leaf, so its group buffer is empty
-    marks = map_param_shaped(template, treedef, per_leaf=lambda _, t: _PER_LEAF,
+    marks = map_param_shaped(template, treedef,
+                             per_leaf=lambda _, t: _PER_LEAF_VECTOR if hasattr(t, "shape") else _PER_LEAF,
                              param_tree=lambda t: _Split([tuple(np.shape(x)) for x in treedef.flatten_up_to(t)]))
 
     def restore(mark, f):
+        if mark is _PER_LEAF_VECTOR:
+            return f[np.asarray(owner)]
         if mark is _PER_LEAF:  # a NumPy f (on the host) gives 0-d views, as jax gives 0-d arrays
             at = (lambda j: f[j, ...]) if isinstance(f, np.ndarray) else (lambda j: f[j])
             return treedef.unflatten([at(owner[i]) for i in range(layout.num_leaves)])

@@ -17,7 +17,9 @@ registered pytree container. Everything here finds state nodes by their class
   class declares (what `gradxform.fused` turns into buffers and per-group values).
 
 State classes declare what their fields hold as class attributes:
-``per_leaf_fields`` (trees of per-leaf scalars, read by `gradxform.fused`) and
+``per_leaf_fields`` (one number per parameter leaf, held as one 1-D array
+with an entry per leaf in flatten order: `is_leaf_vector`; read by
+`gradxform.fused`, which keeps one entry per buffer) and
 ``optional_fields`` (per-leaf fields that may be None, and what every leaf
 holds then: `written_out`, `with_optional_like`) and ``renamed_fields``
 (``{field: its former name}``, for files written before a rename: `former_names`).
@@ -35,6 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
@@ -148,8 +151,22 @@ def map_param_trees(fn: Callable, treedef, tree, *rest):
     return jax.tree.map(lambda x, *r: fn(x, *r) if like(x) else x, tree, *rest, is_leaf=like)
 
 
+def is_leaf_vector(node, field: str, num_leaves: int | None = None) -> bool:
+    """Whether ``node.field`` is a declared per-leaf field (``per_leaf_fields``)
+    held as one 1-D array (of ``num_leaves`` entries, when given)."""
+    x = getattr(node, field, None)
+    if field not in getattr(type(node), "per_leaf_fields", ()) or not hasattr(x, "shape") or np.ndim(x) != 1:
+        return False
+    return num_leaves is None or np.shape(x)[0] == num_leaves
+
+
+def leaf_vector_fields(node) -> tuple[str, ...]:
+    """The declared per-leaf fields ``node`` holds as 1-D arrays."""
+    return tuple(f for f in getattr(type(node), "per_leaf_fields", ()) if is_leaf_vector(node, f))
+
+
 class _Declared:
-    """A per-leaf field's tree, held as one opaque leaf while the rest is mapped."""
+    """A per-leaf field (its vector or tree), held as one opaque leaf while the rest is mapped."""
     __slots__ = ("field", "tree")
 
     def __init__(self, field: str, tree):
@@ -160,8 +177,9 @@ def map_param_shaped(state, treedef, *, per_leaf: Callable[[str, Any], Any],
                      param_tree: Callable[[Any], Any]):
     """``state`` with the two kinds of subtrees shaped like the parameters
     (``treedef``, two leaves or more) replaced: a field that a state class
-    lists in ``per_leaf_fields`` and that holds a tree of per-leaf scalars
-    (counts, multipliers) by ``per_leaf(field_name, tree)``, and every other
+    lists in ``per_leaf_fields`` and that holds one number per leaf (a 1-D
+    array of ``treedef.num_leaves`` entries, or a tree of scalars shaped like
+    the parameters: counts, multipliers) by ``per_leaf(field_name, value)``, and every other
     params-shaped subtree (moments, master weights) by ``param_tree(subtree)``."""
     like = lambda x: treedef.num_leaves > 1 and jax.tree.structure(x) == treedef  # noqa: E731
 
@@ -170,7 +188,7 @@ def map_param_shaped(state, treedef, *, per_leaf: Callable[[str, Any], Any],
 
     def hide(_, node):
         fields = {f: _Declared(f, getattr(node, f)) for f in getattr(type(node), "per_leaf_fields", ())
-                  if scalars(getattr(node, f))}
+                  if scalars(getattr(node, f)) or is_leaf_vector(node, f, treedef.num_leaves)}
         return node._replace(**fields) if fields else node
 
     hidden = map_states(hide, state)
@@ -187,8 +205,8 @@ def written_out(node, field: str, params, fill=None):
     if fill is None:
         fill = type(node).optional_fields[field]
     value = getattr(node, fill) if isinstance(fill, str) else np.float32(fill)
-    treedef = jax.tree.structure(params)
-    return node._replace(**{field: treedef.unflatten([value] * treedef.num_leaves)})
+    n = jax.tree.structure(params).num_leaves
+    return node._replace(**{field: jnp.full((n,), value, jnp.result_type(value))})
 
 
 def with_optional_like(template, other, params, fill=None):

@@ -11,9 +11,38 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ._state_paths import map_param_trees
+import numpy as np
 
-__all__ = ["key_name", "once_per_value", "param_names", "select_tree", "zeros_like_params", "full_like_params"]
+from ._state_paths import get_path, leaf_vector_fields, map_param_trees, map_states
+
+__all__ = ["key_name", "once_per_value", "param_names", "select_tree", "zeros_like_params", "full_like_params",
+           "leaf_vector", "leaf_values", "host_leaf_vector"]
+
+
+def host_leaf_vector(values, dtype) -> jax.Array:
+    """One number per parameter leaf (flatten order) as the 1-D array a state's
+    ``per_leaf_fields`` hold: one state array however many leaves there are."""
+    return jnp.asarray(np.asarray(list(values), dtype).reshape(-1))
+
+
+def leaf_vector(tree, dtype=None) -> jax.Array:
+    """The leaves of ``tree`` (one scalar each, computed in an update) stacked
+    into a per-leaf vector (`host_leaf_vector`'s form)."""
+    leaves = [jnp.asarray(x).reshape(()) for x in jax.tree.leaves(tree)]
+    if not leaves:
+        return jnp.zeros((0,), dtype or jnp.float32)
+    out = jnp.stack(leaves)
+    return out if dtype is None else out.astype(dtype)
+
+
+def leaf_values(vector, like):
+    """A tree shaped like ``like`` (the updates) whose leaf ``i`` is
+    ``vector[i]``: a per-leaf vector read leaf by leaf inside an update."""
+    treedef = jax.tree.structure(like)
+    if np.shape(vector) != (treedef.num_leaves,):
+        raise ValueError(f"a per-leaf state vector has shape {np.shape(vector)}; the updates have "
+                         f"{treedef.num_leaves} leaves (was the state made by init on another tree?).")
+    return treedef.unflatten([vector[i] for i in range(treedef.num_leaves)])
 
 
 def key_name(key) -> str:
@@ -62,11 +91,25 @@ def select_tree(mask, new, old):
     """``new`` where the per-leaf boolean ``mask`` is True, else ``old``.
 
     ``mask`` has the structure of the parameters. Every subtree of the states
-    ``new``/``old`` that has the parameters' structure is selected leaf by leaf;
-    anything else (scalars, per-optimizer counters) is taken from ``new``.
+    ``new``/``old`` that has the parameters' structure, and every per-leaf
+    vector a state class declares (``per_leaf_fields``), is selected leaf by
+    leaf; anything else (scalars, per-optimizer counters) is taken from ``new``.
     """
     mask_def = jax.tree.structure(mask)
     mask_leaves = mask_def.flatten_up_to(mask)
+    flags = None
+
+    def pick_vectors(path, node):
+        nonlocal flags
+        fields = [f for f in leaf_vector_fields(node) if getattr(node, f).shape[0] == mask_def.num_leaves]
+        if not fields:
+            return node
+        if flags is None:
+            flags = leaf_vector(mask_leaves, bool)
+        before = get_path(old, path)
+        return node._replace(**{f: jnp.where(flags, getattr(node, f), getattr(before, f)) for f in fields})
+
+    new = map_states(pick_vectors, new)
 
     def pick(n, o):
         nl, ol = mask_def.flatten_up_to(n), mask_def.flatten_up_to(o)

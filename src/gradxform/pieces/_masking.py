@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, context_value, run_inner, transformation
 from .._spec import Fusion, checkable, declare
 from .._state_paths import map_param_trees
-from .._tree import select_tree
+from .._tree import leaf_values, select_tree
 from ._segments import present_rows
 from ._step import per_leaf_counts
 
@@ -18,14 +18,17 @@ PUBLIC = ("gated", "lazy_rows",)  # what gradxform.pieces re-exports
 def only_slotted(inner: GradientTransformation, read_slots) -> GradientTransformation:
     """Runs ``inner``; every leaf whose group slot is negative (no parameter
     group names it) gets a zero update and keeps ``inner``'s state.
-    ``read_slots(state)`` gives the per-leaf slots (a tree of int scalars,
-    one per leaf, so it works on fused buffers too), read from a state
+    ``read_slots(state)`` gives the per-leaf slots (an int vector with an
+    entry per leaf, or a tree of int scalars; one per buffer under fused), read from a state
     rather than from names: under `gradxform.fused` updates have none."""
 
     @declare(inner=(inner,), fusion=Fusion())  # the slots are per leaf, hence per group
     def update(updates, state, params=None, **extra_args):
         treedef = jax.tree.structure(updates)
-        selected = treedef.unflatten([s >= 0 for s in treedef.flatten_up_to(read_slots(state))])
+        slots = read_slots(state)
+        if hasattr(slots, "shape"):  # a per-leaf vector (the state's form now)
+            slots = leaf_values(slots, updates)
+        selected = treedef.unflatten([s >= 0 for s in treedef.flatten_up_to(slots)])
         out, new_state = run_inner(inner, updates, state, params, **extra_args)
         out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, selected)
         return out, select_tree(selected, new_state, state)
