@@ -101,9 +101,7 @@ def test_eager_call_groups_by_the_states_own_numbers():
     state = gradxform.per_leaf_counts(tx.init(PARAMS), PARAMS)
 
     def bump(_, node):
-        count = dict(node.leaf_counts)
-        count["emb"] = count["emb"] + 5
-        return with_fields(node, leaf_counts=count)
+        return with_fields(node, leaf_counts=node.leaf_counts.at[gradxform.param_names(PARAMS).index("emb")].add(5))
 
     state = map_states(bump, state, StepState)
     g = _grads(0, False)

@@ -187,7 +187,11 @@ def test_final_accumulators_match_paddles(case):
             if field not in node._fields:
                 continue
             mine, theirs = getattr(ours[path], field), getattr(node, field)
-            for a, b in zip(jax.tree.leaves(mine), jax.tree.leaves(theirs)):
+            pairs = zip(jax.tree.leaves(mine), jax.tree.leaves(theirs))
+            if field in getattr(type(node), "per_leaf_fields", ()):  # a vector, an entry per leaf
+                assert np.shape(mine) == np.shape(theirs) == (len(names),), (case, field)
+                pairs = zip(np.asarray(mine), np.asarray(theirs))
+            for a, b in pairs:
                 np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32), rtol=1e-5,
                                            atol=1e-6, err_msg=f"{case} {type(node).__name__}.{field}")
                 compared += 1

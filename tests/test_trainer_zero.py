@@ -252,7 +252,7 @@ def test_stale_gradient_ends_the_sharding_with_gluons_numbers():
         runs.append(t)
     assert_within_eps((runs[0].params, runs[0].state), (runs[1].params, runs[1].state))
     (step,) = find_states(runs[0].state, StepState)
-    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [3, 3, 2, 3]  # out/bias skipped one update
+    assert [int(c) for c in np.asarray(step.leaf_counts)] == [3, 3, 2, 3]  # out/bias skipped one update
 
 
 def test_hyperparameters_change_on_the_sharded_trainer_as_on_the_whole_one():
@@ -306,7 +306,7 @@ def test_checkpoint_with_per_leaf_counts_resumes_in_every_layout(tmp_path, opt):
     ref.save_states(tmp_path / "ckpt")
     saved = ref.state
     (step,) = find_states(saved, StepState)
-    assert [int(c) for c in jax.tree.leaves(step.leaf_counts)] == [2, 2, 1, 2]
+    assert [int(c) for c in np.asarray(step.leaf_counts)] == [2, 2, 1, 2]
     for g in GRADS[3:]:
         ref.update(g, 8)
     for where in ({"update_on_kvstore": True}, {"fused": True}, {"fused": False}, {"devices": DEV1}):

@@ -13,11 +13,20 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import stat
+import tempfile
 import threading
+import time
 from typing import Callable
 
-__all__ = ["PathTypeError", "path_of", "read_regular", "temp_prefix", "TEMP_PREFIX", "new_file_mode"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no advisory locks (see remove_stray_temps)
+    fcntl = None
+
+__all__ = ["PathTypeError", "path_of", "read_regular", "temp_prefix", "TEMP_PREFIX", "new_file_mode", "remove_stray_temps",
+           "create_locked_temp"]
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
@@ -131,3 +140,69 @@ def new_file_mode(path: str) -> int:
     except OSError:
         pass
     return 0o666 & ~_umask()
+
+
+_STRAY_AGE_S = 60.0  # a temporary file untouched this long, and unlocked, is a killed writer's
+_NO_LOCK_AGE_S = 3600.0  # where there are no advisory locks (Windows), age is the only evidence
+
+
+def _same_file(fd: int, name: str) -> bool:
+    try:
+        st, mine = os.stat(name), os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def remove_stray_temps(directory: str, base: str) -> None:
+    """Deletes the temporary files that killed writers of ``base`` left behind.
+
+    The rule: a writer holds an exclusive `flock` on its temporary file from
+    just after creating it until after renaming it over ``path``, and the
+    kernel drops that lock when the writer dies in any way, SIGKILL included.
+    So a ``.<base>.XXXXXXXX.tmp`` file whose lock we can take has no live
+    writer. We do not judge by the pid in a name: pids are reused, and mean
+    nothing across hosts sharing a filesystem or across containers' pid
+    namespaces, so a "dead" pid can be a live writer. The file must also be
+    unmodified for ``_STRAY_AGE_S`` (a live writer writes it continuously):
+    that spares live writers of older gradxform versions, which did not lock,
+    and filesystems where locks are not shared between clients. A file we
+    cannot open or lock (another user's, or ENOLCK) is left alone. Errors
+    here never fail the save.
+    """
+    pattern = re.compile(re.escape(temp_prefix(directory, base)) + r"[a-z0-9_]{8}\.tmp")  # mkstemp's names
+    try:
+        entries = [e for e in os.scandir(directory) if pattern.fullmatch(e.name)
+                   and e.is_file(follow_symlinks=False)]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            fd = os.open(entry.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))  # NFS locks need write
+        except OSError:
+            continue
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a live writer holds it
+            age = time.time() - os.fstat(fd).st_mtime
+            if age >= (_STRAY_AGE_S if fcntl is not None else _NO_LOCK_AGE_S) and _same_file(fd, entry.path):
+                os.unlink(entry.path)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def create_locked_temp(directory: str, base: str) -> tuple[int, str]:
+    """A new temporary file for ``base``, locked (see `remove_stray_temps`)."""
+    while True:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=temp_prefix(directory, base), suffix=".tmp")
+        if fcntl is None:
+            return fd, tmp
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a cleaner looks at this very file
+        except OSError:  # no locks on this filesystem: the cleaner cannot lock it either
+            return fd, tmp
+        if _same_file(fd, tmp):
+            return fd, tmp
+        os.close(fd)  # a cleaner took it between mkstemp and flock: make another

@@ -154,7 +154,8 @@ def buffer_lengths(tx: GradientTransformation, layout: Layout):
         sizes = [int(np.prod(np.shape(x), dtype=np.int64)) for x in layout.treedef.flatten_up_to(t)]
         return tuple(sum(sizes[i] for i in g) for g in layout.groups)
 
-    marks = map_param_shaped(template, layout.treedef, per_leaf=lambda _, x: (-1,) * len(layout.groups),
+    marks = map_param_shaped(template, layout.treedef,  # a per-leaf vector is one leaf; a tree one per group
+                             per_leaf=lambda _, x: -1 if hasattr(x, "shape") else (-1,) * len(layout.groups),
                              param_tree=lengths)
     return jax.tree.map(lambda m: m if type(m) is int else -1, marks)
 

@@ -34,7 +34,8 @@ def _per_leaf_values(state, treedef) -> list[list]:
     found: list[list] = []
 
     def leaf_fn(_, x):
-        found.append(list(treedef.flatten_up_to(x)))
+        found.append([x[i] for i in range(treedef.num_leaves)] if hasattr(x, "shape")
+                     else list(treedef.flatten_up_to(x)))
         return x
 
     map_param_shaped(state, treedef, per_leaf=leaf_fn, param_tree=lambda t: t)

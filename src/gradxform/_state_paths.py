@@ -206,6 +206,8 @@ def written_out(node, field: str, params, fill=None):
         fill = type(node).optional_fields[field]
     value = getattr(node, fill) if isinstance(fill, str) else np.float32(fill)
     n = jax.tree.structure(params).num_leaves
+    if isinstance(value, jax.ShapeDtypeStruct):  # an abstract state (jax.eval_shape)
+        return node._replace(**{field: jax.ShapeDtypeStruct((n,), value.dtype)})
     return node._replace(**{field: jnp.full((n,), value, jnp.result_type(value))})
 
 
@@ -271,6 +273,7 @@ def former_names(tree):
         renamed = True
         if type(node) not in _FORMER:
             _FORMER[type(node)] = collections.namedtuple(type(node).__name__, [former.get(f, f) for f in node._fields])
+            _FORMER[type(node)].per_leaf_fields = tuple(former.get(f, f) for f in getattr(node, "per_leaf_fields", ()))  # pyright: ignore[reportAttributeAccessIssue]
         return _FORMER[type(node)](*node)
     out = map_states(rebuild, tree)
     return out if renamed else None

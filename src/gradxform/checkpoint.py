@@ -26,7 +26,7 @@ filesystem accepts can be written) in the same directory, given the mode a
 new file gets under the umask (an overwritten file keeps its own), which is flushed and fsync'ed, then `os.replace`d
 over ``path`` (and the directory fsync'ed). A process killed mid-write leaves
 the old file intact, and at worst such a stray temporary file, which the next
-save to ``path`` removes (see `_remove_stray_temps` for when a temporary file
+save to ``path`` removes (see `gradxform._files.remove_stray_temps` for when a temporary file
 counts as stray).
 
 Reading refuses anything but a regular file before reading it (a FIFO would
@@ -67,24 +67,18 @@ import os
 import re
 import reprlib
 import struct
-import tempfile
-import time
 from typing import Any, cast
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows: no advisory locks (see _remove_stray_temps)
-    fcntl = None
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ._domains import domain_error
-from ._files import new_file_mode, path_of, read_regular, temp_prefix
+from ._files import create_locked_temp, new_file_mode, path_of, read_regular, remove_stray_temps
 from ._msgpack_cost import decoded_cost as _header_cost
 from ._hyper import settle_schedule_bases
 from ._state_paths import former_names, hyper_difference
+from ._state_v1 import v1_plan, v1_stack
 
 __all__ = ["CheckpointError", "save_state", "load_state", "read_metadata", "FORMAT_VERSION"]
 
@@ -233,72 +227,6 @@ def _msgpack_safe(obj):
 
 # -- writing ------------------------------------------------------------------------
 
-_STRAY_AGE_S = 60.0  # a temporary file untouched this long, and unlocked, is a killed writer's
-_NO_LOCK_AGE_S = 3600.0  # where there are no advisory locks (Windows), age is the only evidence
-
-
-def _same_file(fd: int, name: str) -> bool:
-    try:
-        st, mine = os.stat(name), os.fstat(fd)
-    except OSError:
-        return False
-    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
-
-
-def _remove_stray_temps(directory: str, base: str) -> None:
-    """Deletes the temporary files that killed writers of ``base`` left behind.
-
-    The rule: a writer holds an exclusive `flock` on its temporary file from
-    just after creating it until after renaming it over ``path``, and the
-    kernel drops that lock when the writer dies in any way, SIGKILL included.
-    So a ``.<base>.XXXXXXXX.tmp`` file whose lock we can take has no live
-    writer. We do not judge by the pid in a name: pids are reused, and mean
-    nothing across hosts sharing a filesystem or across containers' pid
-    namespaces, so a "dead" pid can be a live writer. The file must also be
-    unmodified for ``_STRAY_AGE_S`` (a live writer writes it continuously):
-    that spares live writers of older gradxform versions, which did not lock,
-    and filesystems where locks are not shared between clients. A file we
-    cannot open or lock (another user's, or ENOLCK) is left alone. Errors
-    here never fail the save.
-    """
-    pattern = re.compile(re.escape(temp_prefix(directory, base)) + r"[a-z0-9_]{8}\.tmp")  # mkstemp's names
-    try:
-        entries = [e for e in os.scandir(directory) if pattern.fullmatch(e.name)
-                   and e.is_file(follow_symlinks=False)]
-    except OSError:
-        return
-    for entry in entries:
-        try:
-            fd = os.open(entry.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))  # NFS locks need write
-        except OSError:
-            continue
-        try:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a live writer holds it
-            age = time.time() - os.fstat(fd).st_mtime
-            if age >= (_STRAY_AGE_S if fcntl is not None else _NO_LOCK_AGE_S) and _same_file(fd, entry.path):
-                os.unlink(entry.path)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
-
-
-def _create_temp(directory: str, base: str) -> tuple[int, str]:
-    """A new temporary file for ``base``, locked (see `_remove_stray_temps`)."""
-    while True:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=temp_prefix(directory, base), suffix=".tmp")
-        if fcntl is None:
-            return fd, tmp
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a cleaner looks at this very file
-        except OSError:  # no locks on this filesystem: the cleaner cannot lock it either
-            return fd, tmp
-        if _same_file(fd, tmp):
-            return fd, tmp
-        os.close(fd)  # a cleaner took it between mkstemp and flock: make another
-
-
 def save_state(path, state, *, meta: dict | None = None) -> None:
     """Writes the pytree ``state`` to ``path`` atomically (see the module docstring).
 
@@ -350,8 +278,8 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
         raise FileNotFoundError(errno.ENOENT, f"save_state: cannot write {os.fspath(path)!r}: the folder "
                                 f"{os.path.dirname(os.fspath(path)) or '.'!r} does not exist (os.makedirs(folder, "
                                 "exist_ok=True) creates it)", os.fspath(path))
-    _remove_stray_temps(directory, base)
-    fd, tmp = _create_temp(directory, base)
+    remove_stray_temps(directory, base)
+    fd, tmp = create_locked_temp(directory, base)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(prefix)
@@ -564,6 +492,13 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=(), sc
         if renamed is not None and _describe(renamed)[0] == file_paths:
             former, (_, treedef, leaves) = True, _describe(form)
             paths = file_paths
+    plan = None  # a file of the v1 layout: per-leaf fields as one entry per leaf (`_state_v1`)
+    for form, named in ((f, n) for f in (like, *alternatives) for n in (f, former_names(f)) if n is not None):
+        plan = v1_plan(file_paths, _describe(named)[0], named) if file_paths != paths else None
+        if plan is not None:
+            (_, treedef, leaves), former = _describe(form), former or named is not form
+            paths = file_paths = _describe(named)[0]
+            break
     if file_paths != paths:
         missing = [p for p in paths if p not in file_paths]
         extra = [_short(p) for p in file_paths if p not in paths]
@@ -581,12 +516,16 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=(), sc
             f"missing {missing[:4]}{' ...' if len(missing) > 4 else ''}, "
             f"unexpected {extra[:4]}{' ...' if len(extra) > 4 else ''}; the file's structure is "
             f"{header['treedef'][:300]}.")
+    out = [_from_bytes(payload[o:o + n], d, s, None) for (_, s, d, o, n) in entries]  # on the host first
+    if plan is not None:
+        out = [out[ix[0]] if len(ix) == 1 else v1_stack([out[i] for i in ix], _leaf_dtype_name(leaf))
+               for ix, leaf in zip(plan, leaves)]
+        entries = [(p, _leaf_shape(x), _leaf_dtype_name(x), 0, 0) for p, x in zip(paths, out)]
     for (p, shape, dtype, _, _), leaf in zip(entries, leaves):
         want_shape, want_dtype = _leaf_shape(leaf), _leaf_dtype_name(leaf)
         if shape != want_shape or (dtype != want_dtype and not (former and (dtype, want_dtype) == _FLAG)):
             raise CheckpointError("mismatch", path, f"leaf {p} is {_fmt(shape, dtype)} in the file; "
                                                     f"expected {_fmt(want_shape, want_dtype)}.")
-    out = [_from_bytes(payload[o:o + n], d, s, None) for (_, s, d, o, n) in entries]  # on the host first
     if former:  # a flag stored as bool then, int32 0/1 now
         out = [_as_flag(x) if d == _FLAG[0] else x for x, (_, _, d, _, _) in zip(out, entries)]
     why = domain_error(jax.tree_util.tree_unflatten(treedef, out))  # what each state class declares

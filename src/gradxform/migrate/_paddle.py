@@ -24,7 +24,7 @@ from typing import Any, Mapping, cast
 import jax
 import numpy as np
 
-from .._state_paths import find_states, state_paths
+from .._state_paths import find_states, is_leaf_vector, state_paths
 from .._tree import param_names
 from .._warn import warn_at_caller
 from ..paddle._adam import AdamaxState, AdamState, LambState
@@ -43,7 +43,8 @@ __all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "to_paddle_state_
            "ACCUMULATORS"]
 
 #: state class -> {field: Paddle accumulator name}; fields listed in the class's
-#: ``per_leaf_fields`` are Paddle's ``[1]`` (or parameter-shaped, all equal) powers
+#: ``per_leaf_fields`` are Paddle's ``[1]`` (or parameter-shaped, all equal) powers,
+#: held as one vector with an entry per leaf (flatten order), each parameter's own value
 ACCUMULATORS = {
     MomentumState: {"velocity": "velocity"},
     AdamState: {"moment1": "moment1", "moment2": "moment2", "moment2_max": "moment2_max",
@@ -187,7 +188,8 @@ def _fill_accumulators(sd, params, leaves, gnames, names, state0):
         cls = type(node)
         pows = getattr(cls, "per_leaf_fields", ())
         for field, acc in ACCUMULATORS[cls].items():
-            if field not in node._fields or jax.tree.structure(getattr(node, field)) != treedef:
+            if field not in node._fields or not (is_leaf_vector(node, field, len(leaves)) if field in pows
+                                                 else jax.tree.structure(getattr(node, field)) == treedef):
                 continue  # amsgrad off (moment2_max is ()), or not this piece's tree
             values = []
             for g, leaf in zip(gnames, leaves):
@@ -207,7 +209,7 @@ def _fill_accumulators(sd, params, leaves, gnames, names, state0):
                         raise MigrateError(f"{WHO}: {hits[0]!r} should hold one value; got shape {arr.shape}.")
                     arr = arr.reshape(-1)[:1].reshape(())
                 values.append(arr)
-            per_leaf[Slot(cls, field)] = values
+            per_leaf[Slot(cls, field)] = values  # a power: into its vector's entry for the leaf
     extra = sorted(set(keys) - used)
     if extra:
         raise MigrateError(f"{WHO}: the state has {extra[0]!r}, which belongs to no accumulator of tx "
@@ -342,6 +344,7 @@ def paddle_accumulators(state, params) -> tuple[dict[str, dict[str, np.ndarray]]
     if asgd:
         step = find_states(state, StepState)[0]
         counts = ([step.count] * len(leaves) if step.leaf_counts is None
+                  else list(np.asarray(step.leaf_counts)) if hasattr(step.leaf_counts, "shape")  # a vector
                   else treedef.flatten_up_to(step.leaf_counts))
         for acc, tree in (("d", asgd[0].d), ("y", asgd[0].y)):
             accs[acc] = {p: np.array(v, copy=True) for p, v in zip(pnames, treedef.flatten_up_to(tree))}
@@ -352,14 +355,19 @@ def paddle_accumulators(state, params) -> tuple[dict[str, dict[str, np.ndarray]]
             continue
         pows = getattr(cls, "per_leaf_fields", ())
         for field, acc in ACCUMULATORS[cls].items():
+            if field in pows:  # a vector, each parameter's own power
+                if not is_leaf_vector(node, field, len(leaves)):
+                    continue
+                vec = np.array(getattr(node, field), copy=True)
+                accs.setdefault(acc, {}).update(
+                    (p, vec[i].reshape(1) if cls in _POW_AS_ONE else np.full(np.shape(leaf), vec[i], vec.dtype))
+                    for i, (p, leaf) in enumerate(zip(pnames, leaves)))
+                continue
             if field not in node._fields or jax.tree.structure(getattr(node, field)) != treedef:
                 continue
             out = accs.setdefault(acc, {})
-            for p, v, leaf in zip(pnames, treedef.flatten_up_to(getattr(node, field)), leaves):
-                v = np.array(v, copy=True)
-                if field in pows:
-                    v = v.reshape(1) if cls in _POW_AS_ONE else np.full(np.shape(leaf), v.reshape(()), v.dtype)
-                out[p] = v
+            for p, v in zip(pnames, treedef.flatten_up_to(getattr(node, field))):
+                out[p] = np.array(v, copy=True)
     masters = {}
     for mw in find_states(state, MasterWeightsState):
         for p, leaf, m in zip(pnames, leaves, treedef.flatten_up_to(mw.master)):

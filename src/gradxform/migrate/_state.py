@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._domains import MAX_COUNT, domain_error
-from .._state_paths import get_path, replace_fields, state_paths
+from .._state_paths import get_path, is_leaf_vector, replace_fields, state_paths
 from .._tree import param_names
 from .._files import PathTypeError
 from .._ranges import Range, check_value
@@ -46,8 +46,9 @@ def _matches(node, slot: Slot, treedef, per_leaf: bool) -> bool:
         hyper = getattr(node, "hyper", None)
         if not isinstance(hyper, dict) or slot.key not in hyper:
             return False
-    if per_leaf:
-        return jax.tree.structure(getattr(node, slot.field)) == treedef
+    if per_leaf:  # a tree shaped like the parameters, or a declared per-leaf vector
+        return jax.tree.structure(getattr(node, slot.field)) == treedef or \
+            is_leaf_vector(node, slot.field, treedef.num_leaves)
     return True
 
 
@@ -120,7 +121,15 @@ def fill_state(state, params, per_leaf: Mapping[Slot, Sequence[Any]], whole: dic
         out = {}
         for field, (value, is_leaf, slot) in fields.items():
             old = getattr(node, field)
-            if is_leaf:
+            if is_leaf and is_leaf_vector(node, field, treedef.num_leaves):
+                # one entry per parameter leaf: each leaf's value from the file, or kept
+                if len(value) != treedef.num_leaves:
+                    raise MigrateError(f"{who}: internal: {len(value)} values for {treedef.num_leaves} leaves.")
+                out[field] = jnp.stack([old[i] if v is None else convert(old[i], v, f"{_describe(slot)} of "
+                                                                         f"parameter {n!r}")
+                                        for i, (v, n) in enumerate(zip(value, names))]) \
+                    if treedef.num_leaves else old
+            elif is_leaf:
                 old_leaves = treedef.flatten_up_to(old)
                 if len(value) != len(old_leaves):
                     raise MigrateError(f"{who}: internal: {len(value)} values for {len(old_leaves)} leaves.")
@@ -132,6 +141,12 @@ def fill_state(state, params, per_leaf: Mapping[Slot, Sequence[Any]], whole: dic
                 # leaf's count is count): kept shared when the file's values all are
                 out[field] = _shared_or_per_leaf(node, field, fields, value, treedef, names, convert,
                                                  _describe(slot))
+            elif is_leaf_vector(node, field):
+                vec = np.asarray(value)
+                if vec.shape != (treedef.num_leaves,):
+                    raise MigrateError(f"{who}: {_describe(slot)} has shape {vec.shape} in the file; "
+                                       f"tx expects one value per parameter ({treedef.num_leaves},).")
+                out[field] = convert(old, vec, _describe(slot))
             elif not hasattr(old, "shape") and jax.tree.structure(old) == treedef:
                 # a per-leaf scalar field (step counts, LBSGD's num_cums): the file's vector, split
                 vec = np.asarray(value)
@@ -165,7 +180,7 @@ def _shared_or_per_leaf(node, field, fields, value, treedef, names, convert, wha
     if np.all(vec == shared):
         return None
     like = np.asarray(getattr(node, other))  # the dtype the state keeps
-    return treedef.unflatten([convert(like, v, f"{what} of parameter {n!r}") for v, n in zip(vec, names)])
+    return jnp.stack([convert(like, v, f"{what} of parameter {n!r}") for v, n in zip(vec, names)])
 
 
 

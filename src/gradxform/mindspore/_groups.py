@@ -24,9 +24,10 @@ here depends only on its own values, it changes no number.
 Two pieces carry the per-leaf values, both hyperparameters in their state:
 `group_learning_rate` (``learning_rate_group_<i>``, MindSpore's names) and
 `group_weight_decay` (``weight_decay`` plus ``weight_decay_group_<i>``).
-Which group a leaf is in, and whether it is decayed, are per-leaf scalars
-(trees of 0-d arrays shaped like the parameters), so `gradxform.fused`
-groups leaves by them and runs these pieces unchanged on its flat buffers.
+Which group a leaf is in, and whether it is decayed, are per-leaf values
+(one int32 vector each, an entry per leaf in flatten order: two state arrays
+however many leaves), so `gradxform.fused` groups leaves by them and runs
+these pieces unchanged on its flat buffers (one entry per buffer there).
 """
 from __future__ import annotations
 
@@ -41,9 +42,9 @@ from .._base import GradientTransformation, StepContext, context_value, transfor
 from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._selectors import Selector, assign_slots, describe_names, names_of
-from .._state_paths import find_states
+from .._state_paths import find_states, is_optax_placeholder
 from ..pieces.internal import only_slotted
-from .._tree import param_names
+from .._tree import host_leaf_vector, leaf_values, param_names
 from ..schedules.internal import as_schedule, check_number
 from .._types import Hyper
 
@@ -144,8 +145,8 @@ def assign_groups(owner: str, specs, order, names: list[str]) -> np.ndarray:
 
 class GroupState(NamedTuple):
     hyper: Hyper
-    group_slot: Any          # per leaf, int32: the leaf's group position, -1 for none
-    decay_flag: Any          # per leaf, int32 0/1: decayed (the name filter)
+    group_slot: Any          # int32 vector, an entry per leaf: the leaf's group position, -1 for none
+    decay_flag: Any          # int32 vector, an entry per leaf, 0/1: decayed (the name filter)
     # gradxform.fused groups leaves by these, so leaves of different groups never share a
     # buffer and each group's lr (fixed, list or schedule) and weight decay is one scalar
     per_leaf_fields = ("group_slot", "decay_flag")
@@ -159,13 +160,22 @@ def _slots(owner, specs, order, params):
 
 
 def _group_state(hyper, params, slot, flags) -> GroupState:
-    treedef = jax.tree.structure(params)
-    return GroupState(hyper, treedef.unflatten([jnp.asarray(v, jnp.int32) for v in slot]),
-                      treedef.unflatten([jnp.asarray(bool(v), jnp.int32) for v in flags]))
+    if is_optax_placeholder(params):  # optax.tree_map_params: per-leaf fields, no leaves to number
+        return GroupState(hyper, params, params)
+    return GroupState(hyper, host_leaf_vector(slot, np.int32), host_leaf_vector(np.asarray(flags, bool), np.int32))
 
 
 def _vector(tree, leaves_of) -> jax.Array:
     return jnp.stack([jnp.asarray(x).reshape(()) for x in leaves_of(tree)])
+
+
+def _per_leaf(vector, like) -> jax.Array:
+    """The state's per-leaf ``vector``, checked against the leaves (buffers under fused) of ``like``."""
+    n = jax.tree.structure(like).num_leaves
+    if np.shape(vector) != (n,):
+        raise ValueError(f"a per-leaf state vector has shape {np.shape(vector)}; the updates have {n} leaves "
+                         "(was the state made by init on another tree?).")
+    return vector
 
 
 def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
@@ -192,7 +202,7 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
         # one vectorised schedule call per group, not one per leaf (compile time)
         lr = jnp.stack([jnp.asarray(x, jnp.float32).reshape(()) for x in leaves])
         t = _vector(count, treedef.flatten_up_to)
-        slot = _vector(state.group_slot, treedef.flatten_up_to)
+        slot = _per_leaf(state.group_slot, lr_tree)
         for k, s in own:
             base = state.hyper[f"learning_rate_group_{s.index}"]
             val = s.lr_schedule.lr_for_update(t, base) if s.lr_schedule is not None else \
@@ -237,7 +247,8 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
     def update(updates, state, params=None, **extra_args):
         leaves, treedef = jax.tree.flatten(updates)
         h = state.hyper
-        slots, flags = treedef.flatten_up_to(state.group_slot), treedef.flatten_up_to(state.decay_flag)
+        slots = treedef.flatten_up_to(leaf_values(state.group_slot, updates))
+        flags = treedef.flatten_up_to(leaf_values(state.decay_flag, updates))
         wd = []
         for slot, flag in zip(slots, flags):
             d = h["weight_decay"]

@@ -17,7 +17,7 @@ from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._ranges import check_hyper
-from .._tree import map_unzip
+from .._tree import leaf_values, leaf_vector, map_unzip
 from ..pieces import add_decoupled_weight_decay, ema, gated, lazy_rows, scale_by_lr, sign, trace
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_unit, parse_options
@@ -154,11 +154,11 @@ def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, *, wd=0.0, rescale_grad=
 
 
 class LBSGDState(NamedTuple):
-    """``num_cums``: per-leaf int32 scalars (a tree shaped like the parameters)."""
+    """``num_cums``: per-leaf int32 counts (a vector, an entry per leaf)."""
     hyper: Hyper
     cum_grad: ParamTree
     num_cums: ParamTree
-    per_leaf_fields = ("num_cums",)  # trees of per-leaf scalars (gradxform.fused: one per buffer)
+    per_leaf_fields = ("num_cums",)  # a vector, an entry per leaf (gradxform.fused: one per buffer)
     domains = {"cum_grad": FINITE, "num_cums": NON_NEGATIVE_FINITE}
 
 
@@ -192,7 +192,7 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
 
     def init(params):
         return LBSGDState({}, jax.tree.map(jnp.zeros_like, params),
-                          jax.tree.map(lambda _: jnp.asarray(init_updates, jnp.int32), params))
+                          jnp.full((jax.tree.structure(params).num_leaves,), init_updates, jnp.int32))
 
     lars = warmup_strategy == "lars"
 
@@ -201,7 +201,7 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
     @declare(needs=("wd",) if lars else (), provides=(LBMULT, LBSGD_APPLY),
              fusion=Fusion(bit_exact=not lars, reductions=("leaf_sum",) if lars else ()))
     def update(updates, state, params=None, **extra_args):
-        num_cums = jax.tree.map(lambda c: c + 1, state.num_cums)
+        num_cums = jax.tree.map(lambda c: c + 1, leaf_values(state.num_cums, updates))
         cum = jax.tree.map(lambda c, g: c + g, state.cum_grad, updates)
         apply_tree = jax.tree.map(lambda c: c % batch_scale == 0, num_cums)
         mean = jax.tree.map(lambda c: c / jnp.asarray(batch_scale, c.dtype), cum)
@@ -215,7 +215,7 @@ def _lbsgd_accumulate(batch_scale, warmup_strategy, warmup_epochs, updates_per_e
             mult = jax.tree.map(lbmult, num_cums)
         cast(StepContext, StepContext.of(extra_args)).publish_local({LBMULT: mult, LBSGD_APPLY: apply_tree})
         cum = jax.tree.map(lambda c, a: jnp.where(a, jnp.zeros_like(c), c), cum, apply_tree)
-        return mean, LBSGDState(state.hyper, cum, num_cums)
+        return mean, LBSGDState(state.hyper, cum, leaf_vector(num_cums, jnp.int32))
 
     return transformation(init, update)
 

@@ -69,7 +69,8 @@ class Updater:
                            self.states[index], StepState)
         if self.host_schedule is not None:
             # MXNet: _update_count(index), then lr_scheduler(num_update)
-            counts = [int(c) for s in find_states(state, StepState) for c in jax.tree.leaves(s.leaf_counts)]
+            counts = [int(c) for s in find_states(state, StepState) if s.leaf_counts is not None
+                      for c in np.asarray(s.leaf_counts).reshape(-1)]
             num_update = max([shared] + [c + 1 for c in counts])
             state = set_hyper(state, learning_rate=self.host_schedule.lr_at(num_update))
         new_w, state = self._step(jnp.asarray(grad, w.dtype), state, w)

@@ -5,8 +5,8 @@
 
 Paddle keeps each parameter's ``beta1_pow_acc`` / ``beta2_pow_acc`` (its
 accumulators, starting at ``beta1`` / ``beta2``, multiplied by the beta in
-float32 after each update); so do these pieces (per-leaf float32 scalars,
-advanced only for the leaves updated), which keeps the bias corrections
+float32 after each update); so do these pieces (float32 vectors, an entry per
+leaf in flatten order, advanced only for the leaves updated), which keeps the bias corrections
 Paddle's numbers and lets a ``.pdopt`` run continue exactly.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._ranges import ANY, NON_NEGATIVE, check_hyper
-from .._tree import map_unzip, zeros_like_params as _zeros
+from .._tree import host_leaf_vector, leaf_values, leaf_vector, map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
 from .._types import Hyper, ParamTree
@@ -41,8 +41,9 @@ def _c(h, x):
     return jnp.asarray(h).astype(x.dtype)
 
 
-def _scalars(params, value, dtype=jnp.float32):
-    return jax.tree.map(lambda _: jnp.asarray(value, dtype), params)
+def _scalars(params, value, dtype=np.float32):
+    """``value`` for every leaf of ``params``: a per-leaf vector (`host_leaf_vector`)."""
+    return host_leaf_vector([value] * len(jax.tree.leaves(params)), dtype)
 
 
 
@@ -77,7 +78,8 @@ class AdamState(NamedTuple):
     with amsgrad, else ``()``) per parameter; ``beta1_pow``, ``beta2_pow`` per
     leaf (``beta^t`` for the next update, as Paddle's ``*_pow_acc``);
     ``lr_ratio``, ``decay`` and ``group`` (AdamW's, per leaf: the ratio, whether
-    the leaf is decayed (int32 0/1), its parameter group; 1, 0, 0 for Adam)."""
+    the leaf is decayed (int32 0/1), its parameter group; 1, 0, 0 for Adam).
+    The per-leaf fields are vectors, an entry per leaf in flatten order."""
     hyper: Hyper
     moment1: ParamTree
     moment2: ParamTree
@@ -97,7 +99,7 @@ def _group_pows(params, slots_of, groups, name, default):
     accumulators after ``_update_param_group``), else the optimizer's."""
     slot = slots_of(params) if slots_of is not None else np.zeros(len(jax.tree.leaves(params)), np.int32)
     vals = [groups.get(int(k), {}).get(name, default) for k in slot]
-    return jax.tree.structure(params).unflatten([jnp.asarray(v, jnp.float32) for v in vals]), slot
+    return host_leaf_vector(vals, np.float32), slot
 
 
 def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None, decay_fn=None, groups=None,
@@ -118,7 +120,7 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
         base = {"beta1": beta1, "beta2": beta2, "epsilon": epsilon}
         if coeff is not None:
             base["weight_decay"] = coeff
-        infos, treedef = param_infos(params), jax.tree.structure(params)
+        infos = param_infos(params)
         p1, slot = _group_pows(params, slots_of, groups, "beta1", beta1)
         p2, _ = _group_pows(params, slots_of, groups, "beta2", beta2)
         ratios = [1.0 if lr_ratio is None else float(lr_ratio(i)) for i in infos]
@@ -126,9 +128,8 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
             raise ValueError(f"{owner}(lr_ratio=...): must give finite ratios >= 0; got {ratios}.")
         decay = [coeff is not None and (decay_fn is None or bool(decay_fn(i.name))) for i in infos]
         return AdamState(with_groups(base, groups), _zeros(params), _zeros(params), _zeros(params) if amsgrad else (),
-                         p1, p2, treedef.unflatten([jnp.asarray(r, jnp.float32) for r in ratios]),
-                         treedef.unflatten([jnp.asarray(d, jnp.int32) for d in decay]),
-                         treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]))
+                         p1, p2, host_leaf_vector(ratios, np.float32), host_leaf_vector(decay, np.int32),
+                         host_leaf_vector(slot, np.int32))
 
     @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
@@ -156,11 +157,12 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
                 step = (w_tmp + step) - w.astype(g.dtype)
             return (step, m1, m2, mx, jnp.where(on, b1p * b1, b1p), jnp.where(on, b2p * b2, b2p))
 
+        per = lambda f: leaf_values(getattr(state, f), updates)  # noqa: E731
         out, m1, m2, mx, p1, p2 = map_unzip(one, 6, updates, w_tree, state.moment1, state.moment2, vmax,
-                                            state.beta1_pow, state.beta2_pow, lr, state.lr_ratio, state.decay,
-                                            state.group, mask)
-        return out, state._replace(moment1=m1, moment2=m2, moment2_max=mx if amsgrad else (), beta1_pow=p1,
-                                   beta2_pow=p2)
+                                            per("beta1_pow"), per("beta2_pow"), lr, per("lr_ratio"), per("decay"),
+                                            per("group"), mask)
+        return out, state._replace(moment1=m1, moment2=m2, moment2_max=mx if amsgrad else (),
+                                   beta1_pow=leaf_vector(p1, jnp.float32), beta2_pow=leaf_vector(p2, jnp.float32))
 
     return transformation(init, update)
 
@@ -250,7 +252,8 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
 
 
 class AdamaxState(NamedTuple):
-    """``moment``, ``inf_norm`` per parameter; ``beta1_pow`` per leaf."""
+    """``moment``, ``inf_norm`` per parameter; ``beta1_pow`` and ``group`` per
+    leaf (vectors, an entry per leaf in flatten order)."""
     hyper: Hyper
     moment: ParamTree
     inf_norm: ParamTree
@@ -270,8 +273,7 @@ def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
     def init(params):
         p1, slot = _group_pows(params, slots_of, groups, "beta1", beta1)
         return AdamaxState(with_groups({"beta1": beta1, "beta2": beta2, "epsilon": epsilon}, groups),
-                           _zeros(params), _zeros(params), p1,
-                           jax.tree.structure(params).unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
+                           _zeros(params), _zeros(params), p1, host_leaf_vector(slot, np.int32))
 
     @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
@@ -286,9 +288,9 @@ def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
             lr_t = l / (1 - b1p)
             return -(c(lr_t) * (m / u)), m, u, jnp.where(on, b1p * h["beta1"], b1p)
 
-        out, m, u, p = map_unzip(one, 4, updates, state.moment, state.inf_norm, state.beta1_pow, lr, state.group,
-                                 mask)
-        return out, state._replace(moment=m, inf_norm=u, beta1_pow=p)
+        out, m, u, p = map_unzip(one, 4, updates, state.moment, state.inf_norm,
+                                 leaf_values(state.beta1_pow, updates), lr, leaf_values(state.group, updates), mask)
+        return out, state._replace(moment=m, inf_norm=u, beta1_pow=leaf_vector(p, jnp.float32))
 
     return transformation(init, update)
 
@@ -314,8 +316,9 @@ def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters
 
 
 class LambState(NamedTuple):
-    """``moment1``, ``moment2`` per parameter; ``beta1_pow``, ``beta2_pow`` and
-    ``decay`` (int32, 0 where ``exclude_from_weight_decay_fn`` excludes) per leaf."""
+    """``moment1``, ``moment2`` per parameter; ``beta1_pow``, ``beta2_pow``,
+    ``decay`` (int32, 0 where ``exclude_from_weight_decay_fn`` excludes) and
+    ``group`` per leaf (vectors, an entry per leaf in flatten order)."""
     hyper: Hyper
     moment1: ParamTree
     moment2: ParamTree
@@ -336,15 +339,13 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
 
     def init(params):
         infos = param_infos(params)
-        treedef = jax.tree.structure(params)
         p1, slot = _group_pows(params, slots_of, groups, "beta1", beta1)
         p2, _ = _group_pows(params, slots_of, groups, "beta2", beta2)
         fns = [excludes.get(int(k), exclude_fn) for k in slot]
         decay = [not (f is not None and bool(f(i))) for i, f in zip(infos, fns)]
         return LambState(with_groups({"lamb_weight_decay": wd, "beta1": beta1, "beta2": beta2, "epsilon": epsilon},
                                      groups), _zeros(params), _zeros(params), p1, p2,
-                         treedef.unflatten([jnp.asarray(d, jnp.int32) for d in decay]),
-                         treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
+                         host_leaf_vector(decay, np.int32), host_leaf_vector(slot, np.int32))
 
     # fused: the trust ratio's norms per leaf as segment sums (another order)
     # per-leaf norms as segment sums (another order)
@@ -364,8 +365,9 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
             r = (m1 / c(1 - b1p)) / (jnp.sqrt(m2 / c(1 - b2p)) + c(e)) + c(k) * w.astype(g.dtype)
             return r, m1, m2
 
-        r, m1, m2 = map_unzip(direction, 3, updates, params, state.moment1, state.moment2, state.beta1_pow,
-                              state.beta2_pow, state.decay, state.group)
+        b1p, b2p, decay, group = (leaf_values(getattr(state, f), updates)
+                                  for f in ("beta1_pow", "beta2_pow", "decay", "group"))
+        r, m1, m2 = map_unzip(direction, 3, updates, params, state.moment1, state.moment2, b1p, b2p, decay, group)
         w_sq, r_sq = leaf_sq_norm(params, extra_args), leaf_sq_norm(r, extra_args)
 
         def scaled(r, wq, rq, l, d, k):
@@ -379,11 +381,12 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
         def bump(p, on, k, name):
             return jnp.where(on, p * leaf_hyper(state.hyper, k, groups)[name], p)
 
-        out = jax.tree.map(scaled, r, w_sq, r_sq, lr, state.decay, state.group)
-        return out, state._replace(
-            moment1=m1, moment2=m2,
-            beta1_pow=jax.tree.map(lambda p, on, k: bump(p, on, k, "beta1"), state.beta1_pow, mask, state.group),
-            beta2_pow=jax.tree.map(lambda p, on, k: bump(p, on, k, "beta2"), state.beta2_pow, mask, state.group))
+        out = jax.tree.map(scaled, r, w_sq, r_sq, lr, decay, group)
+        def bumped(pows, name):
+            return leaf_vector(jax.tree.map(lambda p, on, k: bump(p, on, k, name), pows, mask, group), jnp.float32)
+
+        return out, state._replace(moment1=m1, moment2=m2, beta1_pow=bumped(b1p, "beta1"),
+                                   beta2_pow=bumped(b2p, "beta2"))
 
     return transformation(init, update)
 

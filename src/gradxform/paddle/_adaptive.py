@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation
@@ -17,7 +18,7 @@ from .._spec import Fusion, declare
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER, non_negative_if
 from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_hyper
 from .._types import Hyper, ParamTree
-from .._tree import full_like_params, map_unzip
+from .._tree import full_like_params, host_leaf_vector, leaf_values, leaf_vector, map_unzip
 from ._adam import _c, _check_betas, _scalars, _zeros
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 
@@ -42,7 +43,8 @@ RANGES = {
 
 def _state(name: str, acc: tuple, pows: tuple = (), domains: dict | None = None):
     """A state class named for Paddle's accumulators: ``hyper``, the
-    per-parameter ``acc`` trees, then the ``pows`` (per-leaf float32 scalars);
+    per-parameter ``acc`` trees, then the ``pows`` (per-leaf float32 values) and
+    ``group`` (int32), each a vector with an entry per leaf in flatten order;
     ``domains`` (`gradxform._domains`): each accumulator's, finite where not
     given."""
     cls = NamedTuple(name, [("hyper", Hyper)] + [(f, ParamTree) for f in acc + pows + ("group",)])
@@ -82,9 +84,8 @@ def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, o, *, acc_init=No
     def init(params):
         slot = o.slots(params)
         acc = tuple(acc_init(params, i, slot) if acc_init else _zeros(params) for i in range(n_acc))
-        treedef = jax.tree.structure(params)
         return state_cls(with_groups(hyper, groups), *acc, *(_scalars(params, v) for v in pow_init),
-                         treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]))
+                         host_leaf_vector(slot, np.int32))
 
     @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
@@ -92,9 +93,12 @@ def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, o, *, acc_init=No
         mask = context_value(extra_args, "mask", owner)
         w = params if params is not None else updates
         h = state.hyper
+        pows = tuple(leaf_values(p, updates) for p in state[1 + n_acc:-1])
         res = map_unzip(lambda g, w, l, on, k, *rest: one(leaf_hyper(h, k, groups), g, w, l, on, *rest),
-                        1 + n_acc + len(pow_init), updates, w, lr, mask, state.group, *state[1:-1])
-        return res[0], state_cls(h, *res[1:], state.group)
+                        1 + n_acc + len(pow_init), updates, w, lr, mask, leaf_values(state.group, updates),
+                        *state[1:1 + n_acc], *pows)
+        return res[0], state_cls(h, *res[1:1 + n_acc], *(leaf_vector(p, jnp.float32) for p in res[1 + n_acc:]),
+                                 state.group)
 
     return transformation(init, update)
 

@@ -30,7 +30,7 @@ from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
 from .._selectors import Selector
-from .._tree import param_names
+from .._tree import host_leaf_vector, leaf_values, param_names
 from ..pieces.internal import leaf_sq_norm, whole_buffers
 from ..schedules.internal import check_number
 from .._types import Hyper, ParamTree
@@ -64,7 +64,8 @@ def need_clip_flags(owner: str, need_clip, names: list[str]) -> np.ndarray:
 
 
 class ClipState(NamedTuple):
-    """``slot``: each leaf's group (-1: not optimized); ``need``: Paddle's ``need_clip`` (int32 0/1)."""
+    """``slot``: each leaf's group (-1: not optimized); ``need``: Paddle's ``need_clip`` (0/1): int32
+    vectors, an entry per leaf (flatten order; one per buffer under `gradxform.fused`)."""
     hyper: Hyper
     slot: ParamTree
     need: ParamTree
@@ -95,7 +96,6 @@ def group_clip(clips: list, slots_of, *, default=None) -> GradientTransformation
 
     def init(params):
         names = param_names(params)
-        treedef = jax.tree.structure(params)
         slot = slots_of(params)
         hyper, need = {}, np.ones(len(names), bool)
         for k, c in reversed(active):
@@ -103,8 +103,7 @@ def group_clip(clips: list, slots_of, *, default=None) -> GradientTransformation
                 hyper[key(k, c, field)] = hyper_scalar(value)
             flags = need_clip_flags(c.owner, c.need_clip, names)
             need = np.where(np.asarray(slot) == k, flags, need)
-        return ClipState(hyper, treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]),
-                         treedef.unflatten([jnp.asarray(bool(b), jnp.int32) for b in need]))
+        return ClipState(hyper, host_leaf_vector(slot, np.int32), host_leaf_vector(need, np.int32))
 
     @declare(fusion=_fusion(active))
     def update(updates, state, params=None, **extra_args):
@@ -112,10 +111,11 @@ def group_clip(clips: list, slots_of, *, default=None) -> GradientTransformation
         if not active:
             return updates, state
         leaves, treedef = jax.tree.flatten(updates)
-        if not jax.tree.leaves(state.slot) and leaves:  # a standalone clip made by init(None)
+        if not np.size(state.slot) and leaves:  # a standalone clip made by init(None)
             slots, needs = [0] * len(leaves), [True] * len(leaves)
         else:
-            slots, needs = treedef.flatten_up_to(state.slot), treedef.flatten_up_to(state.need)
+            slots = treedef.flatten_up_to(leaf_values(state.slot, updates))
+            needs = treedef.flatten_up_to(leaf_values(state.need, updates))
         h = state.hyper
         out = list(leaves)
         for k, c in active:

@@ -52,7 +52,7 @@ from .._optimizer import Setup
 from .._ranges import check_bool
 from .._selectors import Selector, as_names, assign_slots, describe_names
 from .._state_paths import find_states
-from .._tree import param_names
+from .._tree import host_leaf_vector, leaf_values, param_names
 from ..pieces.internal import StepState
 from ..pieces.internal import only_slotted
 from ..pieces.internal import with_master_weights
@@ -127,8 +127,9 @@ class _Group:
 
 
 class GroupState(NamedTuple):
-    """``slot``: each leaf's group (-1: not optimized); ``lr_ratio``: its group's
-    ``learning_rate`` ratio (float32)."""
+    """``slot``: each leaf's group (-1: not optimized; int32); ``lr_ratio``: its
+    group's ``learning_rate`` ratio (float32): one vector each, an entry per
+    leaf in flatten order (one per buffer under `gradxform.fused`)."""
     hyper: Hyper
     slot: ParamTree
     lr_ratio: ParamTree
@@ -188,16 +189,16 @@ class PaddleOptions(Setup):
 
         def init(params):
             slot = self.slots(params)
-            treedef = jax.tree.structure(params)
-            return GroupState({}, treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]),
-                              treedef.unflatten([jnp.asarray(ratios.get(int(s), 1.0), jnp.float32) for s in slot]))
+            return GroupState({}, host_leaf_vector(slot, np.int32),
+                              host_leaf_vector([ratios.get(int(s), 1.0) for s in slot], np.float32))
 
         @declare(who=self.owner, needs=("lr",), provides=("lr",), fusion=Fusion())
         def update(updates, state, params=None, **extra_args):
             del params
             lr = context_value(extra_args, "lr", self.owner)
             # Paddle: float32(lr) * group['learning_rate'] (its scale op, float32)
-            cast(StepContext, StepContext.of(extra_args)).publish(lr=jax.tree.map(lambda l, r: l * r, lr, state.lr_ratio))
+            cast(StepContext, StepContext.of(extra_args)).publish(
+                lr=jax.tree.map(lambda l, r: l * r, lr, leaf_values(state.lr_ratio, updates)))
             return updates, state
 
         return transformation(init, update)

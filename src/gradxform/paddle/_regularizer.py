@@ -14,12 +14,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from .._base import GradientTransformation, transformation
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
+from .._tree import host_leaf_vector, leaf_values
 from ..pieces.internal import HyperState
 from ..schedules.internal import check_number
 from .._types import Hyper, ParamTree
@@ -110,7 +112,8 @@ def as_regularizer(owner: str, arg: str, value):
 
 
 class RegState(NamedTuple):
-    """``slot``: each leaf's group (-1: none); the coefficients are hyperparameters."""
+    """``slot``: each leaf's group (-1: none), an int32 vector with an entry per leaf
+    (flatten order; one per buffer under `gradxform.fused`); the coefficients are hyperparameters."""
     hyper: Hyper
     slot: ParamTree
     per_leaf_fields = ("slot",)
@@ -128,10 +131,8 @@ def group_regularization(regs: list, slots_of, *, default=None,
     names = {k: f"{r.kind}_coeff" if r is default else f"{r.kind}_coeff_group_{k}" for k, r in active}
 
     def init(params):
-        treedef = jax.tree.structure(params)
-        slot = slots_of(params)
         return RegState({names[k]: hyper_scalar(r.coeff) for k, r in reversed(active)},
-                        treedef.unflatten([jnp.asarray(s, jnp.int32) for s in slot]))
+                        host_leaf_vector(slots_of(params), np.int32))
 
     @fusable
     def update(updates, state, params=None, **extra_args):
@@ -142,7 +143,8 @@ def group_regularization(regs: list, slots_of, *, default=None,
             raise ValueError("paddle regularization: needs params; call update(grads, state, params).")
         leaves, treedef = jax.tree.flatten(updates)
         out = []
-        for g, w, s in zip(leaves, treedef.flatten_up_to(params), treedef.flatten_up_to(state.slot)):
+        slots = treedef.flatten_up_to(leaf_values(state.slot, updates))
+        for g, w, s in zip(leaves, treedef.flatten_up_to(params), slots):
             for k, r in active:
                 c = state.hyper[names[k]]
                 # g + (-0.0) is g bit for bit; reading g once lets XLA fuse the rule's

@@ -7,13 +7,14 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._ranges import check_hyper
-from .._tree import map_unzip, zeros_like_params
+from .._tree import host_leaf_vector, leaf_values, map_unzip, zeros_like_params
 from ..pieces import scale_by_lr
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 from .._types import Hyper, ParamTree
@@ -26,7 +27,8 @@ OPTIMIZERS = ("sgd", "momentum")  # registered as 'paddle.<name>' by the family'
 
 class MomentumState(NamedTuple):
     """``velocity`` per parameter (Paddle's accumulator); ``group`` and
-    ``nesterov`` (its group's ``use_nesterov``, int32 0/1) per leaf."""
+    ``nesterov`` (its group's ``use_nesterov``, 0/1) per leaf: int32 vectors,
+    an entry per leaf in flatten order (one per buffer under `gradxform.fused`)."""
     hyper: Hyper
     velocity: ParamTree
     group: ParamTree
@@ -40,15 +42,14 @@ def _group_rescale(o, rescale_grad):
     groups = o.group_values(("rescale_grad",))
 
     def init(params):
-        slot = o.slots(params)
         return MomentumState(with_groups({"rescale_grad": rescale_grad}, groups), (),
-                             jax.tree.structure(params).unflatten([jnp.asarray(k, jnp.int32) for k in slot]), ())
+                             host_leaf_vector(o.slots(params), np.int32), ())
 
     @fusable
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         return jax.tree.map(lambda g, k: g * leaf_hyper(state.hyper, k, groups)["rescale_grad"].astype(g.dtype),
-                            updates, state.group), state
+                            updates, leaf_values(state.group, updates)), state
 
     return transformation(init, update)
 
@@ -63,12 +64,9 @@ def _momentum_rule(o, momentum, use_nesterov):
 
     def init(params):
         slot = o.slots(params)
-        treedef = jax.tree.structure(params)
         return MomentumState(with_groups({"momentum": momentum}, groups),
-                             zeros_like_params(params),
-                             treedef.unflatten([jnp.asarray(k, jnp.int32) for k in slot]),
-                             treedef.unflatten([jnp.asarray(bool(nesterov.get(int(k), use_nesterov)), jnp.int32)
-                                               for k in slot]))
+                             zeros_like_params(params), host_leaf_vector(slot, np.int32),
+                             host_leaf_vector([bool(nesterov.get(int(k), use_nesterov)) for k in slot], np.int32))
 
     @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
@@ -81,7 +79,8 @@ def _momentum_rule(o, momentum, use_nesterov):
             l = l.astype(g.dtype)
             return jnp.where(nest, -((g + v * mu) * l), -(l * v)), v
 
-        out, v = map_unzip(one, 2, updates, state.velocity, state.group, state.nesterov, lr)
+        out, v = map_unzip(one, 2, updates, state.velocity, leaf_values(state.group, updates),
+                           leaf_values(state.nesterov, updates), lr)
         return out, state._replace(velocity=v)
 
     return transformation(init, update)

@@ -9,6 +9,7 @@ from .._base import GradientTransformation, StepContext, context_value, transfor
 from .._spec import Fusion, declare
 from .._hyper import check_range, hyper_scalar
 from .._types import Hyper, ParamTree
+from .._tree import leaf_values
 from ._step import Multiplier, per_leaf_multipliers
 from .._domains import FINITE
 
@@ -17,11 +18,11 @@ PUBLIC = ("add_decayed_weights", "add_decoupled_weight_decay", "provide_weight_d
 
 
 class DecayState(NamedTuple):
-    """``wd_mult``: per-leaf float32 multipliers, a tree of scalars, or None
+    """``wd_mult``: per-leaf float32 multipliers, a vector (an entry per leaf), or None
     when every one is 1 (the decay is then one scalar for every leaf)."""
     hyper: Hyper
     wd_mult: Optional[ParamTree]
-    per_leaf_fields = ("wd_mult",)  # trees of per-leaf scalars (gradxform.fused: one per buffer)
+    per_leaf_fields = ("wd_mult",)  # a vector, an entry per leaf (gradxform.fused: one per buffer)
     optional_fields = {"wd_mult": 1.0}  # None: every leaf's multiplier is 1
     domains = {"wd_mult": FINITE}
 
@@ -45,7 +46,7 @@ def _decay(wd, wd_mult, name, add, who):
             if state.wd_mult is None:
                 per_leaf = jax.tree.map(lambda _: d, updates)
             else:
-                per_leaf = jax.tree.map(lambda m: d * m, state.wd_mult)
+                per_leaf = jax.tree.map(lambda m: d * m, leaf_values(state.wd_mult, updates))
             ctx = StepContext.of(extra_args)
             if ctx is not None:
                 ctx.publish(wd=per_leaf)

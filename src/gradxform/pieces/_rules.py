@@ -17,7 +17,7 @@ from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
-from .._tree import map_unzip, zeros_like_params as _zeros
+from .._tree import leaf_values, leaf_vector, map_unzip, zeros_like_params as _zeros
 from ._moments import MomentsState, TraceState, infinity_norm_moments
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER
@@ -169,8 +169,8 @@ def scale_by_rprop(etaminus: float = 0.5, etaplus: float = 1.2, step_size_min: f
 
 
 class AveragedState(NamedTuple):
-    """``eta``, ``mu``: per-leaf float32 scalars (trees shaped like the
-    parameters); ``ax``: the running average of the weights."""
+    """``eta``, ``mu``: per-leaf float32 vectors (an entry per leaf, flatten
+    order); ``ax``: the running average of the weights."""
     hyper: Hyper
     eta: ParamTree
     mu: ParamTree
@@ -196,11 +196,9 @@ def averaged_sgd_step(lambd: float = 1e-4, alpha: float = 0.75, t0: float = 1e6)
     check_range("averaged_sgd_step", "t0", t0, low=0.0)
 
     def init(params):
-        treedef = jax.tree.structure(params)
-        n = treedef.num_leaves
+        n = jax.tree.structure(params).num_leaves
         return AveragedState({"lambd": hyper_scalar(lambd), "alpha": hyper_scalar(alpha), "t0": hyper_scalar(t0)},
-                             treedef.unflatten([jnp.zeros((), jnp.float32)] * n),
-                             treedef.unflatten([jnp.ones((), jnp.float32)] * n), _zeros(params))
+                             jnp.zeros((n,), jnp.float32), jnp.ones((n,), jnp.float32), _zeros(params))
 
     @declare(who="averaged_sgd_step", needs=("lr", "count"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
@@ -221,8 +219,9 @@ def averaged_sgd_step(lambd: float = 1e-4, alpha: float = 0.75, t0: float = 1e6)
             mu = 1.0 / jnp.maximum(1.0, t - h["t0"])
             return (w_new - w32).astype(g.dtype), eta, mu, ax
 
-        out, eta, mu, ax = map_unzip(one, 4, updates, params, state.eta, state.mu, state.ax, lr, count)
-        return out, AveragedState(h, eta, mu, ax)
+        out, eta, mu, ax = map_unzip(one, 4, updates, params, leaf_values(state.eta, updates),
+                                     leaf_values(state.mu, updates), state.ax, lr, count)
+        return out, AveragedState(h, leaf_vector(eta, jnp.float32), leaf_vector(mu, jnp.float32), ax)
 
     return transformation(init, update)
 

@@ -13,7 +13,7 @@ from .._hyper import check_range, hyper_scalar
 from .._ranges import check_value
 from .._selectors import multipliers
 from .._state_paths import find_states, is_optax_placeholder, map_states, written_out
-from .._tree import once_per_value, param_names
+from .._tree import host_leaf_vector, leaf_vector, once_per_value, param_names
 from .._types import Hyper, ParamTree
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
 from .._domains import COUNT, FINITE, MAX_COUNT
@@ -32,14 +32,15 @@ Multiplier = Optional[object]
 
 
 def per_leaf_multipliers(spec, params, what: str):
-    """The tree of float32 multiplier scalars for ``params``, or None when every
-    leaf's is 1 (nothing to store, nothing to multiply by in the step)."""
+    """The float32 multipliers of ``params``' leaves as one vector (an entry per
+    leaf, flatten order), or None when every leaf's is 1 (nothing to store,
+    nothing to multiply by in the step)."""
     if spec is not None and is_optax_placeholder(params):
         return params  # optax.tree_map_params: a per-leaf field (its names are unknown here)
     mults = resolve_multiplier(spec, param_names(params), what)
     if np.all(mults == 1.0):
         return None
-    return jax.tree.structure(params).unflatten([jnp.asarray(m, jnp.float32) for m in mults])
+    return host_leaf_vector(mults, np.float32)
 
 
 def resolve_multiplier(spec, names: list[str], what: str) -> np.ndarray:
@@ -57,10 +58,10 @@ class StepState(NamedTuple):
     """``count``: the largest update count of any leaf (MXNet
     ``num_update``; optax's ``count``, so ``optax.tree_utils.tree_get(state,
     'count')`` reads it), which the schedule reads; ``leaf_counts``: each
-    leaf's count (MXNet ``_index_update_count``), a tree of int32 scalars
-    shaped like the parameters, or None while every leaf's count is ``count``
+    leaf's count (MXNet ``_index_update_count``), an int32 vector with an
+    entry per leaf (flatten order), or None while every leaf's count is ``count``
     (leaves that have always stepped together: the state `init` makes);
-    ``lr_mult``: per-leaf float32 multipliers (a tree of scalars), or None
+    ``lr_mult``: per-leaf float32 multipliers (a vector), or None
     when every one is 1; ``hyper``: the base ``learning_rate``, the
     schedule's ``current_lr`` and whether one is set (``scheduled``, int32
     0/1: a flag that survives arithmetic selection such as
@@ -82,7 +83,7 @@ class StepState(NamedTuple):
     lr_mult: Optional[ParamTree]
     leaf_counts: Optional[ParamTree]
     count: jax.Array  # pyright: ignore[reportIncompatibleMethodOverride]  # optax's field name (shadows tuple.count)
-    per_leaf_fields = ("lr_mult", "leaf_counts")  # trees of per-leaf scalars (gradxform.fused: one per buffer)
+    per_leaf_fields = ("lr_mult", "leaf_counts")  # vectors, an entry per leaf (gradxform.fused: one per buffer)
     step_counter = True  # one per gradxform optimizer: gradxform._hyper tells optimizers apart by it
     # fields that may be None, and what each leaf holds then: leaf_counts -> count, lr_mult -> 1
     optional_fields = {"leaf_counts": "count", "lr_mult": 1.0}
@@ -202,12 +203,12 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
         mask = extra_args.get("update_mask")
         if mask is not None and state.leaf_counts is None:
             state = per_leaf_counts(state, updates)  # masked leaves keep their counts from now on
-        for field in ("leaf_counts", "lr_mult"):
-            tree = getattr(state, field)
-            if tree is not None and treedef != jax.tree.structure(tree):
-                raise ValueError(f"track_step: the state was made for {jax.tree.structure(tree).num_leaves} "
-                                 f"parameters; the updates have {treedef.num_leaves}.")
         n = treedef.num_leaves
+        for field in ("leaf_counts", "lr_mult"):
+            vector = getattr(state, field)
+            if vector is not None and np.shape(vector) != (n,):
+                raise ValueError(f"track_step: the state's {field} has shape {np.shape(vector)} (made for another "
+                                 f"tree of parameters); the updates have {n} leaves.")
         # int32 and float32 whatever was stored: optax.tree_utils.tree_set may put a Python number here.
         # A count outside [0, MAX_COUNT] (written into the state inside jit, where it cannot be refused)
         # is taken as the nearest end; the count stops at MAX_COUNT (`_next`): it never wraps.
@@ -238,7 +239,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             if schedule is not None and read_lr == "before" and n:
                 rates[0] = at_old  # leaf 0 reads the schedule before its own bump
         else:
-            counts = [_within(c) for c in treedef.flatten_up_to(state.leaf_counts)]
+            counts = [_within(state.leaf_counts[i]) for i in range(n)]
             bumps = [True] * n if mask is None else \
                 [jnp.asarray(m).reshape(()) for m in treedef.flatten_up_to(mask)]
             new_counts = [_next(c) if b is True else jnp.minimum(c + jnp.asarray(b, jnp.int32), MAX_COUNT)
@@ -267,12 +268,12 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
                         rates.append(jnp.where(reached, at_new, at_old))
                         if read_lr == "before":
                             reached = jnp.logical_or(reached, passed)
-            count_tree = treedef.unflatten(new_counts)
+            count_tree = leaf_vector(new_counts, jnp.int32)
             bumps = [jnp.asarray(b) for b in bumps]
         if state.lr_mult is None:
             lrs = rates
         else:
-            lrs = [r * m for r, m in zip(rates, treedef.flatten_up_to(state.lr_mult))]
+            lrs = [r * state.lr_mult[i] for i, r in enumerate(rates)]
         current = base if schedule is None else at_new if held else \
             jnp.asarray(schedule.lr_for_update(num_update, base), jnp.float32)
         ctx = StepContext.of(extra_args)

@@ -16,7 +16,7 @@ from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
 from ._moments import adam_emas, one_minus_power
-from .._tree import map_unzip, zeros_like_params as _zeros
+from .._tree import leaf_values, leaf_vector, map_unzip, zeros_like_params as _zeros
 from ._segments import leaf_sq_norm
 from ._step import Multiplier, per_leaf_multipliers
 from .._ranges import NON_NEGATIVE, register_range
@@ -128,7 +128,7 @@ def scale_by_trust_ratio(lower_bound: float | None = None,
 
 class LarsRatioState(NamedTuple):
     """``layers``: per-leaf float32 flags (1: the layer takes the ratio), a
-    tree of scalars, or None when every leaf does."""
+    vector with an entry per leaf, or None when every leaf does."""
     hyper: Hyper
     layers: Optional[ParamTree]
     per_leaf_fields = ("layers",)
@@ -174,7 +174,7 @@ def provide_lars_ratio(eta: float = 0.001, eps: float = 0.0, *, key: LocalKey,
         if state.layers is None:
             ratio = jax.tree.map(one, w_sq, g_sq, wd)
         else:
-            ratio = jax.tree.map(one, w_sq, g_sq, wd, state.layers)
+            ratio = jax.tree.map(one, w_sq, g_sq, wd, leaf_values(state.layers, updates))
         cast(StepContext, StepContext.of(extra_args)).publish_local({key: ratio})
         return updates, state
 
@@ -183,7 +183,7 @@ def provide_lars_ratio(eta: float = 0.001, eps: float = 0.0, *, key: LocalKey,
 
 class LrRatioTraceState(NamedTuple):
     """``last_lr``: each parameter's learning rate at its previous update
-    (float32 scalars, 0 before the first)."""
+    (a float32 vector, an entry per leaf, 0 before the first)."""
     hyper: Hyper
     trace: ParamTree
     last_lr: ParamTree
@@ -202,9 +202,8 @@ def trace_with_lr_ratio(momentum: float) -> GradientTransformation:
     check_range("trace_with_lr_ratio", "momentum", momentum, low=0.0, high=1.0)
 
     def init(params):
-        treedef = jax.tree.structure(params)
         return LrRatioTraceState({"momentum": hyper_scalar(momentum)}, _zeros(params),
-                                 treedef.unflatten([jnp.zeros((), jnp.float32)] * treedef.num_leaves))
+                                 jnp.zeros((jax.tree.structure(params).num_leaves,), jnp.float32))
 
     @declare(who="trace_with_lr_ratio", needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
@@ -217,7 +216,7 @@ def trace_with_lr_ratio(momentum: float) -> GradientTransformation:
             factor = jnp.where(last != 0, mu * (l / jnp.where(last != 0, last, 1.0)), mu)
             return _c(factor, u) * m + u, l
 
-        m, last = map_unzip(one, 2, updates, state.trace, lr, state.last_lr)
-        return m, LrRatioTraceState(state.hyper, m, last)
+        m, last = map_unzip(one, 2, updates, state.trace, lr, leaf_values(state.last_lr, updates))
+        return m, LrRatioTraceState(state.hyper, m, leaf_vector(last, jnp.float32))
 
     return transformation(init, update)

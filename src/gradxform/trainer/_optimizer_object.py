@@ -205,7 +205,7 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
         if not step:
             return {}
         s = step[0]
-        counts = [s.count] * len(self._t("optimizer._index_update_count")._names) if s.leaf_counts is None else jax.tree.leaves(s.leaf_counts)
+        counts = [s.count] * len(self._t("optimizer._index_update_count")._names) if s.leaf_counts is None else list(np.asarray(s.leaf_counts))
         return {i: int(c) for i, c in enumerate(counts)}
 
     @property
@@ -270,7 +270,7 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
         if not nodes:
             return [1.0] * n
         tree = getattr(nodes[0], field)
-        return [1.0] * n if tree is None else [float(x) for x in jax.tree.leaves(tree)]
+        return [1.0] * n if tree is None else [float(x) for x in np.asarray(tree).reshape(-1)]
 
     def _set_multiplier(self, field: str, index: int, value) -> None:
         t = self._t(f"optimizer.param_dict[...].{field}")
@@ -288,9 +288,9 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
         edits = {}
         for path, node in found:
             old = getattr(node, field)
-            mults = [np.float32(1.0)] * len(t._names) if old is None else [np.float32(m) for m in jax.tree.leaves(old)]
+            mults = np.ones(len(t._names), np.float32) if old is None else np.array(old, np.float32).reshape(-1)
             mults[index] = np.float32(value)
-            edits[path] = {field: jax.tree.structure(template).unflatten([jax.numpy.asarray(m) for m in mults])}
+            edits[path] = {field: jax.numpy.asarray(mults)}
         install_state(t, template, replace_fields(state, edits))
 
     # -- hyperparameters and options by name (wd, beta1, momentum, ...) ----------------

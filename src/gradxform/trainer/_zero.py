@@ -86,7 +86,8 @@ class ShardedState:
             return lengths
         groups = tuple(range(len(state.layout.groups)))  # the fused chain's params: one buffer per group
         # -1 for every written-out field, whatever its declared fill (lr_mult's is 1.0)
-        return with_optional_like(lengths, state.inner, groups, fill=-1)
+        written = with_optional_like(lengths, state.inner, groups, fill=-1)
+        return jax.tree.map(lambda m: -1 if hasattr(m, "shape") else m, written)  # a per-leaf vector: one leaf
 
     # -- host side ------------------------------------------------------------------
     def put(self, state: FusedState, place: ar.Placement) -> FusedState:
