@@ -269,7 +269,6 @@ def test_a_temp_is_stray_from_its_age_bound_on(tmp_path, monkeypatch, locks, bou
     """`gradxform._files.remove_stray_temps`: a temp unmodified for 60 s (_STRAY_AGE_S) is stray where advisory
     locks exist, for 3600 s (_NO_LOCK_AGE_S) where they do not (Windows: age is the only evidence);
     the bound itself counts. The clock is fixed so the ages are exact."""
-    from gradxform import checkpoint  # noqa: PLC0415
     if not locks:
         monkeypatch.setattr(gradxform._files, "fcntl", None)
     now = 1_700_000_000
@@ -311,7 +310,6 @@ def test_a_temp_a_cleaner_takes_before_it_is_locked_is_replaced(tmp_path, monkey
     then); the writer sees its name gone and makes another, and the save succeeds."""
     import tempfile  # noqa: PLC0415
 
-    from gradxform import checkpoint  # noqa: PLC0415
     made = []
 
     def mkstemp(**kw):

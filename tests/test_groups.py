@@ -1,7 +1,6 @@
 """Parameter groups (gradxform.mindspore._groups) through gradxform.mindspore.momentum:
 per-group lr (fixed and list), weight decay, the beta/gamma filter, order_params,
 ungrouped parameters frozen, and the errors. NumPy reference, 10 steps, rtol 1e-6."""
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -8,7 +8,6 @@ Expected values come from the docstrings and from the int32 range of gradxform's
 from the code under test."""
 import warnings
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
