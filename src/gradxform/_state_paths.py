@@ -154,10 +154,10 @@ def map_param_trees(fn: Callable, treedef, tree, *rest):
 def is_leaf_vector(node, field: str, num_leaves: int | None = None) -> bool:
     """Whether ``node.field`` is a declared per-leaf field (``per_leaf_fields``)
     held as one 1-D array (of ``num_leaves`` entries, when given)."""
-    x = getattr(node, field, None)
-    if field not in getattr(type(node), "per_leaf_fields", ()) or not hasattr(x, "shape") or np.ndim(x) != 1:
+    x: Any = getattr(node, field, None)
+    if field not in getattr(type(node), "per_leaf_fields", ()) or not hasattr(x, "shape") or len(x.shape) != 1:
         return False
-    return num_leaves is None or np.shape(x)[0] == num_leaves
+    return num_leaves is None or x.shape[0] == num_leaves
 
 
 def leaf_vector_fields(node) -> tuple[str, ...]:

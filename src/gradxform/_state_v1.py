@@ -55,7 +55,7 @@ def v1_plan(file_paths: Sequence[str], like_paths: Sequence[str], like) -> list[
     return plan if j == len(file_paths) else None
 
 
-def v1_stack(values: list[np.ndarray], want_dtype: str) -> np.ndarray | None:
+def v1_stack(values: Sequence, want_dtype: str) -> np.ndarray | None:
     """The vector a v1 field's entries (one scalar per leaf) make, in the
     dtype the state keeps (a bool flag of older files as int32 0/1); None when
     an entry is not a scalar."""

@@ -28,7 +28,11 @@ def host_leaf_vector(values, dtype) -> jax.Array:
 def leaf_vector(tree, dtype=None) -> jax.Array:
     """The leaves of ``tree`` (one scalar each, computed in an update) stacked
     into a per-leaf vector (`host_leaf_vector`'s form)."""
-    leaves = [jnp.asarray(x).reshape(()) for x in jax.tree.leaves(tree)]
+    raw = jax.tree.leaves(tree)
+    if raw and all(x is raw[0] for x in raw):  # one value at every leaf (a shared rate): no stack of N
+        out = jnp.broadcast_to(jnp.asarray(raw[0]).reshape(()), (len(raw),))
+        return out if dtype is None else out.astype(dtype)
+    leaves = [jnp.asarray(x).reshape(()) for x in raw]
     if not leaves:
         return jnp.zeros((0,), dtype or jnp.float32)
     out = jnp.stack(leaves)

@@ -140,29 +140,33 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
         vmax = state.moment2_max if amsgrad else state.moment1
         w_tree = params if params is not None else updates
 
-        def one(g, w, m1, m2, mx, b1p, b2p, l, r, d, k, on):
-            h = leaf_hyper(state.hyper, k, groups)
-            b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
-            c = lambda x: _c(x, g)  # noqa: E731
-            l = l * r
-            lr_t = l * (jnp.sqrt(1 - b2p) / (1 - b1p))
-            eps = e * jnp.sqrt(1 - b2p)
-            m1 = c(b1) * m1 + (1 - c(b1)) * g
-            m2 = c(b2) * m2 + (1 - c(b2)) * g * g
-            mx = jnp.maximum(m2, mx) if amsgrad else mx
-            step = -c(lr_t) * (m1 / (jnp.sqrt(mx if amsgrad else m2) + c(eps)))
-            if coeff is not None:
-                wd = jnp.where(d, l * h["weight_decay"], 0.0)
-                w_tmp = w.astype(g.dtype) - c(wd) * w.astype(g.dtype)
-                step = (w_tmp + step) - w.astype(g.dtype)
-            return (step, m1, m2, mx, jnp.where(on, b1p * b1, b1p), jnp.where(on, b2p * b2, b2p))
+        # The per-leaf scalars (bias corrections, epsilon, decay, beta powers) as vectors, one entry
+        # per leaf: a handful of ops for any number of leaves, each leaf reading its entry
+        h = leaf_hyper(state.hyper, state.group, groups)
+        b1, b2, e = (jnp.broadcast_to(jnp.asarray(h[n], jnp.float32), state.beta1_pow.shape)
+                     for n in ("beta1", "beta2", "epsilon"))
+        b1p, b2p = state.beta1_pow, state.beta2_pow
+        l = leaf_vector(lr, jnp.float32) * state.lr_ratio
+        lr_t = l * (jnp.sqrt(1 - b2p) / (1 - b1p))
+        eps = e * jnp.sqrt(1 - b2p)
+        wd = jnp.where(state.decay != 0, l * h["weight_decay"], 0.0) if coeff is not None else None
+        on = leaf_vector(mask, jnp.bool_)
+        at = jax.tree.structure(updates).unflatten(range(b1p.shape[0]))  # each leaf's position: static slices
 
-        per = lambda f: leaf_values(getattr(state, f), updates)  # noqa: E731
-        out, m1, m2, mx, p1, p2 = map_unzip(one, 6, updates, w_tree, state.moment1, state.moment2, vmax,
-                                            per("beta1_pow"), per("beta2_pow"), lr, per("lr_ratio"), per("decay"),
-                                            per("group"), mask)
+        def one(g, w, m1, m2, mx, i):
+            c = lambda x: _c(x, g)  # noqa: E731
+            m1 = c(b1[i]) * m1 + (1 - c(b1[i])) * g
+            m2 = c(b2[i]) * m2 + (1 - c(b2[i])) * g * g
+            mx = jnp.maximum(m2, mx) if amsgrad else mx
+            step = -c(lr_t[i]) * (m1 / (jnp.sqrt(mx if amsgrad else m2) + c(eps[i])))
+            if wd is not None:
+                w_tmp = w.astype(g.dtype) - c(wd[i]) * w.astype(g.dtype)
+                step = (w_tmp + step) - w.astype(g.dtype)
+            return step, m1, m2, mx
+
+        out, m1, m2, mx = map_unzip(one, 4, updates, w_tree, state.moment1, state.moment2, vmax, at)
         return out, state._replace(moment1=m1, moment2=m2, moment2_max=mx if amsgrad else (),
-                                   beta1_pow=leaf_vector(p1, jnp.float32), beta2_pow=leaf_vector(p2, jnp.float32))
+                                   beta1_pow=jnp.where(on, b1p * b1, b1p), beta2_pow=jnp.where(on, b2p * b2, b2p))
 
     return transformation(init, update)
 
