@@ -7,7 +7,7 @@ the update function's one `Spec` and go wherever the function goes, whatever
 its name. A piece that also reads or writes the step context says it all in
 one `gradxform._spec.declare` (``@declare(needs=("lr",), fusion=Fusion())``). A state NamedTuple lists the
 fields that hold one number per leaf in a ``per_leaf_fields`` class
-attribute. This module imports only `gradxform._spec`, so every piece can
+attribute (each a 1-D array, an entry per leaf). This module imports only `gradxform._spec`, so every piece can
 import it.
 """
 from __future__ import annotations

@@ -58,10 +58,13 @@ writes both parts where the piece is defined):
   decides both from its own options. ``@not_fusable(reason)`` names why a
   piece is never fused. A wrapper declares the transformations it runs
   (``declare(inner=(tx,))``), and they are checked in turn.
-* A state NamedTuple whose fields hold one scalar per leaf (a tree of scalars
-  shaped like the parameters: counts, multipliers, group slots) lists them in
-  a class attribute, ``per_leaf_fields = ("leaf_counts",)``: leaves are grouped by
-  those values and the fused state keeps one entry per group. Any other
+* A state NamedTuple whose fields hold one number per leaf (counts,
+  multipliers, group slots, beta powers) keeps each as one 1-D array with an
+  entry per leaf in flatten order (`gradxform._tree.host_leaf_vector` in
+  ``init``; ``leaf_values(vector, updates)`` reads it leaf by leaf in
+  ``update``) and lists them in a class attribute,
+  ``per_leaf_fields = ("leaf_counts",)``: leaves are grouped by those values
+  and the fused state's vector has one entry per group. Any other
   params-shaped tree in a state becomes flat buffers.
 """
 from __future__ import annotations
