@@ -196,6 +196,8 @@ class PaddleOptions(Setup):
         def update(updates, state, params=None, **extra_args):
             del params
             lr = context_value(extra_args, "lr", self.owner)
+            if all(r == 1.0 for r in ratios.values()):  # no group scales its rate: the rates as they are
+                return updates, state
             # Paddle: float32(lr) * group['learning_rate'] (its scale op, float32)
             cast(StepContext, StepContext.of(extra_args)).publish(
                 lr=jax.tree.map(lambda l, r: l * r, lr, leaf_values(state.lr_ratio, updates)))
