@@ -3,6 +3,7 @@ per-group lr (fixed and list), weight decay, the beta/gamma filter, order_params
 ungrouped parameters frozen, and the errors. NumPy reference, 10 steps, rtol 1e-6."""
 import jax.numpy as jnp
 import numpy as np
+import chex
 import pytest
 
 import gradxform as gx
@@ -218,3 +219,26 @@ def test_an_empty_paddle_group_is_taken_and_changes_nothing(name):
     want, _ = without.update(grads, without.init(params), params)
     for k in params:
         np.testing.assert_array_equal(got[k], want[k], err_msg=f"{name} {k}")
+
+
+def test_group_keyword_sets_and_reads_a_groups_own_hyperparameters():
+    """Issue 37 item 2: ``set_hyper(state, group=k, name=v)`` is ``name_group_k``, in MindSpore
+    and Paddle groups alike; ``get_hyper(..., group=k)`` reads what the group's leaves use."""
+    w0, gs = setup()
+    tx = M.momentum(0.1, 0.9, groups=[{"params": ["dense/bias"], "lr": 0.5}, {"params": ["conv/weight", "bn/gamma"]}])
+    _, state = run(tx, w0, gs[:1])
+    by_group = gx.set_hyper(state, group=0, learning_rate=0.0)
+    chex.assert_trees_all_equal(by_group, gx.set_hyper(state, learning_rate_group_0=0.0))
+    assert float(gx.get_hyper(by_group, "learning_rate", group=0)) == 0.0
+    assert float(gx.get_hyper(by_group, "learning_rate", group=1)) == np.float32(0.1)  # the optimizer's
+    with pytest.raises(KeyError, match=r"group 1 sets no learning_rate of its own.*Groups with their own "
+                                       r"learning_rate: \[0\]"):
+        gx.set_hyper(state, group=1, learning_rate=0.2)
+    params = {"a": jnp.ones(3), "b": jnp.ones(2)}
+    paddle = gx.create("paddle.adam", parameters=[{"params": ["a"], "beta1": 0.8}, {"params": ["b"]}])
+    p_state = paddle.init(params)
+    chex.assert_trees_all_equal(gx.set_hyper(p_state, group=0, beta1=0.7), gx.set_hyper(p_state, beta1_group_0=0.7))
+    with pytest.raises(ValueError, match="no parameter groups"):
+        gx.set_hyper(gx.create("mxnet.adam").init(params), group=0, beta1=0.7)
+    with pytest.raises(TypeError, match="an int >= 0"):
+        gx.get_hyper(p_state, "beta1", group="0")

@@ -18,6 +18,7 @@ are checked here, on the host, never inside the step.
 from __future__ import annotations
 
 import difflib
+import re
 
 import jax
 import jax.core
@@ -191,6 +192,9 @@ def _walk(state, visit) -> None:
         visit(d, path)
 
 
+_GROUP_KEY = re.compile(r"_group_(\d+)$")  # a parameter group's own hyperparameter: <name>_group_<k>
+
+
 def hyper_names(state) -> list[str]:
     """The names of every hyperparameter held in ``state``."""
     names: list[str] = []
@@ -199,14 +203,41 @@ def hyper_names(state) -> list[str]:
     return names
 
 
-def get_hyper(state, name: str, *, where=None):
+def _group_key(state, name: str, group, who: str, *, fallback: bool) -> str:
+    """The key of parameter group ``group``'s own ``name`` (``<name>_group_<k>``,
+    the MindSpore and Paddle groups' hyperparameters); with ``fallback``, the
+    optimizer's ``name`` when the group sets none (what its leaves use)."""
+    if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 0:
+        raise TypeError(f"{who}(group=...): a parameter group's position in the optimizer's groups, an int "
+                        f">= 0; got {group!r}.")
+    known = hyper_names(state)
+    key = f"{name}_group_{int(group)}"
+    if key in known or (fallback and name in known):
+        return key if key in known else name
+    if not any(_GROUP_KEY.search(k) for k in known):
+        raise ValueError(f"{who}(group={group}): this optimizer has no parameter groups with hyperparameters "
+                         "of their own (groups come from MindSpore's and Paddle's group dicts; MXNet's "
+                         "per-parameter multipliers are lr_mult/wd_mult).")
+    own = sorted(int(m.group(1)) for k in known if k.startswith(name + "_group_") for m in [_GROUP_KEY.search(k)] if m)
+    raise KeyError(f"{who}(group={group}, {name}=...): group {group} sets no {name} of its own; its leaves use "
+                   f"the optimizer's {name} ({who}({name}=...) without group= changes it for every group that "
+                   f"sets none). Groups with their own {name}: {own or 'none'}.")
+
+
+def get_hyper(state, name: str, *, where=None, group=None):
     """The current value of hyperparameter ``name`` in ``state`` (a float32 array).
+
+    ``group=k``: the value parameter group ``k`` uses (MindSpore and Paddle
+    groups, counted from 0 as given): its own ``<name>_group_<k>``, else the
+    optimizer's ``name``.
 
     Raises KeyError listing the known names (and the closest) when the state
     holds no such value, and ValueError naming their paths when several
     optimizers hold it (two inside ``optax.multi_transform``): ``where=``
     chooses one, by its path or its last key (``where='a'``, ``where='inner_states/a'``).
     """
+    if group is not None:
+        name = _group_key(state, name, group, "get_hyper", fallback=True)
     if where == EVERY:
         raise ValueError("get_hyper: where='*' reads no single value; name one optimizer's path.")
     found = [d[name] for _, d in _chosen(state, where, "get_hyper", (name,)) if name in d]
@@ -215,11 +246,17 @@ def get_hyper(state, name: str, *, where=None):
     return _raw(found[0])
 
 
-def set_hyper(state, *, where=None, **values):
+def set_hyper(state, *, where=None, group=None, **values):
     """Returns ``state`` with the named hyperparameters replaced (every piece of
     the optimizer that holds one of these names gets the new value). Values
     are range-checked here; the jitted step does not retrace, because shapes
     and dtypes stay.
+
+    ``group=k``: the values of parameter group ``k`` (MindSpore and Paddle
+    groups, counted from 0 as given), ``set_hyper(s, group=1, beta1=0.8)``
+    being ``set_hyper(s, beta1_group_1=0.8)``; a KeyError names the groups
+    that set ``beta1`` of their own when group ``k`` does not (its leaves use
+    the optimizer's ``beta1``).
 
     Several optimizers in one state (``optax.multi_transform``, ``chain``)
     that hold a name: a ValueError naming their paths, unless ``where=``
@@ -229,6 +266,8 @@ def set_hyper(state, *, where=None, **values):
     Inside ``jit`` (a traced value) the same ranges are checked in the
     program: a value outside the range of any piece holding the name leaves
     every slot of that name as it was (never written unchecked)."""
+    if group is not None:
+        values = {_group_key(state, k, group, "set_hyper", fallback=False): v for k, v in values.items()}
     chosen = _chosen(state, where, "set_hyper", values)
     mine = {path[:-1] for path, _ in chosen}  # the state nodes written
     known = []
