@@ -22,7 +22,7 @@ from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._ranges import ANY, NON_NEGATIVE, check_hyper
-from .._tree import host_leaf_vector, leaf_values, leaf_vector, map_unzip, zeros_like_params as _zeros
+from .._tree import host_leaf_vector, leaf_vector, map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
 from .._types import Hyper, ParamTree
@@ -301,17 +301,23 @@ def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
         del params
         lr = context_value(extra_args, "lr", owner)
         mask = context_value(extra_args, "mask", owner)
-        def one(g, m, u, b1p, l, k, on):
-            h = leaf_hyper(state.hyper, k, groups)
-            c = lambda x: _c(x, g)  # noqa: E731
-            m = c(h["beta1"]) * m + (1 - c(h["beta1"])) * g
-            u = jnp.maximum(jnp.abs(g), c(h["beta2"]) * u + c(h["epsilon"]))
-            lr_t = l / (1 - b1p)
-            return -(c(lr_t) * (m / u)), m, u, jnp.where(on, b1p * h["beta1"], b1p)
+        # per-leaf scalars as vectors, a value the same at every leaf as one scalar (see `_adam_rule`)
+        h = leaf_hyper(state.hyper, state.group, groups)
+        b1, b2, e = (jnp.asarray(h[n], jnp.float32) for n in ("beta1", "beta2", "epsilon"))
+        b1p = state.beta1_pow
+        shared = _same_everywhere(lr)
+        lr_t = (leaf_vector(lr, jnp.float32) if shared is None else jnp.asarray(shared, jnp.float32)) / (1 - b1p)
+        at = jax.tree.structure(updates).unflatten(range(b1p.shape[0]))
 
-        out, m, u, p = map_unzip(one, 4, updates, state.moment, state.inf_norm,
-                                 leaf_values(state.beta1_pow, updates), lr, leaf_values(state.group, updates), mask)
-        return out, state._replace(moment=m, inf_norm=u, beta1_pow=leaf_vector(p, jnp.float32))
+        def one(g, m, u, i):
+            c = lambda x: _c(_entry(x, i), g)  # noqa: E731
+            m = c(b1) * m + (1 - c(b1)) * g
+            u = jnp.maximum(jnp.abs(g), c(b2) * u + c(e))
+            return -(c(lr_t) * (m / u)), m, u
+
+        out, m, u = map_unzip(one, 3, updates, state.moment, state.inf_norm, at)
+        on = leaf_vector(mask, jnp.bool_)
+        return out, state._replace(moment=m, inf_norm=u, beta1_pow=jnp.where(on, b1p * b1, b1p))
 
     return transformation(init, update)
 
@@ -376,38 +382,39 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
             raise ValueError(f"{owner}: needs params; call update(grads, state, params).")
         lr = context_value(extra_args, "lr", owner)
         mask = context_value(extra_args, "mask", owner)
-        def direction(g, w, m1, m2, b1p, b2p, d, k):
-            h = leaf_hyper(state.hyper, k, groups)
-            b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
-            c = lambda x: _c(x, g)  # noqa: E731
+        # per-leaf scalars as vectors, a value the same at every leaf as one scalar (see `_adam_rule`)
+        h = leaf_hyper(state.hyper, state.group, groups)
+        b1, b2, e, lwd = (jnp.asarray(h[n], jnp.float32) for n in ("beta1", "beta2", "epsilon", "lamb_weight_decay"))
+        b1p, b2p = state.beta1_pow, state.beta2_pow
+        every_leaf_decays = exclude_fn is None and not any(f is not None for f in excludes.values())
+        k_wd = lwd if every_leaf_decays else jnp.where(state.decay != 0, lwd, 0.0)
+        adapt = None if always_adapt else (lwd != 0 if every_leaf_decays else (state.decay != 0) & (lwd != 0))
+        shared = _same_everywhere(lr)
+        l_vec = leaf_vector(lr, jnp.float32) if shared is None else jnp.asarray(shared, jnp.float32)
+        omb1, omb2 = 1 - b1p, 1 - b2p
+        at = jax.tree.structure(updates).unflatten(range(b1p.shape[0]))
+
+        def direction(g, w, m1, m2, i):
+            c = lambda x: _c(_entry(x, i), g)  # noqa: E731
             m1 = c(b1) * m1 + (1 - c(b1)) * g
             m2 = c(b2) * m2 + (1 - c(b2)) * g * g
-            k = jnp.where(d, h["lamb_weight_decay"], 0.0)
-            r = (m1 / c(1 - b1p)) / (jnp.sqrt(m2 / c(1 - b2p)) + c(e)) + c(k) * w.astype(g.dtype)
+            r = (m1 / c(omb1)) / (jnp.sqrt(m2 / c(omb2)) + c(e)) + c(k_wd) * w.astype(g.dtype)
             return r, m1, m2
 
-        b1p, b2p, decay, group = (leaf_values(getattr(state, f), updates)
-                                  for f in ("beta1_pow", "beta2_pow", "decay", "group"))
-        r, m1, m2 = map_unzip(direction, 3, updates, params, state.moment1, state.moment2, b1p, b2p, decay, group)
+        r, m1, m2 = map_unzip(direction, 3, updates, params, state.moment1, state.moment2, at)
         w_sq, r_sq = leaf_sq_norm(params, extra_args), leaf_sq_norm(r, extra_args)
 
-        def scaled(r, wq, rq, l, d, k):
-            h = leaf_hyper(state.hyper, k, groups)
+        def scaled(r, wq, rq, i):
             pn, tn = jnp.sqrt(wq), jnp.sqrt(rq)
             ratio = jnp.where((pn > 0) & (tn > 0), pn / jnp.where(tn > 0, tn, 1.0), 1.0)
-            if not always_adapt:  # Paddle skips the adaptation where the decay is 0
-                ratio = jnp.where(jnp.logical_and(d, h["lamb_weight_decay"] != 0), ratio, 1.0)
-            return -((l * ratio).astype(r.dtype) * r)
+            if adapt is not None:  # Paddle skips the adaptation where the decay is 0
+                ratio = jnp.where(_entry(adapt, i), ratio, 1.0)
+            return -((_entry(l_vec, i) * ratio).astype(r.dtype) * r)
 
-        def bump(p, on, k, name):
-            return jnp.where(on, p * leaf_hyper(state.hyper, k, groups)[name], p)
-
-        out = jax.tree.map(scaled, r, w_sq, r_sq, lr, decay, group)
-        def bumped(pows, name):
-            return leaf_vector(jax.tree.map(lambda p, on, k: bump(p, on, k, name), pows, mask, group), jnp.float32)
-
-        return out, state._replace(moment1=m1, moment2=m2, beta1_pow=bumped(b1p, "beta1"),
-                                   beta2_pow=bumped(b2p, "beta2"))
+        out = jax.tree.map(scaled, r, w_sq, r_sq, at)
+        on = leaf_vector(mask, jnp.bool_)
+        return out, state._replace(moment1=m1, moment2=m2, beta1_pow=jnp.where(on, b1p * b1, b1p),
+                                   beta2_pow=jnp.where(on, b2p * b2, b2p))
 
     return transformation(init, update)
 
