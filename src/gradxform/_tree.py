@@ -16,7 +16,7 @@ import numpy as np
 from ._state_paths import get_path, leaf_vector_fields, map_param_trees, map_states
 
 __all__ = ["key_name", "once_per_value", "param_names", "select_tree", "zeros_like_params", "full_like_params",
-           "leaf_vector", "leaf_values", "host_leaf_vector"]
+           "leaf_vector", "leaf_values", "host_leaf_vector", "checked_leaf_vector", "shared_value"]
 
 
 def host_leaf_vector(values, dtype) -> jax.Array:
@@ -29,8 +29,9 @@ def leaf_vector(tree, dtype=None) -> jax.Array:
     """The leaves of ``tree`` (one scalar each, computed in an update) stacked
     into a per-leaf vector (`host_leaf_vector`'s form)."""
     raw = jax.tree.leaves(tree)
-    if raw and all(x is raw[0] for x in raw):  # one value at every leaf (a shared rate): no stack of N
-        out = jnp.broadcast_to(jnp.asarray(raw[0]).reshape(()), (len(raw),))
+    shared = shared_value(tree)
+    if shared is not None:  # one value at every leaf (a shared rate): no stack of N
+        out = jnp.broadcast_to(jnp.asarray(shared).reshape(()), (len(raw),))
         return out if dtype is None else out.astype(dtype)
     leaves = [jnp.asarray(x).reshape(()) for x in raw]
     if not leaves:
@@ -39,13 +40,28 @@ def leaf_vector(tree, dtype=None) -> jax.Array:
     return out if dtype is None else out.astype(dtype)
 
 
+def shared_value(tree):
+    """The one value at every leaf of ``tree`` (one object: a shared rate or
+    count, as `track_step` publishes it), else None."""
+    leaves = jax.tree.leaves(tree)
+    return leaves[0] if leaves and all(x is leaves[0] for x in leaves) else None
+
+
+def checked_leaf_vector(vector, like):
+    """A state's per-leaf ``vector``, checked to have one entry per leaf (per
+    buffer under `gradxform.fused`) of ``like``, the updates."""
+    n = jax.tree.structure(like).num_leaves
+    if np.shape(vector) != (n,):
+        raise ValueError(f"a per-leaf state vector has shape {np.shape(vector)}; the updates have "
+                         f"{n} leaves (was the state made by init on another tree?).")
+    return vector
+
+
 def leaf_values(vector, like):
     """A tree shaped like ``like`` (the updates) whose leaf ``i`` is
     ``vector[i]``: a per-leaf vector read leaf by leaf inside an update."""
     treedef = jax.tree.structure(like)
-    if np.shape(vector) != (treedef.num_leaves,):
-        raise ValueError(f"a per-leaf state vector has shape {np.shape(vector)}; the updates have "
-                         f"{treedef.num_leaves} leaves (was the state made by init on another tree?).")
+    checked_leaf_vector(vector, like)
     return treedef.unflatten([vector[i] for i in range(treedef.num_leaves)])
 
 

@@ -44,7 +44,7 @@ from .._hyper import hyper_scalar
 from .._selectors import Selector, assign_slots, describe_names, names_of
 from .._state_paths import find_states, is_optax_placeholder
 from ..pieces.internal import buffer_segments, only_slotted
-from .._tree import host_leaf_vector, leaf_values, param_names
+from .._tree import checked_leaf_vector, host_leaf_vector, leaf_values, leaf_vector, param_names
 from ..schedules.internal import as_schedule, check_number
 from .._types import Hyper
 
@@ -165,19 +165,6 @@ def _group_state(hyper, params, slot, flags) -> GroupState:
     return GroupState(hyper, host_leaf_vector(slot, np.int32), host_leaf_vector(np.asarray(flags, bool), np.int32))
 
 
-def _vector(tree, leaves_of) -> jax.Array:
-    return jnp.stack([jnp.asarray(x).reshape(()) for x in leaves_of(tree)])
-
-
-def _per_leaf(vector, like) -> jax.Array:
-    """The state's per-leaf ``vector``, checked against the leaves (buffers under fused) of ``like``."""
-    n = jax.tree.structure(like).num_leaves
-    if np.shape(vector) != (n,):
-        raise ValueError(f"a per-leaf state vector has shape {np.shape(vector)}; the updates have {n} leaves "
-                         "(was the state made by init on another tree?).")
-    return vector
-
-
 def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
     """Overrides the step context's ``lr`` for leaves of groups with their own
     'lr': hyperparameter ``learning_rate_group_<i>`` (a fixed value, or the
@@ -200,9 +187,9 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
         count = context_value(extra_args, "count", owner)
         leaves, treedef = jax.tree.flatten(lr_tree)
         # one vectorised schedule call per group, not one per leaf (compile time)
-        lr = jnp.stack([jnp.asarray(x, jnp.float32).reshape(()) for x in leaves])
-        t = _vector(count, treedef.flatten_up_to)
-        slot = _per_leaf(state.group_slot, lr_tree)
+        lr = leaf_vector(lr_tree, jnp.float32)
+        t = leaf_vector(count)
+        slot = checked_leaf_vector(state.group_slot, lr_tree)
         for k, s in own:
             base = state.hyper[f"learning_rate_group_{s.index}"]
             val = s.lr_schedule.lr_for_update(t, base) if s.lr_schedule is not None else \

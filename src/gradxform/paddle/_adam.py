@@ -22,7 +22,7 @@ from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._ranges import ANY, NON_NEGATIVE, check_hyper
-from .._tree import host_leaf_vector, leaf_vector, map_unzip, zeros_like_params as _zeros
+from .._tree import host_leaf_vector, leaf_vector, map_unzip, shared_value, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
 from .._types import Hyper, ParamTree
@@ -39,12 +39,6 @@ RANGES = {"adam": {"epsilon": NON_NEGATIVE}, "adamw": {"epsilon": NON_NEGATIVE},
 
 def _c(h, x):
     return jnp.asarray(h).astype(x.dtype)
-
-
-def _same_everywhere(tree):
-    """The one value at every leaf of ``tree`` (one object: a shared rate), else None."""
-    leaves = jax.tree.leaves(tree)
-    return leaves[0] if leaves and all(x is leaves[0] for x in leaves) else None
 
 
 def _entry(x, i: int):
@@ -158,7 +152,7 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
         h = leaf_hyper(state.hyper, state.group, groups)
         b1, b2, e = (jnp.asarray(h[n], jnp.float32) for n in ("beta1", "beta2", "epsilon"))
         b1p, b2p = state.beta1_pow, state.beta2_pow
-        shared = _same_everywhere(lr)
+        shared = shared_value(lr)
         l = leaf_vector(lr, jnp.float32) if shared is None else jnp.asarray(shared, jnp.float32)
         if lr_ratio is not None:
             l = l * state.lr_ratio
@@ -305,7 +299,7 @@ def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
         h = leaf_hyper(state.hyper, state.group, groups)
         b1, b2, e = (jnp.asarray(h[n], jnp.float32) for n in ("beta1", "beta2", "epsilon"))
         b1p = state.beta1_pow
-        shared = _same_everywhere(lr)
+        shared = shared_value(lr)
         lr_t = (leaf_vector(lr, jnp.float32) if shared is None else jnp.asarray(shared, jnp.float32)) / (1 - b1p)
         at = jax.tree.structure(updates).unflatten(range(b1p.shape[0]))
 
@@ -389,7 +383,7 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
         every_leaf_decays = exclude_fn is None and not any(f is not None for f in excludes.values())
         k_wd = lwd if every_leaf_decays else jnp.where(state.decay != 0, lwd, 0.0)
         adapt = None if always_adapt else (lwd != 0 if every_leaf_decays else (state.decay != 0) & (lwd != 0))
-        shared = _same_everywhere(lr)
+        shared = shared_value(lr)
         l_vec = leaf_vector(lr, jnp.float32) if shared is None else jnp.asarray(shared, jnp.float32)
         omb1, omb2 = 1 - b1p, 1 - b2p
         at = jax.tree.structure(updates).unflatten(range(b1p.shape[0]))
