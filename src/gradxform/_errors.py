@@ -36,6 +36,7 @@ from ._base import GradientTransformation, run_inner, transformation
 from ._spec import Fusion, declare
 from ._hyper import HYPER_FIELDS, READ_ONLY
 from ._domains import COUNT
+from ._group_values import expand_groups
 from ._hyper import _raw
 from ._ranges import Range, check_value, declared_range, owner_of, stored_float32
 from ._state_paths import get_path, is_optax_placeholder, map_states, state_paths, written_out
@@ -202,7 +203,11 @@ def _written_as(expected, state, params):
 
 def check_state(state, expected, who: str = "update") -> None:
     """``state`` has the structure, shapes and dtypes of ``expected`` (what
-    ``init`` makes for these parameters, as from `jax.eval_shape`)."""
+    ``init`` makes for these parameters, as from `jax.eval_shape`). Per-leaf
+    numbers held per group (`GroupValues`) compare as the per-leaf vectors
+    they stand for: a regrouping (a multiplier set on one parameter) is the
+    same optimizer's state."""
+    state, expected = expand_groups(state, abstract=True), expand_groups(expected, abstract=True)
     diff = first_difference(state, expected, "state", "init(params)")
     if diff:
         raise ValueError(f"{who}: the optimizer state does not come from this optimizer's init for "
@@ -331,11 +336,12 @@ def validated(tx: GradientTransformation, *, master_weights: bool = False,
         ref = params if params is not None else updates
         expected = expected_state(ref)
         if expected is not None:
-            if first_difference(state, expected, "state", "init(params)"):
+            seen = expand_groups(state, abstract=True)  # whatever the multipliers' grouping
+            if first_difference(seen, expand_groups(expected, abstract=True), "state", "init(params)"):
                 # the other forms init's state takes: step counts per leaf after a masked update,
                 # multipliers per leaf once set (trainer.optimizer.param_dict[i].lr_mult = v)
                 for other in (per_leaf_counts(expected, ref), _written_as(expected, state, ref)):
-                    if not first_difference(state, other, "state", "init(params)"):
+                    if not first_difference(seen, expand_groups(other, abstract=True), "state", "init(params)"):
                         expected = other
                         break
             check_written_hypers(state, f"{pre}update")  # concrete values only: an eager update

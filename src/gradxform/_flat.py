@@ -259,7 +259,7 @@ def _flatten_state(state, layout: Layout, *, concrete: bool = False):
 
     def leaf_fn(field, x):
         vector = hasattr(x, "shape")  # a per-leaf vector: the fused one has an entry per group
-        if vector and not isinstance(x, jax.core.Tracer):
+        if vector and not isinstance(getattr(x, "values", x), jax.core.Tracer):  # (x may be GroupValues)
             host = np.asarray(x)
             if any(np.unique(host[list(g)]).size > 1 for g in layout.groups):
                 raise ValueError(f"fused: per-leaf {field} differs inside a group; this state cannot be fused.")

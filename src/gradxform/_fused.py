@@ -80,6 +80,7 @@ from ._base import CONTEXT_KEY, GradientTransformation, StepContext, transformat
 from ._elementwise import fusable, not_fusable
 from ._flat import (FlatTree, Layout, _abstract_params, _flatten_state, _inspect, _layout_for, _make_layout,
                     _unflatten_state, bit_exact, why_not_fused)
+from ._group_values import GroupValues
 from ._packed import packed
 from ._spec import declare
 from ._state_paths import map_param_shaped, with_optional_like
@@ -157,9 +158,14 @@ def buffer_lengths(tx: GradientTransformation, layout: Layout):
         sizes = [int(np.prod(np.shape(x), dtype=np.int64)) for x in layout.treedef.flatten_up_to(t)]
         return tuple(sum(sizes[i] for i in g) for g in layout.groups)
 
-    marks = map_param_shaped(template, layout.treedef,  # a per-leaf vector is one leaf; a tree one per group
-                             per_leaf=lambda _, x: -1 if hasattr(x, "shape") else (-1,) * len(layout.groups),
-                             param_tree=lengths)
+    reps = np.asarray([g[0] for g in layout.groups], np.intp)
+
+    def per_leaf(_, x):  # a per-leaf vector is one leaf (GroupValues keeps its groups); a tree one per group
+        if isinstance(x, GroupValues):
+            return GroupValues(-1, x[reps].groups)
+        return -1 if hasattr(x, "shape") else (-1,) * len(layout.groups)
+
+    marks = map_param_shaped(template, layout.treedef, per_leaf=per_leaf, param_tree=lengths)
     return jax.tree.map(lambda m: m if type(m) is int else -1, marks)
 
 

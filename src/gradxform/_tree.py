@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 import numpy as np
 
+from ._group_values import GroupValues, per_leaf_list
 from ._state_paths import get_path, leaf_vector_fields, map_param_trees, map_states
 
 __all__ = ["key_name", "once_per_value", "param_names", "select_tree", "zeros_like_params", "full_like_params",
@@ -61,8 +62,7 @@ def leaf_values(vector, like):
     """A tree shaped like ``like`` (the updates) whose leaf ``i`` is
     ``vector[i]``: a per-leaf vector read leaf by leaf inside an update."""
     treedef = jax.tree.structure(like)
-    checked_leaf_vector(vector, like)
-    return treedef.unflatten([vector[i] for i in range(treedef.num_leaves)])
+    return treedef.unflatten(per_leaf_list(vector, treedef.num_leaves))
 
 
 def key_name(key) -> str:
@@ -121,7 +121,9 @@ def select_tree(mask, new, old):
 
     def pick_vectors(path, node):
         nonlocal flags
-        fields = [f for f in leaf_vector_fields(node) if getattr(node, f).shape[0] == mask_def.num_leaves]
+        # multipliers (`GroupValues`) are never written by a step: new and old hold the same
+        fields = [f for f in leaf_vector_fields(node) if getattr(node, f).shape[0] == mask_def.num_leaves
+                  and not isinstance(getattr(node, f), GroupValues)]
         if not fields:
             return node
         if flags is None:

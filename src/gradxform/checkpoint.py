@@ -74,6 +74,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._domains import domain_error
+from ._group_values import expand_groups, regroup_like
 from ._files import create_locked_temp, new_file_mode, path_of, read_regular, remove_stray_temps
 from ._msgpack_cost import decoded_cost as _header_cost
 from ._hyper import settle_schedule_bases
@@ -244,7 +245,7 @@ def save_state(path, state, *, meta: dict | None = None) -> None:
         raise TypeError("save_state: writes atomically (a temporary file renamed over the path), so it needs a "
                         f"path (str, bytes or os.PathLike), not an open file ({type(path).__name__}).")
     path = path_of(path, "save_state")
-    paths, treedef, leaves = _describe(state)
+    paths, treedef, leaves = _describe(expand_groups(state))  # multipliers per leaf: files keep one form
     entries, offset, sha, hosts = [], 0, hashlib.sha256(), []
     for p, x in zip(paths, leaves):
         dtype, shape = _leaf_dtype_name(x), _leaf_shape(x)
@@ -476,6 +477,8 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=(), sc
                                                     f"expected {_short(want)}.")
     if like is None:
         return {p: _from_bytes(payload[o:o + n], d, s, None) for p, s, d, o, n in entries}
+    grouped = (like, *alternatives)  # read per leaf, as saved (`expand_groups`), then grouped again
+    like, alternatives = expand_groups(like), [expand_groups(a) for a in alternatives]
     paths, treedef, leaves = _describe(like)
     file_paths = [e[0] for e in entries]
     for other in alternatives:
@@ -536,4 +539,6 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=(), sc
                                                           schedule_base))
     except ValueError as err:
         raise CheckpointError("mismatch", path, str(err)) from None
-    return jax.tree_util.tree_unflatten(treedef, [_placed(x, leaf) for x, leaf in zip(out, leaves)])
+    loaded = jax.tree_util.tree_unflatten(treedef, [_placed(x, leaf) for x, leaf in zip(out, leaves)])
+    form = next((g for g in grouped if jax.tree.structure(expand_groups(g)) == treedef), None)
+    return loaded if form is None else regroup_like(loaded, form)

@@ -13,7 +13,8 @@ from .._hyper import check_range, hyper_scalar
 from .._ranges import check_value
 from .._selectors import multipliers
 from .._state_paths import find_states, is_optax_placeholder, map_states, written_out
-from .._tree import host_leaf_vector, leaf_vector, once_per_value, param_names
+from .._group_values import group_by_value, per_leaf_list
+from .._tree import leaf_vector, once_per_value, param_names
 from .._types import Hyper, ParamTree
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
 from .._domains import COUNT, FINITE, MAX_COUNT
@@ -32,15 +33,15 @@ Multiplier = Optional[object]
 
 
 def per_leaf_multipliers(spec, params, what: str):
-    """The float32 multipliers of ``params``' leaves as one vector (an entry per
-    leaf, flatten order), or None when every leaf's is 1 (nothing to store,
-    nothing to multiply by in the step)."""
+    """The float32 multipliers of ``params``' leaves (flatten order) as
+    `GroupValues`, one value per distinct multiplier, or None when every
+    leaf's is 1 (nothing to store, nothing to multiply by in the step)."""
     if spec is not None and is_optax_placeholder(params):
         return params  # optax.tree_map_params: a per-leaf field (its names are unknown here)
     mults = resolve_multiplier(spec, param_names(params), what)
     if np.all(mults == 1.0):
         return None
-    return host_leaf_vector(mults, np.float32)
+    return group_by_value(mults)  # one value per distinct multiplier: a slice per group in the step
 
 
 def resolve_multiplier(spec, names: list[str], what: str) -> np.ndarray:
@@ -61,8 +62,10 @@ class StepState(NamedTuple):
     leaf's count (MXNet ``_index_update_count``), an int32 vector with an
     entry per leaf (flatten order), or None while every leaf's count is ``count``
     (leaves that have always stepped together: the state `init` makes);
-    ``lr_mult``: per-leaf float32 multipliers (a vector), or None
-    when every one is 1; ``hyper``: the base ``learning_rate``, the
+    ``lr_mult``: per-leaf float32 multipliers as `GroupValues` (one value
+    per group of leaves that share one, each leaf's group in the tree
+    structure; a plain per-leaf vector is read too), or None when every
+    one is 1; ``hyper``: the base ``learning_rate``, the
     schedule's ``current_lr`` and whether one is set (``scheduled``, int32
     0/1: a flag that survives arithmetic selection such as
     ``optax.contrib.sam``'s ``c * a + (1 - c) * b``).
@@ -272,8 +275,13 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
             bumps = [jnp.asarray(b) for b in bumps]
         if state.lr_mult is None:
             lrs = rates
-        else:
-            lrs = [r * state.lr_mult[i] for i, r in enumerate(rates)]
+        else:  # one product per (rate, group): leaves of a group share it, as they share a kernel
+            products: dict = {}
+            pairs = list(zip(rates, per_leaf_list(state.lr_mult, n)))
+            for r, m in pairs:
+                if (id(r), id(m)) not in products:
+                    products[(id(r), id(m))] = r * m
+            lrs = [products[(id(r), id(m))] for r, m in pairs]
         current = base if schedule is None else at_new if held else \
             jnp.asarray(schedule.lr_for_update(num_update, base), jnp.float32)
         ctx = StepContext.of(extra_args)

@@ -26,6 +26,7 @@ import numpy as np
 import optax
 
 from .._fused import FlatTree, flatten_state
+from .._group_values import group_by_value
 from .._hyper import get_hyper, hyper_names
 from .._registry import registered_factory
 from ..mxnet._create import create as mxnet_create, register as mxnet_register
@@ -290,7 +291,7 @@ class MXNetOptimizer(optax.GradientTransformationExtraArgs):
             old = getattr(node, field)
             mults = np.ones(len(t._names), np.float32) if old is None else np.array(old, np.float32).reshape(-1)
             mults[index] = np.float32(value)
-            edits[path] = {field: jax.numpy.asarray(mults)}
+            edits[path] = {field: group_by_value(mults)}  # a new group when no other leaf has this value
         install_state(t, template, replace_fields(state, edits))
 
     # -- hyperparameters and options by name (wd, beta1, momentum, ...) ----------------
