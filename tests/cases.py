@@ -155,6 +155,14 @@ TABLE.update({
 })
 
 
+# -- neutral family: optimizers no framework has, under optax's names ------------------------
+TABLE.update({
+    # Lion (its mask, per-leaf decay multipliers of 1 or 0, is tests/test_neutral.py's: against optax,
+    # fused, and through a checkpoint and optax.tree_map_params)
+    "neutral.lion": Case(dict(learning_rate=0.01, weight_decay=1e-3), {"weight_decay": 0.0}, True, fuses=True),
+})
+
+
 def case(name: str) -> Case:
     """The row for ``name``, or `DEFAULT` for a registered optimizer without one."""
     return TABLE.get(name, DEFAULT)

@@ -24,7 +24,7 @@ PAGES = {
     "gradxform": "gradxform", "gradxform.pieces": "pieces", "gradxform.schedules": "schedules",
     "gradxform.lr_scheduler": "lr_scheduler", "gradxform.mxnet": "mxnet", "gradxform.mindspore": "mindspore",
     "gradxform.paddle": "paddle", "gradxform.paddle.lr": "paddle-lr", "gradxform.paddle.regularizer": "paddle-regularizer",
-    "gradxform.migrate": "migrate", "gradxform.checkpoint": "checkpoint",
+    "gradxform.migrate": "migrate", "gradxform.checkpoint": "checkpoint", "gradxform.neutral": "neutral",
 }
 # names re-exported from another package, documented in the page's text instead of rendered
 EXTERNAL = {"gradxform.GradientTransformation": "optax.GradientTransformationExtraArgs"}

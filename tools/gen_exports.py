@@ -27,6 +27,7 @@ PACKAGES = {
     "gradxform.mindspore": (("_momentum", "_adam", "_adaptive", "_adafactor", "_thor", "_rules"),
                             ("OPTIMIZERS", "CLASSES")),
     "gradxform.paddle": (("_sgd", "_adam", "_adaptive", "_asgd"), ("OPTIMIZERS", "CLASSES")),
+    "gradxform.neutral": (("_lion",), ("OPTIMIZERS", "CLASSES")),
 }
 
 

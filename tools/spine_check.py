@@ -55,8 +55,9 @@ def targets(mod: str, is_pkg: bool, node, modules: set) -> list[str]:
     return out
 
 
-FAMILIES = ("mxnet", "mindspore", "paddle")
-_NAME = re.compile(r"\b(mxnet|mindspore|paddle)\.([A-Za-z_][A-Za-z0-9_]*)")
+def _name_pattern(families) -> re.Pattern:
+    """``family.name`` in a string, for the registry's families (mxnet, mindspore, paddle, neutral)."""
+    return re.compile(rf"\b({'|'.join(sorted(families))})\.([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def _docstrings(tree) -> set:
@@ -78,10 +79,11 @@ def registered() -> set:
 
 def owner_literals(path: pathlib.Path, tree, names: set) -> list[str]:
     docs = _docstrings(tree)
+    pattern = _name_pattern({n.split(".", 1)[0] for n in names})
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
-            for fam, name in _NAME.findall(node.value):
+            for fam, name in pattern.findall(node.value):
                 if f"{fam}.{name}".lower().replace("_", "") in names:
                     out.append(f"{path.relative_to(ROOT)}:{node.lineno} {fam}.{name}")
     return out
@@ -93,12 +95,13 @@ def scan():
     found = {"closure reads": [], "__signature__ assignments": [], "_REGISTRY outside _registry.py": [],
              "gradxform imports inside functions": [], "owner names written by hand in the families": []}
     names = registered()
+    families = {n.split(".", 1)[0] for n in names}  # the registry's: mxnet, mindspore, paddle, neutral
     graph: dict[str, set] = {m: set() for m in modules}
     for mod, path in modules.items():
         tree = ast.parse(path.read_text(), str(path))
         is_pkg = path.name == "__init__.py"
         where = lambda n: f"{path.relative_to(ROOT)}:{n.lineno}"  # noqa: E731
-        if path.relative_to(PKG).parts[0] in FAMILIES:
+        if path.relative_to(PKG).parts[0] in families:
             found["owner names written by hand in the families"] += owner_literals(path, tree, names)
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in CLOSURE_NAMES:

@@ -1,6 +1,7 @@
 """gradxform: functional gradient transformations for JAX, with MXNet, MindSpore
-and Paddle optimizers that give their frameworks' numbers step for step."""
-from . import checkpoint, lr_scheduler, migrate, mindspore, mxnet, paddle, pieces, schedules, trainer
+and Paddle optimizers that give their frameworks' numbers step for step, and
+optimizers no framework has (`gradxform.neutral`) that give optax's."""
+from . import checkpoint, lr_scheduler, migrate, mindspore, mxnet, neutral, paddle, pieces, schedules, trainer
 from ._base import (GradientTransformation, LocalKey, StepContext, apply_updates, chain, context_value, identity,
                     uses_context)
 from ._errors import validated
@@ -31,5 +32,6 @@ __all__ = [
     # training and checkpoints
     "Trainer", "per_device_grads", "split_batch", "save_state", "load_state", "CheckpointError",
     # modules: families, pieces, schedules, migration
-    "mxnet", "mindspore", "paddle", "pieces", "lr_scheduler", "schedules", "migrate", "checkpoint", "trainer",
+    "mxnet", "mindspore", "paddle", "neutral", "pieces", "lr_scheduler", "schedules", "migrate", "checkpoint",
+    "trainer",
 ]

@@ -12,6 +12,10 @@ No framework is needed, and no file is unpickled without an allow-list (see
 `UnsafePickleError`). Every problem (a missing or extra entry, a shape that
 does not fit, a state for another optimizer) is a `MigrateError` raised
 before anything is built.
+
+An optimizer of `gradxform.neutral` (``neutral.lion``: optimizers no framework
+has) has no framework state to migrate from: every reader, and `convert_run`
+with ``framework='neutral'``, refuses it with a `MigrateError` saying so.
 """
 from ._gluon import from_gluon_states, read_gluon_states
 from ._mindspore import from_mindspore_checkpoint, read_mindspore_checkpoint

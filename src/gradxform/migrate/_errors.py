@@ -1,10 +1,19 @@
-"""The two errors of `gradxform.migrate`, and `short`, the only repr a message may
-hold of a value read from a file."""
+"""The two errors of `gradxform.migrate`, `short`, the only repr a message may
+hold of a value read from a file, and `refuse_frameworkless`, the one answer for
+an optimizer no framework has."""
 from __future__ import annotations
 
 import reprlib
 
-__all__ = ["MigrateError", "UnsafePickleError", "short"]
+from .._hyper import _hyper_dicts
+from .._ranges import owner_of
+
+__all__ = ["MigrateError", "UnsafePickleError", "short", "FRAMEWORKS", "frameworkless_message",
+           "refuse_frameworkless"]
+
+# the families whose framework's saved state gradxform.migrate reads (Gluon, Paddle, MindSpore files); a
+# family outside it (gradxform.neutral: optimizers no framework has) has no framework state to migrate from
+FRAMEWORKS = ("mxnet", "paddle", "mindspore")
 
 
 class MigrateError(ValueError):
@@ -33,3 +42,23 @@ def short(value) -> str:
         return _REPR.repr(value)
     except Exception:  # noqa: BLE001 -- a message must never fail
         return f"<{type(value).__name__}>"
+
+
+def frameworkless_message(who: str, family: str, subject: str) -> str:
+    """Why ``subject`` (the tx, or a ``framework=`` argument), of gradxform's
+    own ``family``, has no framework state to migrate from."""
+    return (f"{who}: {subject}: the {family!r} family holds optimizers that no framework has, so no framework "
+            f"ever saved a state for them and there is nothing to migrate (gradxform.migrate reads the state of "
+            f"the {', '.join(FRAMEWORKS)} optimizers). To continue a framework's run, build tx as that framework's "
+            f"optimizer (gradxform.create('<framework>.<name>', ...)); a {family} optimizer's own state saves and "
+            "loads with gradxform.save_state / gradxform.load_state.")
+
+
+def refuse_frameworkless(state, who: str) -> None:
+    """A `MigrateError` when ``state`` (``tx.init(params)``) belongs to an
+    optimizer of a family outside `FRAMEWORKS` (``neutral.lion``), read from
+    the name its hyperparameters carry (``gradxform._hyper.tag_owner``)."""
+    owners = sorted({o for d in _hyper_dicts(state) for k in d if (o := owner_of(k))})
+    foreign = [o for o in owners if o.split(".", 1)[0] not in FRAMEWORKS]
+    if foreign:
+        raise MigrateError(frameworkless_message(who, foreign[0].split(".", 1)[0], f"tx is {foreign[0]!r}"))

@@ -31,7 +31,7 @@ from ..mxnet._momentum import DCASGDState, LBSGDState, NAGState
 from ..pieces.internal import CenteredRmsState, MomentsState, TraceState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
-from ._errors import short
+from ._errors import refuse_frameworkless, short
 from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
 from ._state import (Slot, at_boundary, checked_count, checked_value, fill_state, has_slot, resolve_order,
                      warn_hyper_mismatch)
@@ -239,6 +239,7 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
     if opt is not None:
         _check_attr_types(opt)
     state0 = tx.init(params)
+    refuse_frameworkless(state0, WHO)
 
     mp = _attr(opt, "multi_precision", False) if opt is not None else has_slot(state0, params, _MASTER)
     if not isinstance(mp, (bool, np.bool_, int)):

@@ -34,7 +34,7 @@ from ..mindspore._adaptive import AccumState, MindSporeFtrlState, RMSPropState
 from ..mindspore._momentum import SGDMomentumState
 from ..pieces.internal import MomentsState, TraceState
 from ..pieces.internal import StepState
-from ._errors import short
+from ._errors import refuse_frameworkless, short
 from ._ndarray import Budget
 from ._pickle import _BUDGET_FACTOR, _BUDGET_SLACK, MigrateError, read_bytes
 from ._state import Slot, at_boundary, checked_count, fill_state, tree_hyper, warn_hyper_mismatch
@@ -291,6 +291,7 @@ def _fill(ckpt, params, tx, names):
             whole[Slot(BetaPowerState, key)] = np.asarray(ckpt[key], np.float32).reshape(())
     hint = f"the checkpoint holds {kind.name} state; was tx made with gradxform.create('mindspore.<that>', ...)?"
     state0 = tx.init(params)
+    refuse_frameworkless(state0, WHO)
     new_state = fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
     expected = {}
     for key in ("learning_rate", "momentum"):

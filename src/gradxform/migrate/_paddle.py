@@ -34,7 +34,7 @@ from ..paddle._sgd import MomentumState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
 from ..paddle._plateau import PlateauState
-from ._errors import short
+from ._errors import refuse_frameworkless, short
 from ._pickle import NUMPY_GLOBALS, MigrateError, read_bytes, safe_loads
 from .._ranges import Range, declared_range
 from ._state import Slot, at_boundary, checked_count, checked_value, fill_state
@@ -163,6 +163,7 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
         raise MigrateError(f"{WHO}(names=...): {unknown[0]!r} is not a parameter name; the names are "
                            f"{gnames[:8]}{' ...' if len(gnames) > 8 else ''}.")
     state0 = tx.init(params) if state is None else state
+    refuse_frameworkless(state0, WHO)
     if find_states(state0, ASGDState):
         return _fill_asgd(sd, params, leaves, gnames, names, state0, tx)
     return _fill_accumulators(sd, params, leaves, gnames, names, state0)

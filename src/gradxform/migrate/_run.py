@@ -12,7 +12,8 @@ import numpy as np
 from ..checkpoint import load_state, read_metadata, save_state
 from .._state_paths import find_states
 from ..pieces.internal import StepState
-from ._errors import MigrateError
+from .._registry import registered_names
+from ._errors import FRAMEWORKS, MigrateError, frameworkless_message
 from ._gluon import from_gluon_states, read_gluon_states
 from ._mindspore import (
     _ALL_PREFIXES,
@@ -28,8 +29,6 @@ __all__ = ["BUFFER_NAMES", "convert_run", "load_run"]
 #: Gluon, whose state file holds no names: ``running_mean``/``running_var`` (Gluon),
 #: ``_mean``/``_variance`` (Paddle), ``moving_mean``/``moving_variance`` (MindSpore).
 BUFFER_NAMES = r".*(running_mean|running_var|moving_mean|moving_variance|\._mean|\._variance)"
-
-_FRAMEWORKS = ("mxnet", "paddle", "mindspore")
 
 
 def _plain(x):
@@ -75,8 +74,11 @@ def convert_run(framework: str, params_file, state_file, tx, out=None, *, traina
 
     Raises: `MigrateError` (from the readers) for a file that does not fit.
     """
-    if framework not in _FRAMEWORKS:
-        raise ValueError(f"convert_run(framework=...): one of {_FRAMEWORKS}; got {framework!r}.")
+    if framework not in FRAMEWORKS:
+        if any(k.split(".", 1)[0] == framework for k in registered_names()):  # gradxform's own family (neutral)
+            raise MigrateError(frameworkless_message(f"convert_run(framework={framework!r})", framework,
+                                                     f"{framework!r} is gradxform's own family, not a framework"))
+        raise ValueError(f"convert_run(framework=...): one of {FRAMEWORKS}; got {framework!r}.")
     meta: dict[str, Any] = {"framework": framework}
     if framework == "mxnet":
         arrays = read_gluon_params(params_file)

@@ -17,8 +17,8 @@ from ._guards import (all_finite as all_finite, dynamic_loss_scale as dynamic_lo
 from ._masking import (gated as gated, lazy_rows as lazy_rows)
 from ._moments import (bias_correction as bias_correction, ema as ema,
     scale_by_accumulated_squares as scale_by_accumulated_squares, scale_by_adam_moments as scale_by_adam_moments,
-    scale_by_adamax as scale_by_adamax, scale_by_centered_rms as scale_by_centered_rms, scale_by_rms as scale_by_rms,
-    sign as sign, trace as trace)
+    scale_by_adamax as scale_by_adamax, scale_by_centered_rms as scale_by_centered_rms,
+    scale_by_lion as scale_by_lion, scale_by_rms as scale_by_rms, sign as sign, trace as trace)
 from ._precision import (with_master_weights as with_master_weights)
 from ._scaling import (rescale as rescale, scale as scale, unscale as unscale)
 from ._step import (scale_by_learning_rate as scale_by_learning_rate, scale_by_lr as scale_by_lr,
@@ -32,10 +32,10 @@ from ._rules import (averaged_sgd_step as averaged_sgd_step, running_bias_correc
 _EXPORTED = ['centralize_gradients', 'clip_by_global_norm', 'clip_by_value', 'global_norm', 'add_decayed_weights',
     'add_decoupled_weight_decay', 'provide_weight_decay', 'all_finite', 'dynamic_loss_scale', 'skip_nonfinite',
     'gated', 'lazy_rows', 'bias_correction', 'ema', 'scale_by_accumulated_squares', 'scale_by_adam_moments',
-    'scale_by_adamax', 'scale_by_centered_rms', 'scale_by_rms', 'sign', 'trace', 'with_master_weights', 'rescale',
-    'scale', 'unscale', 'scale_by_learning_rate', 'scale_by_lr', 'track_step', 'scale_by_corrected_moments',
-    'scale_by_trust_ratio', 'provide_lars_ratio', 'trace_with_lr_ratio', 'averaged_sgd_step',
-    'running_bias_correction', 'scale_by_adadelta', 'scale_by_infinity_norm', 'scale_by_rprop',
+    'scale_by_adamax', 'scale_by_centered_rms', 'scale_by_lion', 'scale_by_rms', 'sign', 'trace',
+    'with_master_weights', 'rescale', 'scale', 'unscale', 'scale_by_learning_rate', 'scale_by_lr', 'track_step',
+    'scale_by_corrected_moments', 'scale_by_trust_ratio', 'provide_lars_ratio', 'trace_with_lr_ratio',
+    'averaged_sgd_step', 'running_bias_correction', 'scale_by_adadelta', 'scale_by_infinity_norm', 'scale_by_rprop',
     'scale_by_row_accumulated_squares']
 # -- end of generated exports --
 __all__ = list(_EXPORTED)

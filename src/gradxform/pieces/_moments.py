@@ -15,6 +15,7 @@ from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_residual, hyper_scalar
+from .._ranges import UNIT_CLOSED, register_range
 from .._tree import full_like_params, once_per_value, zeros_like_params as _zeros
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, non_negative_if
@@ -23,9 +24,15 @@ __all__ = [
     "TraceState", "trace", "ema", "sign", "MomentsState", "scale_by_adam_moments",
     "scale_by_rms", "CenteredRmsState", "scale_by_centered_rms", "scale_by_adamax",
     "scale_by_accumulated_squares", "bias_correction", "one_minus_power", "adam_emas", "infinity_norm_moments",
+    "LionState", "scale_by_lion",
 ]
 PUBLIC = ("bias_correction", "ema", "scale_by_accumulated_squares", "scale_by_adam_moments",
-          "scale_by_adamax", "scale_by_centered_rms", "scale_by_rms", "sign", "trace")  # what gradxform.pieces re-exports
+          "scale_by_adamax", "scale_by_centered_rms", "scale_by_lion", "scale_by_rms", "sign",
+          "trace")  # what gradxform.pieces re-exports
+
+# the ranges of this module's own new hyperparameters (Lion's b1, b2: optax's names)
+for _name in ("b1", "b2"):
+    register_range(_name, UNIT_CLOSED)
 
 
 def _c(h, x):
@@ -85,6 +92,77 @@ def sign() -> GradientTransformation:
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         return jax.tree.map(jnp.sign, updates), state
+
+    return transformation(init, update)
+
+
+class LionState(NamedTuple):
+    hyper: Hyper
+    hyper_lo: Hyper  # b - float32(b) of b1, b2 (hyper_residual): 1 - b as optax's float64 gives it
+    mu: ParamTree
+    domains = {"mu": FINITE}
+
+
+def _one_minus(b1, lo1, b2, lo2):
+    """``1 - (b + lo)`` of both betas, each rounded once to float32 (``b`` in
+    [0, 1], ``lo`` its residual): what optax's ``1.0 - b1`` in Python float64
+    becomes when it meets a float32 array. For ``b >= 0.5``, ``1 - b`` is
+    exact (Sterbenz); below, ``(1 - s) - b`` is the exact error of ``s = 1 - b``
+    (Fast2Sum). With ``lo = 0`` (a traced `set_hyper`) it is ``float32(1 - b)``,
+    as ``optax.inject_hyperparams`` computes it.
+
+    A conditional, which XLA does not fuse: the coefficients enter each leaf's
+    loop as optax's constants do. Computed inside the loop of a one-element
+    leaf, XLA:CPU contracts the other product of ``c u + b m`` into its FMA
+    than optax does (one bit off, in a scalar or shape-(1,) leaf)."""
+    def exact(b, lo):
+        return (1.0 - b) - lo
+
+    def fast_two_sum(b, lo):
+        s = 1.0 - b
+        return s + (((1.0 - s) - b) - lo)
+
+    def near_one(b1, lo1, b2, lo2):
+        return exact(b1, lo1), exact(b2, lo2)
+
+    def anywhere(b1, lo1, b2, lo2):
+        return fast_two_sum(b1, lo1), fast_two_sum(b2, lo2)
+
+    return jax.lax.cond(jnp.minimum(b1, b2) >= 0.5, near_one, anywhere, b1, lo1, b2, lo2)
+
+
+def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype=None) -> GradientTransformation:
+    """Lion (Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms";
+    optax ``scale_by_lion``)::
+
+        emits sign((1 - b1) u + b1 mu);   mu = (1 - b2) u + b2 mu
+
+    in optax's order of operations, and ``1 - b`` rounded once from float64 as
+    optax's Python floats are, so the numbers are optax's bit for bit on the
+    same backend, for ``1 - b >= 1e-4`` (nearer 1, the float32 residual of
+    ``b`` can leave ``1 - b`` one ulp off: 5 of 20,000 sampled ``b`` with
+    ``1 - b`` in [1e-5, 1e-4]). ``mu`` has ``mu_dtype`` (static), or the
+    parameters' dtype when None. The update keeps the incoming updates'
+    dtype (a sign: exact in any float dtype)."""
+    check_range("scale_by_lion", "b1", b1, low=0.0, high=1.0)
+    check_range("scale_by_lion", "b2", b2, low=0.0, high=1.0)
+    dtype = None if mu_dtype is None else jax.dtypes.canonicalize_dtype(mu_dtype)  # as optax
+
+    def init(params):
+        mu = _zeros(params) if dtype is None else \
+            jax.tree.map(lambda p: jnp.full_like(p, 0, dtype=dtype), params)
+        return LionState({"b1": hyper_scalar(b1), "b2": hyper_scalar(b2)},
+                         {"b1": hyper_residual(b1), "b2": hyper_residual(b2)}, mu)
+
+    @fusable
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        h, lo = state.hyper, state.hyper_lo
+        c1, c2 = _one_minus(h["b1"], lo["b1"], h["b2"], lo["b2"])
+        out = jax.tree.map(lambda u, m: jnp.sign(_c(c1, u) * u + _c(h["b1"], m) * m).astype(u.dtype),
+                           updates, state.mu)
+        mu = jax.tree.map(lambda u, m: (_c(c2, u) * u + _c(h["b2"], m) * m).astype(m.dtype), updates, state.mu)
+        return out, LionState(h, lo, mu)
 
     return transformation(init, update)
 
