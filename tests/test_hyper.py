@@ -245,8 +245,10 @@ def test_plain_pieces_and_optax_states_are_checked_with_the_generic_ranges():
     with pytest.raises(ValueError, match=re.escape("momentum must be in [0, 1]; got 1.5.")):
         gx.set_hyper(state, momentum=1.5)
     ostate = optax.inject_hyperparams(optax.adam)(learning_rate=0.1).init(PARAMS)
-    with pytest.raises(ValueError, match=re.escape("b1 must be in (-inf, inf); got nan.")):
-        gx.set_hyper(ostate, b1=float("nan"))  # undeclared names: finite
+    with pytest.raises(ValueError, match=re.escape("eps_root must be in (-inf, inf); got nan.")):
+        gx.set_hyper(ostate, eps_root=float("nan"))  # undeclared names: finite
+    with pytest.raises(ValueError, match=re.escape("b1 must be in [0, 1]; got 1.5.")):
+        gx.set_hyper(ostate, b1=1.5)  # optax's b1: the range scale_by_lion declares for that name
 
 
 # set_hyper inside jit: a traced value is range-checked in the program, and one
