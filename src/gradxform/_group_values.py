@@ -24,14 +24,16 @@ grouping.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey
 
-__all__ = ["GroupValues", "group_by_value", "expand_groups", "regroup_like", "per_leaf_list"]
+__all__ = ["GroupValues", "group_by_value", "host_groups", "expand_groups", "regroup_like", "per_leaf_list", "shared_groups",
+           "by_group", "stepped_in_groups", "partition", "PerGroup", "per_group", "stepped"]
 
 
 @jax.tree_util.register_pytree_with_keys_class
@@ -91,8 +93,12 @@ class GroupValues:
         return GroupValues(self.values, [self.groups[i] for i in picked])
 
     def __eq__(self, other):
-        return isinstance(other, GroupValues) and self.groups == other.groups and \
-            np.array_equal(np.asarray(self.values), np.asarray(other.values))
+        if not isinstance(other, GroupValues) or self.groups != other.groups:
+            return False
+        a, b = self.values, other.values
+        if isinstance(a, (np.ndarray, jax.Array)) and isinstance(b, (np.ndarray, jax.Array)):
+            return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+        return bool(a == b)  # what a tree map put there (shapes, dtypes, structs)
 
     __hash__ = None  # type: ignore[assignment]  # mutable-array holder, as a NumPy array
 
@@ -100,15 +106,21 @@ class GroupValues:
         return f"GroupValues({self.values!r}, groups={len(set(self.groups))} over {len(self.groups)} leaves)"
 
 
-def group_by_value(vector, dtype=np.float32) -> GroupValues:
-    """``vector`` (one number per leaf, concrete) as `GroupValues`: leaves with
-    equal numbers share a group, groups numbered in order of their first leaf."""
+def host_groups(vector, dtype: Any = np.float32) -> tuple[np.ndarray, list[int]]:
+    """(distinct values, each leaf's group) of a concrete per-leaf ``vector``:
+    leaves with equal numbers share a group, numbered in order of their first leaf."""
     host = np.asarray(vector, dtype).reshape(-1)
     distinct, first, inverse = np.unique(host, return_index=True, return_inverse=True)
     order = np.argsort(first, kind="stable")  # group 0 is leaf 0's
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return GroupValues(jnp.asarray(distinct[order]), rank[inverse.reshape(-1)].tolist())
+    return distinct[order], rank[inverse.reshape(-1)].tolist()
+
+
+def group_by_value(vector, dtype: Any = np.float32) -> GroupValues:
+    """``vector`` (one number per leaf, concrete) as `GroupValues` (`host_groups`)."""
+    values, groups = host_groups(vector, dtype)
+    return GroupValues(jnp.asarray(values), groups)
 
 
 def per_leaf_list(vector, n: int) -> list:
@@ -145,15 +157,31 @@ def expand_groups(tree, *, abstract: bool = False):
 
 def regroup_like(tree, like):
     """``tree`` (``expand_groups(like)``'s structure) with a `GroupValues`
-    again wherever ``like`` holds one, grouped by its own values (which may
-    group the leaves otherwise than ``like``: a file's multipliers)."""
-    marks = jax.tree.map(lambda x: isinstance(x, GroupValues), like, is_leaf=lambda x: isinstance(x, GroupValues))
-    mark_leaves = jax.tree.leaves(marks)
+    again wherever ``like`` holds one: in ``like``'s groups where the
+    numbers fit them (one value per group), else grouped by its own values
+    (a file's multipliers that group the leaves otherwise)."""
+    is_group = lambda x: isinstance(x, GroupValues)  # noqa: E731
+    mark_leaves = jax.tree.leaves(jax.tree.map(lambda x: x if is_group(x) else False, like, is_leaf=is_group),
+                                  is_leaf=is_group)
     leaves, treedef = jax.tree.flatten(tree)
     if len(mark_leaves) != len(leaves):
         raise ValueError("regroup_like: the tree is not the expanded form of like.")
-    return treedef.unflatten([_placed_like(group_by_value(x, np.asarray(x).dtype), x) if m else x
+    return treedef.unflatten([_placed_like(_fitted(x, m), x) if isinstance(m, GroupValues) else x
                               for x, m in zip(leaves, mark_leaves)])
+
+
+def _fitted(vector, template: GroupValues) -> GroupValues:
+    host = np.asarray(vector)
+    groups = np.asarray(template.groups, np.intp)
+    n_groups = int(groups.max()) + 1 if groups.size else 0
+    first = np.full(n_groups, -1, np.intp)
+    first[groups[::-1]] = np.arange(groups.size)[::-1]  # each group's first leaf
+    used = first >= 0
+    values = np.zeros(n_groups, host.dtype)
+    values[used] = host[first[used]]
+    if host.shape == groups.shape and np.array_equal(values[groups], host):
+        return GroupValues(jnp.asarray(values), template.groups)
+    return group_by_value(host, host.dtype)
 
 
 def _placed_like(grouped: GroupValues, vector) -> GroupValues:
@@ -162,3 +190,107 @@ def _placed_like(grouped: GroupValues, vector) -> GroupValues:
     if sharding is not None and getattr(sharding, "is_fully_replicated", False):
         return GroupValues(jax.device_put(grouped.values, sharding), grouped.groups)
     return grouped
+
+
+def shared_groups(*fields) -> tuple[int, ...] | None:
+    """The groups every one of ``fields`` holds (all `GroupValues` over the
+    same groups), else None: the per-group values of one partition can be
+    computed on together, one entry per group."""
+    if not fields or not all(isinstance(f, GroupValues) for f in fields):
+        return None
+    groups = fields[0].groups
+    return groups if all(f.groups == groups for f in fields) else None
+
+
+def by_group(leaves: Sequence, groups: Sequence[int]) -> list | None:
+    """One object per group (index order) where the ``leaves`` of each group
+    are one object (a rate computed once per group), else None."""
+    out: dict[int, Any] = {}
+    for x, g in zip(leaves, groups):
+        if out.setdefault(g, x) is not x:
+            return None
+    return [out[g] for g in range(max(groups, default=-1) + 1)] if len(out) == max(groups, default=-1) + 1 \
+        else None
+
+
+def stepped_in_groups(state_cls, node) -> list[str]:
+    """The fields of ``node`` that its class says a step rewrites
+    (``stepped_fields``: Paddle's beta powers) and that it holds per group:
+    a masked step must first write them out per leaf (its leaves part ways)."""
+    return [f for f in getattr(state_cls, "stepped_fields", ()) if isinstance(getattr(node, f, None), GroupValues)]
+
+
+def partition(*per_leaf, dtypes) -> tuple[GroupValues, ...]:
+    """Each of the per-leaf host arrays ``per_leaf`` as `GroupValues` over one
+    shared partition: leaves equal in every array share a group (numbered
+    from leaf 0 on), so all of them can be computed on per group together."""
+    rows = list(zip(*(np.asarray(a).reshape(-1).tolist() for a in per_leaf)))
+    ids: dict = {}
+    groups = [ids.setdefault(r, len(ids)) for r in rows]
+    firsts = [groups.index(g) for g in range(len(ids))]
+    return tuple(GroupValues(jnp.asarray(np.asarray(a, d).reshape(-1)[firsts].reshape(-1), d), groups)
+                 for a, d in zip(per_leaf, dtypes))
+
+
+class PerGroup(NamedTuple):
+    """Per-leaf fields, rate and mask of one step in the index space it runs
+    in: ``values`` (each field as a vector over the groups, or over the
+    leaves), ``lr`` and ``on`` (a scalar, or a vector over the same index),
+    ``at`` (a tree shaped like the updates: each leaf's index into those
+    vectors), ``groups`` (the partition, None when per leaf)."""
+    values: dict
+    lr: Any
+    on: Any
+    at: Any
+    groups: tuple | None
+    mask_parts_groups: bool = False  # a masked step over fields held per group (see `stepped`)
+
+
+def per_group(fields: dict, lr, mask, updates) -> PerGroup:
+    """``fields`` (per-leaf state fields) with the step's per-leaf ``lr`` and
+    ``mask`` trees, per group where every field is `GroupValues` over one
+    partition and the rate and the mask are one object per group (a rate
+    computed once per group), else per leaf: the vector ops of a step on
+    them then cost a slice per group, not per leaf."""
+    treedef = jax.tree.structure(updates)
+    groups = shared_groups(*fields.values())
+
+    def squash(tree, dtype):
+        leaves = treedef.flatten_up_to(tree)
+        if not leaves:  # no parameters: vectors of no entries
+            return jnp.zeros((0,), dtype)
+        if all(x is leaves[0] for x in leaves):
+            return jnp.asarray(leaves[0], dtype).reshape(())
+        picks = by_group(leaves, groups) if groups is not None else None
+        return None if picks is None else jnp.stack([jnp.asarray(x, dtype).reshape(()) for x in picks])
+
+    if groups is not None:
+        l, on = squash(lr, jnp.float32), squash(mask, jnp.bool_)
+        if l is not None and on is not None:
+            return PerGroup({k: f.values for k, f in fields.items()}, l, on, treedef.unflatten(list(groups)), groups)
+    vals = {k: expand_groups(f) for k, f in fields.items()}
+    l = squash(lr, jnp.float32)
+    if l is None or (l.ndim and treedef.num_leaves):
+        l = jnp.stack([jnp.asarray(x, jnp.float32).reshape(()) for x in treedef.flatten_up_to(lr)])
+    on = squash(mask, jnp.bool_)
+    if on is None or (on.ndim and treedef.num_leaves):
+        on = jnp.stack([jnp.asarray(x, jnp.bool_).reshape(()) for x in treedef.flatten_up_to(mask)])
+    mask_leaves = treedef.flatten_up_to(mask)
+    parts = any(isinstance(f, GroupValues) and by_group(mask_leaves, f.groups) is None for f in fields.values())
+    return PerGroup(vals, l, on, treedef.unflatten(list(range(treedef.num_leaves))), None, parts)
+
+
+def stepped(old, new, run: PerGroup):
+    """A field a step rewrites (``new``: a vector in ``run``'s index space)
+    in the form ``old`` had: per group, or per leaf."""
+    if not isinstance(old, GroupValues):
+        return new
+    if run.groups is not None:
+        return GroupValues(new, run.groups)
+    if run.mask_parts_groups:
+        raise ValueError("a masked step parts a group of leaves whose state is held per group; write it out per "
+                         "leaf first (gradxform.per_leaf_counts(state, params)).")
+    # per leaf this step (a rate that differs inside a group): a group's leaves still move alike
+    # (one beta, one mask: a mask that parts a group writes the field out first, `per_leaf_counts`)
+    firsts = np.asarray([old.groups.index(g) for g in range(len(old.values))], np.intp)
+    return GroupValues(new[firsts] if firsts.size else old.values, old.groups)

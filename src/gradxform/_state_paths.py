@@ -39,6 +39,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from ._group_values import GroupValues
 from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
 __all__ = ["hyper_difference", "NOT_PARAMS", "former_names", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path",
@@ -248,8 +250,9 @@ def per_leaf_fields_unmarked(state):
     field (``per_leaf_fields``) that came out as the placeholder replaced by
     `NOT_PARAMS`: per-leaf scalars are not shaped like the parameters."""
     def mark(_, node):
+        # (GroupValues made for no leaves: its groups would not be the real state's)
         marked = {f: NOT_PARAMS for f in getattr(node, "per_leaf_fields", ())
-                  if is_optax_placeholder(getattr(node, f, None))}
+                  if is_optax_placeholder(getattr(node, f, None)) or isinstance(getattr(node, f, None), GroupValues)}
         return node._replace(**marked) if marked else node
     return map_states(mark, state)
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 import numpy as np
 
-from ._group_values import GroupValues, per_leaf_list
+from ._group_values import GroupValues, by_group, per_leaf_list, stepped_in_groups
 from ._state_paths import get_path, leaf_vector_fields, map_param_trees, map_states
 
 __all__ = ["key_name", "once_per_value", "param_names", "select_tree", "zeros_like_params", "full_like_params",
@@ -121,15 +121,25 @@ def select_tree(mask, new, old):
 
     def pick_vectors(path, node):
         nonlocal flags
-        # multipliers (`GroupValues`) are never written by a step: new and old hold the same
+        # values held per group that a step does not write (multipliers, group slots): new and
+        # old hold the same; those it writes were written out per leaf (`per_leaf_counts`)
+        before = get_path(old, path)
+        grouped = {}
+        for f in stepped_in_groups(type(node), node):
+            x = getattr(node, f)
+            picks = by_group(mask_leaves, x.groups)  # one flag object per group: the mask never parts one
+            if picks is None:
+                raise ValueError(f"select_tree: {type(node).__name__}.{f} is held per group and this mask parts a "
+                                 "group; write it out per leaf first (gradxform.per_leaf_counts).")
+            grouped[f] = GroupValues(jnp.where(jnp.stack([jnp.asarray(m, bool).reshape(()) for m in picks]),
+                                               x.values, getattr(before, f).values), x.groups)
         fields = [f for f in leaf_vector_fields(node) if getattr(node, f).shape[0] == mask_def.num_leaves
                   and not isinstance(getattr(node, f), GroupValues)]
         if not fields:
-            return node
+            return node._replace(**grouped) if grouped else node
         if flags is None:
             flags = leaf_vector(mask_leaves, bool)
-        before = get_path(old, path)
-        return node._replace(**{f: jnp.where(flags, getattr(node, f), getattr(before, f)) for f in fields})
+        return node._replace(**grouped, **{f: jnp.where(flags, getattr(node, f), getattr(before, f)) for f in fields})
 
     new = map_states(pick_vectors, new)
 

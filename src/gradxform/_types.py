@@ -5,13 +5,20 @@ from typing import Any, Mapping, Sequence, Union
 
 import jax
 
-__all__ = ["Hyper", "InnerState", "ParamTree"]
+from ._group_values import GroupValues
+
+__all__ = ["Hyper", "InnerState", "ParamTree", "PerLeaf"]
 
 #: A tree of arrays: shaped like the parameters (moments, master copies, one
 #: scalar per leaf for counts and multipliers), or the state of a transformation
 #: a wrapper runs. (Recursive by name, so `typing.get_type_hints` resolves it
 #: where it is imported.)
 ParamTree = Union[jax.Array, Mapping[Any, "ParamTree"], Sequence["ParamTree"]]
+
+#: One number per parameter leaf: a vector (an entry per leaf), `GroupValues`
+#: (one entry per group of leaves that share a number; `gradxform._group_values`),
+#: or a tree of scalars (a state read from a file of the v1 layout).
+PerLeaf = Union[jax.Array, GroupValues, ParamTree]
 
 #: A piece's numeric hyperparameters by name: float32 scalars (`gradxform._hyper`),
 #: set and read by name with `gradxform.set_hyper` / `gradxform.get_hyper`.

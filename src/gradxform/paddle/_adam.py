@@ -22,10 +22,11 @@ from .._registry import registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._ranges import ANY, NON_NEGATIVE, check_hyper
-from .._tree import host_leaf_vector, leaf_vector, map_unzip, shared_value, zeros_like_params as _zeros
+from .._group_values import partition, per_group, stepped
+from .._tree import host_leaf_vector, map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
-from .._types import Hyper, ParamTree
+from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE, FLAG, NON_NEGATIVE_FINITE, POWER
 
 __all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]
@@ -63,6 +64,8 @@ def _check_betas(owner, beta1, beta2, epsilon):
 
 
 ADAM_KEYS = ("beta1", "beta2", "epsilon", "lazy_mode")
+_ADAM_FIELDS = ("beta1_pow", "beta2_pow", "lr_ratio", "decay", "group")  # AdamState's per-leaf fields, held per group
+_ADAM_DTYPES = (np.float32, np.float32, np.float32, np.int32, np.int32)
 
 
 def _checked_groups(owner, o, **defaults) -> dict:
@@ -89,12 +92,13 @@ class AdamState(NamedTuple):
     moment1: ParamTree
     moment2: ParamTree
     moment2_max: ParamTree
-    beta1_pow: ParamTree
-    beta2_pow: ParamTree
-    lr_ratio: ParamTree
-    decay: ParamTree
-    group: ParamTree
-    per_leaf_fields = ("beta1_pow", "beta2_pow", "lr_ratio", "decay", "group")
+    beta1_pow: PerLeaf
+    beta2_pow: PerLeaf
+    lr_ratio: PerLeaf
+    decay: PerLeaf
+    group: PerLeaf
+    per_leaf_fields = _ADAM_FIELDS
+    stepped_fields = ("beta1_pow", "beta2_pow")  # rewritten by every step (`per_leaf_counts`)
     domains = {"moment1": FINITE, "moment2": NON_NEGATIVE_FINITE, "moment2_max": NON_NEGATIVE_FINITE, "beta1_pow": POWER,
                "beta2_pow": POWER, "lr_ratio": FINITE, "decay": FLAG}
 
@@ -104,7 +108,7 @@ def _group_pows(params, slots_of, groups, name, default):
     accumulators after ``_update_param_group``), else the optimizer's."""
     slot = slots_of(params) if slots_of is not None else np.zeros(len(jax.tree.leaves(params)), np.int32)
     vals = [groups.get(int(k), {}).get(name, default) for k in slot]
-    return host_leaf_vector(vals, np.float32), slot
+    return np.asarray(vals, np.float32), slot  # host numbers: `partition` groups them
 
 
 def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None, decay_fn=None, groups=None,
@@ -133,8 +137,7 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
             raise ValueError(f"{owner}(lr_ratio=...): must give finite ratios >= 0; got {ratios}.")
         decay = [coeff is not None and (decay_fn is None or bool(decay_fn(i.name))) for i in infos]
         return AdamState(with_groups(base, groups), _zeros(params), _zeros(params), _zeros(params) if amsgrad else (),
-                         p1, p2, host_leaf_vector(ratios, np.float32), host_leaf_vector(decay, np.int32),
-                         host_leaf_vector(slot, np.int32))
+                         *partition(p1, p2, ratios, decay, slot, dtypes=_ADAM_DTYPES))
 
     @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
@@ -149,20 +152,22 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
         # per leaf: a handful of ops for any number of leaves. A value the same at every leaf (a
         # hyperparameter no group sets, a shared rate, every leaf decayed) stays one scalar: each
         # per-leaf read is a slice, which XLA:CPU compiles at about 8 ms apiece.
-        h = leaf_hyper(state.hyper, state.group, groups)
+        # Held per group of leaves (`partition`), they are computed per group and each leaf reads its
+        # group's entry: a slice per group, where XLA:CPU compiles each distinct slice at about 8 ms.
+        run = per_group({f: getattr(state, f) for f in _ADAM_FIELDS}, lr, mask, updates)
+        h = leaf_hyper(state.hyper, run.values["group"], groups)
         b1, b2, e = (jnp.asarray(h[n], jnp.float32) for n in ("beta1", "beta2", "epsilon"))
-        b1p, b2p = state.beta1_pow, state.beta2_pow
-        shared = shared_value(lr)
-        l = leaf_vector(lr, jnp.float32) if shared is None else jnp.asarray(shared, jnp.float32)
+        b1p, b2p = run.values["beta1_pow"], run.values["beta2_pow"]
+        l = run.lr
         if lr_ratio is not None:
-            l = l * state.lr_ratio
+            l = l * run.values["lr_ratio"]
         lr_t = l * (jnp.sqrt(1 - b2p) / (1 - b1p))
         eps = e * jnp.sqrt(1 - b2p)
         wd = None
         if coeff is not None:
-            wd = l * h["weight_decay"] if decay_fn is None else jnp.where(state.decay != 0, l * h["weight_decay"], 0.0)
-        on = leaf_vector(mask, jnp.bool_)
-        at = jax.tree.structure(updates).unflatten(range(b1p.shape[0]))  # each leaf's position: static slices
+            wd = l * h["weight_decay"] if decay_fn is None else \
+                jnp.where(run.values["decay"] != 0, l * h["weight_decay"], 0.0)
+        on, at = run.on, run.at
 
         def one(g, w, m1, m2, mx, i):
             c = lambda x: _c(_entry(x, i), g)  # noqa: E731
@@ -177,7 +182,8 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
 
         out, m1, m2, mx = map_unzip(one, 4, updates, w_tree, state.moment1, state.moment2, vmax, at)
         return out, state._replace(moment1=m1, moment2=m2, moment2_max=mx if amsgrad else (),
-                                   beta1_pow=jnp.where(on, b1p * b1, b1p), beta2_pow=jnp.where(on, b2p * b2, b2p))
+                                   beta1_pow=stepped(state.beta1_pow, jnp.where(on, b1p * b1, b1p), run),
+                                   beta2_pow=stepped(state.beta2_pow, jnp.where(on, b2p * b2, b2p), run))
 
     return transformation(init, update)
 
@@ -272,9 +278,10 @@ class AdamaxState(NamedTuple):
     hyper: Hyper
     moment: ParamTree
     inf_norm: ParamTree
-    beta1_pow: ParamTree
-    group: ParamTree
+    beta1_pow: PerLeaf
+    group: PerLeaf
     per_leaf_fields = ("beta1_pow", "group")
+    stepped_fields = ("beta1_pow",)  # rewritten by every step (`per_leaf_counts`)
     domains = {"moment": FINITE, "inf_norm": NON_NEGATIVE_FINITE, "beta1_pow": POWER}
 
 
@@ -288,7 +295,7 @@ def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
     def init(params):
         p1, slot = _group_pows(params, slots_of, groups, "beta1", beta1)
         return AdamaxState(with_groups({"beta1": beta1, "beta2": beta2, "epsilon": epsilon}, groups),
-                           _zeros(params), _zeros(params), p1, host_leaf_vector(slot, np.int32))
+                           _zeros(params), _zeros(params), *partition(p1, slot, dtypes=(np.float32, np.int32)))
 
     @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
@@ -296,12 +303,12 @@ def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
         lr = context_value(extra_args, "lr", owner)
         mask = context_value(extra_args, "mask", owner)
         # per-leaf scalars as vectors, a value the same at every leaf as one scalar (see `_adam_rule`)
-        h = leaf_hyper(state.hyper, state.group, groups)
+        run = per_group({"beta1_pow": state.beta1_pow, "group": state.group}, lr, mask, updates)
+        h = leaf_hyper(state.hyper, run.values["group"], groups)
         b1, b2, e = (jnp.asarray(h[n], jnp.float32) for n in ("beta1", "beta2", "epsilon"))
-        b1p = state.beta1_pow
-        shared = shared_value(lr)
-        lr_t = (leaf_vector(lr, jnp.float32) if shared is None else jnp.asarray(shared, jnp.float32)) / (1 - b1p)
-        at = jax.tree.structure(updates).unflatten(range(b1p.shape[0]))
+        b1p = run.values["beta1_pow"]
+        lr_t = run.lr / (1 - b1p)
+        at = run.at
 
         def one(g, m, u, i):
             c = lambda x: _c(_entry(x, i), g)  # noqa: E731
@@ -310,8 +317,8 @@ def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
             return -(c(lr_t) * (m / u)), m, u
 
         out, m, u = map_unzip(one, 3, updates, state.moment, state.inf_norm, at)
-        on = leaf_vector(mask, jnp.bool_)
-        return out, state._replace(moment=m, inf_norm=u, beta1_pow=jnp.where(on, b1p * b1, b1p))
+        return out, state._replace(moment=m, inf_norm=u,
+                                   beta1_pow=stepped(state.beta1_pow, jnp.where(run.on, b1p * b1, b1p), run))
 
     return transformation(init, update)
 
@@ -343,11 +350,12 @@ class LambState(NamedTuple):
     hyper: Hyper
     moment1: ParamTree
     moment2: ParamTree
-    beta1_pow: ParamTree
-    beta2_pow: ParamTree
-    decay: ParamTree
-    group: ParamTree
+    beta1_pow: PerLeaf
+    beta2_pow: PerLeaf
+    decay: PerLeaf
+    group: PerLeaf
     per_leaf_fields = ("beta1_pow", "beta2_pow", "decay", "group")
+    stepped_fields = ("beta1_pow", "beta2_pow")  # rewritten by every step (`per_leaf_counts`)
     domains = {"moment1": FINITE, "moment2": NON_NEGATIVE_FINITE, "beta1_pow": POWER, "beta2_pow": POWER, "decay": FLAG}
 
 
@@ -365,8 +373,8 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
         fns = [excludes.get(int(k), exclude_fn) for k in slot]
         decay = [not (f is not None and bool(f(i))) for i, f in zip(infos, fns)]
         return LambState(with_groups({"lamb_weight_decay": wd, "beta1": beta1, "beta2": beta2, "epsilon": epsilon},
-                                     groups), _zeros(params), _zeros(params), p1, p2,
-                         host_leaf_vector(decay, np.int32), host_leaf_vector(slot, np.int32))
+                                     groups), _zeros(params), _zeros(params),
+                         *partition(p1, p2, decay, slot, dtypes=(np.float32, np.float32, np.int32, np.int32)))
 
     # fused: the trust ratio's norms per leaf as segment sums (another order)
     # per-leaf norms as segment sums (another order)
@@ -377,16 +385,17 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
         lr = context_value(extra_args, "lr", owner)
         mask = context_value(extra_args, "mask", owner)
         # per-leaf scalars as vectors, a value the same at every leaf as one scalar (see `_adam_rule`)
-        h = leaf_hyper(state.hyper, state.group, groups)
+        run = per_group({f: getattr(state, f) for f in ("beta1_pow", "beta2_pow", "decay", "group")}, lr, mask,
+                        updates)
+        h = leaf_hyper(state.hyper, run.values["group"], groups)
         b1, b2, e, lwd = (jnp.asarray(h[n], jnp.float32) for n in ("beta1", "beta2", "epsilon", "lamb_weight_decay"))
-        b1p, b2p = state.beta1_pow, state.beta2_pow
+        b1p, b2p, decays = run.values["beta1_pow"], run.values["beta2_pow"], run.values["decay"] != 0
         every_leaf_decays = exclude_fn is None and not any(f is not None for f in excludes.values())
-        k_wd = lwd if every_leaf_decays else jnp.where(state.decay != 0, lwd, 0.0)
-        adapt = None if always_adapt else (lwd != 0 if every_leaf_decays else (state.decay != 0) & (lwd != 0))
-        shared = shared_value(lr)
-        l_vec = leaf_vector(lr, jnp.float32) if shared is None else jnp.asarray(shared, jnp.float32)
+        k_wd = lwd if every_leaf_decays else jnp.where(decays, lwd, 0.0)
+        adapt = None if always_adapt else (lwd != 0 if every_leaf_decays else decays & (lwd != 0))
+        l_vec = run.lr
         omb1, omb2 = 1 - b1p, 1 - b2p
-        at = jax.tree.structure(updates).unflatten(range(b1p.shape[0]))
+        at = run.at
 
         def direction(g, w, m1, m2, i):
             c = lambda x: _c(_entry(x, i), g)  # noqa: E731
@@ -406,9 +415,10 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
             return -((_entry(l_vec, i) * ratio).astype(r.dtype) * r)
 
         out = jax.tree.map(scaled, r, w_sq, r_sq, at)
-        on = leaf_vector(mask, jnp.bool_)
-        return out, state._replace(moment1=m1, moment2=m2, beta1_pow=jnp.where(on, b1p * b1, b1p),
-                                   beta2_pow=jnp.where(on, b2p * b2, b2p))
+        on = run.on
+        return out, state._replace(moment1=m1, moment2=m2,
+                                   beta1_pow=stepped(state.beta1_pow, jnp.where(on, b1p * b1, b1p), run),
+                                   beta2_pow=stepped(state.beta2_pow, jnp.where(on, b2p * b2, b2p), run))
 
     return transformation(init, update)
 

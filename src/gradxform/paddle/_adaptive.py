@@ -18,8 +18,9 @@ from .._spec import Fusion, declare
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER, non_negative_if
 from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_hyper
 from .._types import Hyper, ParamTree
-from .._tree import full_like_params, host_leaf_vector, leaf_values, leaf_vector, map_unzip
-from ._adam import _c, _check_betas, _scalars, _zeros
+from .._group_values import GroupValues, group_by_value, shared_groups
+from .._tree import full_like_params, leaf_values, leaf_vector, map_unzip
+from ._adam import _c, _check_betas, _zeros
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 
 __all__ = ["adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop", "AdagradState", "AdadeltaState",
@@ -50,6 +51,7 @@ def _state(name: str, acc: tuple, pows: tuple = (), domains: dict | None = None)
     cls = NamedTuple(name, [("hyper", Hyper)] + [(f, ParamTree) for f in acc + pows + ("group",)])
     # class attributes of a class built at run time (the checker knows only its fields)
     setattr(cls, "per_leaf_fields", pows + ("group",))
+    setattr(cls, "stepped_fields", pows)  # rewritten by every step (`per_leaf_counts` writes them out for a mask)
     setattr(cls, "domains", {**{f: FINITE for f in acc}, **(domains or {})})
     cls.__doc__ = (f"Paddle's accumulators {', '.join(acc)} per parameter"
                    + (f"; {', '.join(pows)} per leaf (Paddle: every element equal)" if pows else "")
@@ -84,8 +86,24 @@ def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, o, *, acc_init=No
     def init(params):
         slot = o.slots(params)
         acc = tuple(acc_init(params, i, slot) if acc_init else _zeros(params) for i in range(n_acc))
-        return state_cls(with_groups(hyper, groups), *acc, *(_scalars(params, v) for v in pow_init),
-                         host_leaf_vector(slot, np.int32))
+        # the powers of one parameter group move together until a masked step parts them
+        # (`per_leaf_counts`): held once per group, each read once per group
+        by_slot = group_by_value(slot, np.int32)
+        return state_cls(with_groups(hyper, groups), *acc,
+                         *(GroupValues(jnp.full(len(by_slot.values), v, jnp.float32), by_slot.groups) for v in pow_init),
+                         by_slot)
+
+    def new_pows(old, new_trees, treedef):
+        """The powers after the step, in the form they came: per group (one
+        leaf per group read, the rest alike) or per leaf."""
+        if shared_groups(*old) is None:
+            return tuple(leaf_vector(p, jnp.float32) for p in new_trees)
+        groups = old[0].groups
+        if not groups:
+            return tuple(old)
+        first = [groups.index(g) for g in range(len(old[0].values))]
+        return tuple(GroupValues(jnp.stack([jnp.asarray(treedef.flatten_up_to(p)[i], jnp.float32).reshape(())
+                                            for i in first]), groups) for p in new_trees)
 
     @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
@@ -97,7 +115,8 @@ def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, o, *, acc_init=No
         res = map_unzip(lambda g, w, l, on, k, *rest: one(leaf_hyper(h, k, groups), g, w, l, on, *rest),
                         1 + n_acc + len(pow_init), updates, w, lr, mask, leaf_values(state.group, updates),
                         *state[1:1 + n_acc], *pows)
-        return res[0], state_cls(h, *res[1:1 + n_acc], *(leaf_vector(p, jnp.float32) for p in res[1 + n_acc:]),
+        return res[0], state_cls(h, *res[1:1 + n_acc],
+                                 *new_pows(tuple(state[1 + n_acc:-1]), res[1 + n_acc:], jax.tree.structure(updates)),
                                  state.group)
 
     return transformation(init, update)

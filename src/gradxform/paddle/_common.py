@@ -52,7 +52,8 @@ from .._optimizer import Setup
 from .._ranges import check_bool
 from .._selectors import Selector, as_names, assign_slots, describe_names
 from .._state_paths import find_states
-from .._tree import host_leaf_vector, leaf_values, param_names
+from .._group_values import GroupValues, host_groups
+from .._tree import leaf_values, param_names
 from ..pieces.internal import StepState
 from ..pieces.internal import only_slotted
 from ..pieces.internal import with_master_weights
@@ -61,7 +62,7 @@ from ._clip import Clip, group_clip
 from ._bind import bind_parameters
 from ._plateau import PlateauState, ReduceOnPlateau
 from ._regularizer import Decay, as_regularizer, group_regularization
-from .._types import Hyper, ParamTree
+from .._types import Hyper, PerLeaf
 from .._domains import FINITE
 
 __all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "with_groups", "leaf_hyper", "parse", "get_lr", "set_lr", "check_bool", "check_float",
@@ -131,8 +132,8 @@ class GroupState(NamedTuple):
     group's ``learning_rate`` ratio (float32): one vector each, an entry per
     leaf in flatten order (one per buffer under `gradxform.fused`)."""
     hyper: Hyper
-    slot: ParamTree
-    lr_ratio: ParamTree
+    slot: PerLeaf
+    lr_ratio: PerLeaf
     per_leaf_fields = ("slot", "lr_ratio")
     domains = {"lr_ratio": FINITE}
 
@@ -188,9 +189,9 @@ class PaddleOptions(Setup):
         ratios = {g.index: g.lr_ratio for g in self.groups}
 
         def init(params):
-            slot = self.slots(params)
-            return GroupState({}, host_leaf_vector(slot, np.int32),
-                              host_leaf_vector([ratios.get(int(s), 1.0) for s in slot], np.float32))
+            slots, groups = host_groups(self.slots(params), np.int32)  # held once per group, read once per group
+            return GroupState({}, GroupValues(jnp.asarray(slots), groups), GroupValues(
+                jnp.asarray([ratios.get(int(s), 1.0) for s in slots], jnp.float32), groups))
 
         @declare(who=self.owner, needs=("lr",), provides=("lr",), fusion=Fusion())
         def update(updates, state, params=None, **extra_args):
@@ -199,8 +200,15 @@ class PaddleOptions(Setup):
             if all(r == 1.0 for r in ratios.values()):  # no group scales its rate: the rates as they are
                 return updates, state
             # Paddle: float32(lr) * group['learning_rate'] (its scale op, float32)
+            products: dict = {}  # one rate per (rate, group ratio): leaves of a group share it
+
+            def times(l, r):
+                if (id(l), id(r)) not in products:
+                    products[(id(l), id(r))] = (l, r, l * r)  # l and r kept alive: their ids stay theirs
+                return products[(id(l), id(r))][2]
+
             cast(StepContext, StepContext.of(extra_args)).publish(
-                lr=jax.tree.map(lambda l, r: l * r, lr, leaf_values(state.lr_ratio, updates)))
+                lr=jax.tree.map(times, lr, leaf_values(state.lr_ratio, updates)))
             return updates, state
 
         return transformation(init, update)

@@ -8,7 +8,7 @@ import jax
 from .._base import GradientTransformation, StepContext, context_value, transformation
 from .._spec import Fusion, declare
 from .._hyper import check_range, hyper_scalar
-from .._types import Hyper, ParamTree
+from .._types import Hyper, PerLeaf
 from .._tree import leaf_values
 from ._step import Multiplier, per_leaf_multipliers
 from .._domains import FINITE
@@ -21,7 +21,7 @@ class DecayState(NamedTuple):
     """``wd_mult``: per-leaf float32 multipliers, a vector (an entry per leaf), or None
     when every one is 1 (the decay is then one scalar for every leaf)."""
     hyper: Hyper
-    wd_mult: Optional[ParamTree]
+    wd_mult: Optional[PerLeaf]
     per_leaf_fields = ("wd_mult",)  # a vector, an entry per leaf (gradxform.fused: one per buffer)
     optional_fields = {"wd_mult": 1.0}  # None: every leaf's multiplier is 1
     domains = {"wd_mult": FINITE}

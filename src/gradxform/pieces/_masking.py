@@ -28,7 +28,11 @@ def only_slotted(inner: GradientTransformation, read_slots) -> GradientTransform
         slots = read_slots(state)
         if hasattr(slots, "shape"):  # a per-leaf vector (the state's form now)
             slots = leaf_values(slots, updates)
-        selected = treedef.unflatten([s >= 0 for s in treedef.flatten_up_to(slots)])
+        flags: dict = {}  # one flag per slot object: leaves of a group share it (`select_tree` keeps groups)
+        for s in treedef.flatten_up_to(slots):
+            if id(s) not in flags:
+                flags[id(s)] = s >= 0
+        selected = treedef.unflatten([flags[id(s)] for s in treedef.flatten_up_to(slots)])
         out, new_state = run_inner(inner, updates, state, params, **extra_args)
         out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, selected)
         return out, select_tree(selected, new_state, state)

@@ -13,9 +13,9 @@ from .._hyper import check_range, hyper_scalar
 from .._ranges import check_value
 from .._selectors import multipliers
 from .._state_paths import find_states, is_optax_placeholder, map_states, written_out
-from .._group_values import group_by_value, per_leaf_list
+from .._group_values import expand_groups, group_by_value, per_leaf_list, stepped_in_groups
 from .._tree import leaf_vector, once_per_value, param_names
-from .._types import Hyper, ParamTree
+from .._types import Hyper, ParamTree, PerLeaf
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
 from .._domains import COUNT, FINITE, MAX_COUNT
 
@@ -83,7 +83,7 @@ class StepState(NamedTuple):
     ``optimizer.num_update = k``: with per-leaf counts, each leaf still
     counts from its own (``count = max(count, leaf count)``)."""
     hyper: Hyper
-    lr_mult: Optional[ParamTree]
+    lr_mult: Optional[PerLeaf]
     leaf_counts: Optional[ParamTree]
     count: jax.Array  # pyright: ignore[reportIncompatibleMethodOverride]  # optax's field name (shadows tuple.count)
     per_leaf_fields = ("lr_mult", "leaf_counts")  # vectors, an entry per leaf (gradxform.fused: one per buffer)
@@ -99,8 +99,17 @@ def per_leaf_counts(state, params):
     """``state`` with every shared step count (`StepState.leaf_counts` None)
     written out per leaf, each equal to that state's ``count``: the form an
     ``update_mask`` needs, made before the step (so the state keeps one
-    structure inside ``jax.lax.scan``) or by the update itself."""
-    return map_states(lambda _, node: written_out(node, "leaf_counts", params), state, StepState)
+    structure inside ``jax.lax.scan``) or by the update itself. Per-leaf
+    values a step rewrites that are held per group (Paddle's beta powers,
+    `GroupValues` in a class's ``stepped_fields``) are written out per leaf
+    as well: a masked step parts the leaves of a group."""
+    state = map_states(lambda _, node: written_out(node, "leaf_counts", params), state, StepState)
+
+    def per_leaf(_, node):
+        fields = stepped_in_groups(type(node), node)
+        return node._replace(**expand_groups({f: getattr(node, f) for f in fields})) if fields else node
+
+    return map_states(per_leaf, state)
 
 
 def host_done(state) -> int:

@@ -20,7 +20,7 @@ from .._tree import leaf_values, leaf_vector, map_unzip, zeros_like_params as _z
 from ._segments import leaf_sq_norm
 from ._step import Multiplier, per_leaf_multipliers
 from .._ranges import NON_NEGATIVE, register_range
-from .._types import Hyper, ParamTree
+from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE, NON_NEGATIVE_FINITE
 
 __all__ = ["CorrectedMomentsState", "scale_by_corrected_moments", "TrustRatioState", "scale_by_trust_ratio",
@@ -130,7 +130,7 @@ class LarsRatioState(NamedTuple):
     """``layers``: per-leaf float32 flags (1: the layer takes the ratio), a
     vector with an entry per leaf, or None when every leaf does."""
     hyper: Hyper
-    layers: Optional[ParamTree]
+    layers: Optional[PerLeaf]
     per_leaf_fields = ("layers",)
     optional_fields = {"layers": 1.0}
     domains = {"layers": FINITE}

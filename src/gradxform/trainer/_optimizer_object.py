@@ -21,7 +21,6 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING, Any
 
-import jax
 import numpy as np
 import optax
 
