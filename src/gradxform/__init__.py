@@ -6,6 +6,7 @@ from ._base import (GradientTransformation, LocalKey, StepContext, apply_updates
                     uses_context)
 from ._errors import validated
 from ._fused import fused
+from ._group_values import GroupValues
 from ._hyper import get_hyper, get_learning_rate, hyper_names, set_hyper, set_learning_rate
 from ._registry import create, register, registered_factory, registered_names
 from ._tree import param_names
@@ -24,7 +25,7 @@ __all__ = [
     "create", "register", "registered_factory", "registered_names",
     # hyperparameters as state
     "get_hyper", "set_hyper", "hyper_names", "get_learning_rate", "set_learning_rate", "param_names",
-    "per_leaf_counts",
+    "per_leaf_counts", "GroupValues",
     # reliability
     "validated", "NonFiniteError", "check_guard", "guard_status", "get_loss_scale", "scale_loss",
     # speed

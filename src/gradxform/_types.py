@@ -18,7 +18,7 @@ ParamTree = Union[jax.Array, Mapping[Any, "ParamTree"], Sequence["ParamTree"]]
 #: One number per parameter leaf: a vector (an entry per leaf), `GroupValues`
 #: (one entry per group of leaves that share a number; `gradxform._group_values`),
 #: or a tree of scalars (a state read from a file of the v1 layout).
-PerLeaf = Union[jax.Array, GroupValues, ParamTree]
+PerLeaf = Union[jax.Array, GroupValues, Mapping[Any, Any], Sequence[Any]]  # (not recursive: no name to resolve)
 
 #: A piece's numeric hyperparameters by name: float32 scalars (`gradxform._hyper`),
 #: set and read by name with `gradxform.set_hyper` / `gradxform.get_hyper`.
