@@ -61,8 +61,9 @@ writes both parts where the piece is defined):
 * A state NamedTuple whose fields hold one number per leaf (counts,
   multipliers, group slots, beta powers) keeps each as one 1-D array with an
   entry per leaf in flatten order (`gradxform._tree.host_leaf_vector` in
-  ``init``; ``leaf_values(vector, updates)`` reads it leaf by leaf in
-  ``update``) and lists them in a class attribute,
+  ``init``), or as `gradxform.GroupValues` (one entry per group of leaves
+  that share a number: `group_by_value`, `partition`), which
+  ``leaf_values(vector, updates)`` reads in ``update``, and lists them in a class attribute,
   ``per_leaf_fields = ("leaf_counts",)``: leaves are grouped by those values
   and the fused state's vector has one entry per group. Any other
   params-shaped tree in a state becomes flat buffers.

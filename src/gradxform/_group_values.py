@@ -33,7 +33,7 @@ import numpy as np
 from jax.tree_util import GetAttrKey
 
 __all__ = ["GroupValues", "group_by_value", "host_groups", "expand_groups", "regroup_like", "per_leaf_list", "shared_groups",
-           "by_group", "stepped_in_groups", "partition", "PerGroup", "per_group", "stepped"]
+           "by_group", "stepped_in_groups", "partition", "PerGroup", "per_group", "read_per_leaf", "stepped"]
 
 
 @jax.tree_util.register_pytree_with_keys_class
@@ -74,6 +74,10 @@ class GroupValues:
     @property
     def ndim(self) -> int:
         return 1
+
+    @property
+    def size(self) -> int:
+        return len(self.groups)
 
     @property
     def dtype(self):
@@ -246,9 +250,10 @@ class PerGroup(NamedTuple):
     mask_parts_groups: bool = False  # a masked step over fields held per group (see `stepped`)
 
 
-def per_group(fields: dict, lr, mask, updates) -> PerGroup:
+def per_group(fields: dict, lr, mask, updates, *, mask_dtype: Any = jnp.bool_) -> PerGroup:
     """``fields`` (per-leaf state fields) with the step's per-leaf ``lr`` and
-    ``mask`` trees, per group where every field is `GroupValues` over one
+    ``mask`` trees (``mask_dtype``: another per-leaf value, a count, in that
+    dtype), per group where every field is `GroupValues` over one
     partition and the rate and the mask are one object per group (a rate
     computed once per group), else per leaf: the vector ops of a step on
     them then cost a slice per group, not per leaf."""
@@ -265,19 +270,31 @@ def per_group(fields: dict, lr, mask, updates) -> PerGroup:
         return None if picks is None else jnp.stack([jnp.asarray(x, dtype).reshape(()) for x in picks])
 
     if groups is not None:
-        l, on = squash(lr, jnp.float32), squash(mask, jnp.bool_)
+        l, on = squash(lr, jnp.float32), squash(mask, mask_dtype)
         if l is not None and on is not None:
             return PerGroup({k: f.values for k, f in fields.items()}, l, on, treedef.unflatten(list(groups)), groups)
     vals = {k: expand_groups(f) for k, f in fields.items()}
     l = squash(lr, jnp.float32)
     if l is None or (l.ndim and treedef.num_leaves):
         l = jnp.stack([jnp.asarray(x, jnp.float32).reshape(()) for x in treedef.flatten_up_to(lr)])
-    on = squash(mask, jnp.bool_)
+    on = squash(mask, mask_dtype)
     if on is None or (on.ndim and treedef.num_leaves):
-        on = jnp.stack([jnp.asarray(x, jnp.bool_).reshape(()) for x in treedef.flatten_up_to(mask)])
+        on = jnp.stack([jnp.asarray(x, mask_dtype).reshape(()) for x in treedef.flatten_up_to(mask)])
     mask_leaves = treedef.flatten_up_to(mask)
     parts = any(isinstance(f, GroupValues) and by_group(mask_leaves, f.groups) is None for f in fields.values())
     return PerGroup(vals, l, on, treedef.unflatten(list(range(treedef.num_leaves))), None, parts)
+
+
+def read_per_leaf(vector, run: PerGroup):
+    """A tree shaped like the updates whose leaf ``i`` is its entry of
+    ``vector`` (in ``run``'s index space): one slice per entry, shared."""
+    picked: dict[int, Any] = {}
+
+    def at(i):
+        if i not in picked:
+            picked[i] = vector[i]
+        return picked[i]
+    return jax.tree.map(at, run.at)
 
 
 def stepped(old, new, run: PerGroup):

@@ -17,7 +17,7 @@ from ._group_values import GroupValues, by_group, per_leaf_list, stepped_in_grou
 from ._state_paths import get_path, leaf_vector_fields, map_param_trees, map_states
 
 __all__ = ["key_name", "once_per_value", "param_names", "select_tree", "zeros_like_params", "full_like_params",
-           "leaf_vector", "leaf_values", "host_leaf_vector", "checked_leaf_vector", "shared_value"]
+           "leaf_vector", "leaf_values", "host_leaf_vector", "shared_value"]
 
 
 def host_leaf_vector(values, dtype) -> jax.Array:
@@ -48,19 +48,10 @@ def shared_value(tree):
     return leaves[0] if leaves and all(x is leaves[0] for x in leaves) else None
 
 
-def checked_leaf_vector(vector, like):
-    """A state's per-leaf ``vector``, checked to have one entry per leaf (per
-    buffer under `gradxform.fused`) of ``like``, the updates."""
-    n = jax.tree.structure(like).num_leaves
-    if np.shape(vector) != (n,):
-        raise ValueError(f"a per-leaf state vector has shape {np.shape(vector)}; the updates have "
-                         f"{n} leaves (was the state made by init on another tree?).")
-    return vector
-
-
 def leaf_values(vector, like):
     """A tree shaped like ``like`` (the updates) whose leaf ``i`` is
-    ``vector[i]``: a per-leaf vector read leaf by leaf inside an update."""
+    ``vector[i]``: a per-leaf vector read inside an update, leaf by leaf, or
+    `GroupValues` read once per group (the leaves of a group share the read)."""
     treedef = jax.tree.structure(like)
     return treedef.unflatten(per_leaf_list(vector, treedef.num_leaves))
 

@@ -44,7 +44,8 @@ from .._hyper import hyper_scalar
 from .._selectors import Selector, assign_slots, describe_names, names_of
 from .._state_paths import find_states, is_optax_placeholder
 from ..pieces.internal import buffer_segments, only_slotted
-from .._tree import checked_leaf_vector, host_leaf_vector, leaf_values, leaf_vector, param_names
+from .._group_values import partition, per_group, read_per_leaf
+from .._tree import leaf_values, param_names
 from ..schedules.internal import as_schedule, check_number
 from .._types import Hyper
 
@@ -162,7 +163,8 @@ def _slots(owner, specs, order, params):
 def _group_state(hyper, params, slot, flags) -> GroupState:
     if is_optax_placeholder(params):  # optax.tree_map_params: per-leaf fields, no leaves to number
         return GroupState(hyper, params, params)
-    return GroupState(hyper, host_leaf_vector(slot, np.int32), host_leaf_vector(np.asarray(flags, bool), np.int32))
+    # held once per group of leaves (one slot, one flag) and read once per group
+    return GroupState(hyper, *partition(slot, np.asarray(flags, bool), dtypes=(np.int32, np.int32)))
 
 
 def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
@@ -185,17 +187,19 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
             return updates, state
         lr_tree = context_value(extra_args, "lr", owner)
         count = context_value(extra_args, "count", owner)
-        leaves, treedef = jax.tree.flatten(lr_tree)
-        # one vectorised schedule call per group, not one per leaf (compile time)
-        lr = leaf_vector(lr_tree, jnp.float32)
-        t = leaf_vector(count)
-        slot = checked_leaf_vector(state.group_slot, lr_tree)
+        # one vectorised schedule call for all groups of leaves (per group of `GroupState`,
+        # where the rates and counts are one object per group; else per leaf), each leaf
+        # reading its entry: a slice per group, not per leaf (compile time)
+        run = per_group({"group_slot": state.group_slot}, lr_tree, count, lr_tree, mask_dtype=jnp.int32)
+        lr, t, slot = run.lr, run.on, run.values["group_slot"]
+        lr = jnp.broadcast_to(lr, slot.shape)
+        t = jnp.broadcast_to(t, slot.shape)
         for k, s in own:
             base = state.hyper[f"learning_rate_group_{s.index}"]
             val = s.lr_schedule.lr_for_update(t, base) if s.lr_schedule is not None else \
                 jnp.broadcast_to(base, t.shape)
             lr = jnp.where(slot == k, val, lr)
-        cast(StepContext, StepContext.of(extra_args)).publish(lr=treedef.unflatten([lr[i] for i in range(len(leaves))]))
+        cast(StepContext, StepContext.of(extra_args)).publish(lr=read_per_leaf(lr, run))
         return updates, state
 
     return transformation(init, update)

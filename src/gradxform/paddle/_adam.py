@@ -23,7 +23,7 @@ from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._ranges import ANY, NON_NEGATIVE, check_hyper
 from .._group_values import partition, per_group, stepped
-from .._tree import host_leaf_vector, map_unzip, zeros_like_params as _zeros
+from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
 from .._types import Hyper, ParamTree, PerLeaf
@@ -45,12 +45,6 @@ def _c(h, x):
 def _entry(x, i: int):
     """Leaf ``i``'s entry of a per-leaf vector; a scalar is every leaf's."""
     return x[i] if jnp.ndim(x) else x
-
-
-def _scalars(params, value, dtype=np.float32):
-    """``value`` for every leaf of ``params``: a per-leaf vector (`host_leaf_vector`)."""
-    return host_leaf_vector([value] * len(jax.tree.leaves(params)), dtype)
-
 
 
 def _check_betas(owner, beta1, beta2, epsilon):

@@ -30,10 +30,11 @@ from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
 from .._selectors import Selector
-from .._tree import host_leaf_vector, leaf_values, param_names
+from .._group_values import partition
+from .._tree import leaf_values, param_names
 from ..pieces.internal import leaf_sq_norm, whole_buffers
 from ..schedules.internal import check_number
-from .._types import Hyper, ParamTree
+from .._types import Hyper, PerLeaf
 
 __all__ = ["Clip", "ClipGradByGlobalNorm", "ClipGradByNorm", "ClipGradByValue", "clip_grad_by_global_norm",
            "clip_grad_by_norm", "clip_grad_by_value", "group_clip", "ClipState", "need_clip_flags"]
@@ -67,8 +68,8 @@ class ClipState(NamedTuple):
     """``slot``: each leaf's group (-1: not optimized); ``need``: Paddle's ``need_clip`` (0/1): int32
     vectors, an entry per leaf (flatten order; one per buffer under `gradxform.fused`)."""
     hyper: Hyper
-    slot: ParamTree
-    need: ParamTree
+    slot: PerLeaf
+    need: PerLeaf
     per_leaf_fields = ("slot", "need")
 
 
@@ -103,7 +104,7 @@ def group_clip(clips: list, slots_of, *, default=None) -> GradientTransformation
                 hyper[key(k, c, field)] = hyper_scalar(value)
             flags = need_clip_flags(c.owner, c.need_clip, names)
             need = np.where(np.asarray(slot) == k, flags, need)
-        return ClipState(hyper, host_leaf_vector(slot, np.int32), host_leaf_vector(need, np.int32))
+        return ClipState(hyper, *partition(slot, need, dtypes=(np.int32, np.int32)))  # held and read once per group
 
     @declare(fusion=_fusion(active))
     def update(updates, state, params=None, **extra_args):

@@ -21,10 +21,11 @@ from .._base import GradientTransformation, transformation
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
-from .._tree import host_leaf_vector, leaf_values
+from .._group_values import group_by_value
+from .._tree import leaf_values
 from ..pieces.internal import HyperState
 from ..schedules.internal import check_number
-from .._types import Hyper, ParamTree
+from .._types import Hyper, PerLeaf
 
 __all__ = ["Decay", "L1Decay", "L2Decay", "l1_decay", "l2_decay", "as_regularizer", "group_regularization",
            "RegState"]
@@ -115,7 +116,7 @@ class RegState(NamedTuple):
     """``slot``: each leaf's group (-1: none), an int32 vector with an entry per leaf
     (flatten order; one per buffer under `gradxform.fused`); the coefficients are hyperparameters."""
     hyper: Hyper
-    slot: ParamTree
+    slot: PerLeaf
     per_leaf_fields = ("slot",)
 
 
@@ -132,7 +133,7 @@ def group_regularization(regs: list, slots_of, *, default=None,
 
     def init(params):
         return RegState({names[k]: hyper_scalar(r.coeff) for k, r in reversed(active)},
-                        host_leaf_vector(slots_of(params), np.int32))
+                        group_by_value(slots_of(params), np.int32))  # held and read once per group
 
     @fusable
     def update(updates, state, params=None, **extra_args):

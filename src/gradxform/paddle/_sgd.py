@@ -14,10 +14,11 @@ from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._ranges import check_hyper
-from .._tree import host_leaf_vector, leaf_values, map_unzip, zeros_like_params
+from .._group_values import group_by_value, partition
+from .._tree import leaf_values, map_unzip, zeros_like_params
 from ..pieces import scale_by_lr
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
-from .._types import Hyper, ParamTree
+from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE
 
 __all__ = ["sgd", "momentum", "MomentumState"]
@@ -31,8 +32,8 @@ class MomentumState(NamedTuple):
     an entry per leaf in flatten order (one per buffer under `gradxform.fused`)."""
     hyper: Hyper
     velocity: ParamTree
-    group: ParamTree
-    nesterov: ParamTree
+    group: PerLeaf
+    nesterov: PerLeaf
     per_leaf_fields = ("group", "nesterov")
     domains = {"velocity": FINITE}
 
@@ -43,7 +44,7 @@ def _group_rescale(o, rescale_grad):
 
     def init(params):
         return MomentumState(with_groups({"rescale_grad": rescale_grad}, groups), (),
-                             host_leaf_vector(o.slots(params), np.int32), ())
+                             group_by_value(o.slots(params), np.int32), ())  # held and read once per group
 
     @fusable
     def update(updates, state, params=None, **extra_args):
@@ -68,8 +69,9 @@ def _momentum_rule(o, momentum, use_nesterov):
     def init(params):
         slot = o.slots(params)
         return MomentumState(with_groups({"momentum": momentum}, groups),
-                             zeros_like_params(params), host_leaf_vector(slot, np.int32),
-                             host_leaf_vector([bool(nesterov.get(int(k), use_nesterov)) for k in slot], np.int32))
+                             zeros_like_params(params),  # group and flag held and read once per group
+                             *partition(slot, [bool(nesterov.get(int(k), use_nesterov)) for k in slot],
+                                        dtypes=(np.int32, np.int32)))
 
     @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
