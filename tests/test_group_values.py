@@ -129,3 +129,79 @@ def test_checkpoints_keep_the_per_leaf_vector_and_load_grouped(tmp_path):
     got = find_states(loaded, StepState)[0].lr_mult
     np.testing.assert_array_equal(np.asarray(got), np.asarray(find_states(other, StepState)[0].lr_mult))
     assert isinstance(got, GroupValues) and len(got.values) == 2
+
+
+# -- the Paddle form: several fields over one partition, powers that a step moves ----------------
+
+PADDLE_PARAMS = {"a": {"w": jnp.ones((3, 2)), "b": jnp.ones((2,))}, "c": {"w": jnp.ones((3, 2)), "b": jnp.ones((2,))}}
+PADDLE_GRADS = jax.tree.map(lambda x: 0.1 * x, PADDLE_PARAMS)
+
+
+def _paddle_groups():
+    # two parameter groups: the biases with their own rate and beta1, the weights plain
+    return gradxform.create("paddle.adamw", learning_rate=0.01, parameters=[
+        {"params": ["*/w"]}, {"params": ["*/b"], "learning_rate": 2.0, "beta1": 0.8}])
+
+
+def test_partition_groups_leaves_equal_in_every_field():
+    from gradxform._group_values import partition
+    slot, flag = [0, 1, 0, 1, 2], [1, 1, 1, 0, 1]
+    a, b = partition(slot, flag, dtypes=(np.int32, np.int32))
+    assert a.groups == b.groups == (0, 1, 0, 2, 3)
+    assert np.asarray(a).tolist() == slot and np.asarray(b).tolist() == flag
+
+
+def test_paddle_fields_share_one_partition_and_the_powers_move_per_group():
+    from gradxform._group_values import shared_groups
+    from gradxform.paddle._adam import AdamState
+    tx = _paddle_groups()
+    state = tx.init(PADDLE_PARAMS)
+    adam = find_states(state, AdamState)[0]
+    fields = [adam.beta1_pow, adam.beta2_pow, adam.lr_ratio, adam.decay, adam.group]
+    groups = shared_groups(*fields)
+    assert groups is not None and len(set(groups)) == 2  # biases, weights
+    step = jax.jit(tx.update)
+    grouped, per_leaf = state, expand_groups(state)
+    for _ in range(3):
+        ua, grouped = step(PADDLE_GRADS, grouped, PADDLE_PARAMS)
+        ub, per_leaf = step(PADDLE_GRADS, per_leaf, PADDLE_PARAMS)
+        jax.tree.map(np.testing.assert_array_equal, ua, ub)
+    powers = find_states(grouped, AdamState)[0].beta1_pow
+    assert isinstance(powers, GroupValues) and powers.groups == groups
+    np.testing.assert_array_equal(np.asarray(powers), np.asarray(find_states(per_leaf, AdamState)[0].beta1_pow))
+    np.testing.assert_allclose(sorted(np.asarray(powers.values)), sorted([0.8 ** 4, 0.9 ** 4]), rtol=1e-6)
+
+
+def test_a_masked_step_writes_the_powers_out_per_leaf_first():
+    from gradxform.paddle._adam import AdamState
+    tx = _paddle_groups()
+    state = tx.init(PADDLE_PARAMS)
+    ready = gradxform.per_leaf_counts(state, PADDLE_PARAMS)
+    node = find_states(ready, AdamState)[0]
+    assert not isinstance(node.beta1_pow, GroupValues)  # stepped: per leaf from now on
+    assert isinstance(node.lr_ratio, GroupValues)  # never written by a step: still per group
+    mask = {"a": {"w": True, "b": False}, "c": {"w": True, "b": True}}
+    _, new = jax.jit(tx.update)(PADDLE_GRADS, ready, PADDLE_PARAMS, update_mask=mask)
+    pows = np.asarray(find_states(new, AdamState)[0].beta1_pow)  # leaves: a/b, a/w, c/b, c/w
+    np.testing.assert_allclose(pows, [0.8, 0.81, 0.64, 0.81], rtol=1e-6)  # a/b kept its power
+
+
+def test_select_tree_refuses_a_mask_that_parts_a_group_of_stepped_values():
+    from gradxform._tree import select_tree
+    tx = _paddle_groups()
+    state = tx.init(PADDLE_PARAMS)
+    parted = {"a": {"w": jnp.asarray(True), "b": jnp.asarray(False)},
+              "c": {"w": jnp.asarray(True), "b": jnp.asarray(True)}}
+    with pytest.raises(ValueError, match="per_leaf_counts"):
+        select_tree(parted, state, state)
+
+
+def test_a_file_that_fits_the_templates_groups_keeps_them():
+    from gradxform._group_values import regroup_like
+    like = GroupValues(jnp.asarray([1.0, 2.0]), (0, 1, 0, 1))
+    fits = regroup_like(jnp.asarray([3.0, 4.0, 3.0, 4.0]), like)
+    assert fits.groups == (0, 1, 0, 1) and np.asarray(fits.values).tolist() == [3.0, 4.0]
+    same = regroup_like(jnp.asarray([3.0, 3.0, 3.0, 3.0]), like)  # equal across groups: still fits
+    assert same.groups == (0, 1, 0, 1)
+    other = regroup_like(jnp.asarray([3.0, 4.0, 5.0, 4.0]), like)  # parts group 0: its own groups
+    assert other.groups == (0, 1, 2, 1) and np.asarray(other).tolist() == [3.0, 4.0, 5.0, 4.0]
