@@ -205,3 +205,56 @@ def test_a_file_that_fits_the_templates_groups_keeps_them():
     assert same.groups == (0, 1, 0, 1)
     other = regroup_like(jnp.asarray([3.0, 4.0, 5.0, 4.0]), like)  # parts group 0: its own groups
     assert other.groups == (0, 1, 2, 1) and np.asarray(other).tolist() == [3.0, 4.0, 5.0, 4.0]
+
+
+def test_by_group_and_shared_groups_say_when_a_partition_holds():
+    from gradxform._group_values import by_group, shared_groups
+    a, b, c = object(), object(), object()
+    assert by_group([a, b, a, b], (0, 1, 0, 1)) == [a, b]
+    assert by_group([a, b, c, b], (0, 1, 0, 1)) is None  # group 0 holds two objects
+    assert by_group([a, b], (0, 2)) is None  # group 1 has no leaf
+    assert by_group([], ()) == []
+    x = GroupValues(jnp.zeros(2), (0, 1, 0))
+    y = GroupValues(jnp.zeros(2), (0, 1, 1))
+    assert shared_groups(x, x) == (0, 1, 0)
+    assert shared_groups(x, y) is None and shared_groups(y, x) is None
+    assert shared_groups(x, jnp.zeros(3)) is None and shared_groups() is None
+    assert x.ndim == 1 and x.size == 3 and len(x) == 3
+
+
+def test_per_group_falls_back_to_leaves_and_stepped_keeps_the_form():
+    from gradxform._group_values import per_group, stepped
+    tree = {"a": jnp.ones(2), "b": jnp.ones(3), "c": jnp.ones(4)}
+    field = GroupValues(jnp.asarray([0.5, 0.25]), (0, 1, 0))
+    rate, on = jnp.float32(0.1), jnp.asarray(True)
+    grouped = per_group({"p": field}, {"a": rate, "b": rate, "c": rate}, {"a": on, "b": on, "c": on}, tree)
+    assert grouped.groups == (0, 1, 0) and grouped.lr.shape == () and not grouped.mask_parts_groups
+    new = stepped(field, grouped.values["p"] * 2, grouped)
+    assert isinstance(new, GroupValues) and np.asarray(new).tolist() == [1.0, 0.5, 1.0]
+    # rates that differ inside group 0: per leaf, the field still comes back per group
+    r1, r2 = jnp.float32(0.1), jnp.float32(0.2)
+    leafwise = per_group({"p": field}, {"a": r1, "b": r1, "c": r2}, {"a": on, "b": on, "c": on}, tree)
+    assert leafwise.groups is None and leafwise.lr.shape == (3,)
+    np.testing.assert_array_equal(np.asarray(leafwise.values["p"]), [0.5, 0.25, 0.5])
+    np.testing.assert_allclose(np.asarray(leafwise.lr), [0.1, 0.1, 0.2])
+    back = stepped(field, leafwise.values["p"] * 2, leafwise)
+    assert isinstance(back, GroupValues) and np.asarray(back).tolist() == [1.0, 0.5, 1.0]
+    assert stepped(jnp.asarray([1.0, 2.0, 3.0]), jnp.asarray([4.0, 5.0, 6.0]), leafwise).shape == (3,)
+    # a mask that parts group 0 cannot move a field held per group
+    t, f = jnp.asarray(True), jnp.asarray(False)
+    parted = per_group({"p": field}, {"a": rate, "b": rate, "c": rate}, {"a": t, "b": t, "c": f}, tree)
+    assert parted.mask_parts_groups and parted.on.shape == (3,)
+    with pytest.raises(ValueError, match="per_leaf_counts"):
+        stepped(field, parted.values["p"], parted)
+
+
+def test_per_group_of_one_leaf_and_of_none():
+    from gradxform._group_values import per_group
+    one = per_group({"p": GroupValues(jnp.asarray([0.5]), (0,))}, {"a": jnp.float32(0.1)},
+                    {"a": jnp.asarray(True)}, {"a": jnp.ones(2)})
+    assert one.groups == (0,) and float(one.lr) == np.float32(0.1)
+    none = per_group({"p": GroupValues(jnp.zeros((0,)), ())}, {}, {}, {})
+    assert none.lr.shape == (0,) and none.on.shape == (0,)
+    empty_tx = gradxform.create("paddle.adam", learning_rate=0.1)
+    u, _ = empty_tx.update({}, empty_tx.init({}), {})
+    assert u == {}

@@ -87,7 +87,7 @@ class GroupValues:
         return len(self.groups)
 
     def __array__(self, dtype=None, copy=None):
-        host = np.asarray(self.values)[np.asarray(self.groups, np.intp)].reshape(-1)
+        host = np.asarray(self.values)[np.asarray(self.groups, np.intp)]
         return host if dtype is None else host.astype(dtype)
 
     def __getitem__(self, index):
@@ -100,8 +100,8 @@ class GroupValues:
         if not isinstance(other, GroupValues) or self.groups != other.groups:
             return False
         a, b = self.values, other.values
-        if isinstance(a, (np.ndarray, jax.Array)) and isinstance(b, (np.ndarray, jax.Array)):
-            return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+        if isinstance(a, (np.ndarray, jax.Array)):
+            return isinstance(b, (np.ndarray, jax.Array)) and bool(np.array_equal(np.asarray(a), np.asarray(b)))
         return bool(a == b)  # what a tree map put there (shapes, dtypes, structs)
 
     __hash__ = None  # type: ignore[assignment]  # mutable-array holder, as a NumPy array
@@ -164,9 +164,7 @@ def regroup_like(tree, like):
     again wherever ``like`` holds one: in ``like``'s groups where the
     numbers fit them (one value per group), else grouped by its own values
     (a file's multipliers that group the leaves otherwise)."""
-    is_group = lambda x: isinstance(x, GroupValues)  # noqa: E731
-    mark_leaves = jax.tree.leaves(jax.tree.map(lambda x: x if is_group(x) else False, like, is_leaf=is_group),
-                                  is_leaf=is_group)
+    mark_leaves = jax.tree.leaves(like, is_leaf=lambda x: isinstance(x, GroupValues))  # one per expanded leaf
     leaves, treedef = jax.tree.flatten(tree)
     if len(mark_leaves) != len(leaves):
         raise ValueError("regroup_like: the tree is not the expanded form of like.")
@@ -177,13 +175,11 @@ def regroup_like(tree, like):
 def _fitted(vector, template: GroupValues) -> GroupValues:
     host = np.asarray(vector)
     groups = np.asarray(template.groups, np.intp)
-    n_groups = int(groups.max()) + 1 if groups.size else 0
-    first = np.full(n_groups, -1, np.intp)
-    first[groups[::-1]] = np.arange(groups.size)[::-1]  # each group's first leaf
-    used = first >= 0
-    values = np.zeros(n_groups, host.dtype)
-    values[used] = host[first[used]]
-    if host.shape == groups.shape and np.array_equal(values[groups], host):
+    if host.shape != groups.shape:
+        return group_by_value(host, host.dtype)
+    values = np.zeros(np.shape(template.values), host.dtype)
+    values[groups] = host  # one of each group's leaves: they fit when every leaf then reads its own
+    if np.array_equal(values[groups], host):
         return GroupValues(jnp.asarray(values), template.groups)
     return group_by_value(host, host.dtype)
 
@@ -228,11 +224,11 @@ def partition(*per_leaf, dtypes) -> tuple[GroupValues, ...]:
     """Each of the per-leaf host arrays ``per_leaf`` as `GroupValues` over one
     shared partition: leaves equal in every array share a group (numbered
     from leaf 0 on), so all of them can be computed on per group together."""
-    rows = list(zip(*(np.asarray(a).reshape(-1).tolist() for a in per_leaf)))
+    rows = list(zip(*(np.asarray(a).tolist() for a in per_leaf)))
     ids: dict = {}
     groups = [ids.setdefault(r, len(ids)) for r in rows]
     firsts = [groups.index(g) for g in range(len(ids))]
-    return tuple(GroupValues(jnp.asarray(np.asarray(a, d).reshape(-1)[firsts].reshape(-1), d), groups)
+    return tuple(GroupValues(jnp.asarray(np.asarray(a, d)[np.asarray(firsts, np.intp)], d), groups)
                  for a, d in zip(per_leaf, dtypes))
 
 
@@ -247,7 +243,7 @@ class PerGroup(NamedTuple):
     on: Any
     at: Any
     groups: tuple | None
-    mask_parts_groups: bool = False  # a masked step over fields held per group (see `stepped`)
+    mask_parts_groups: bool  # a mask that parts a group of a field held per group (see `stepped`)
 
 
 def per_group(fields: dict, lr, mask, updates, *, mask_dtype: Any = jnp.bool_) -> PerGroup:
@@ -272,7 +268,8 @@ def per_group(fields: dict, lr, mask, updates, *, mask_dtype: Any = jnp.bool_) -
     if groups is not None:
         l, on = squash(lr, jnp.float32), squash(mask, mask_dtype)
         if l is not None and on is not None:
-            return PerGroup({k: f.values for k, f in fields.items()}, l, on, treedef.unflatten(list(groups)), groups)
+            return PerGroup({k: f.values for k, f in fields.items()}, l, on, treedef.unflatten(list(groups)), groups,
+                            False)
     vals = {k: expand_groups(f) for k, f in fields.items()}
     l = squash(lr, jnp.float32)
     if l is None or (l.ndim and treedef.num_leaves):
