@@ -258,3 +258,20 @@ def test_per_group_of_one_leaf_and_of_none():
     empty_tx = gradxform.create("paddle.adam", learning_rate=0.1)
     u, _ = empty_tx.update({}, empty_tx.init({}), {})
     assert u == {}
+
+
+def test_a_mask_that_parts_any_field_held_per_group_is_seen():
+    from gradxform._group_values import per_group
+    tree = {"a": jnp.ones(2), "b": jnp.ones(3), "c": jnp.ones(4)}
+    t, f, rate = jnp.asarray(True), jnp.asarray(False), jnp.float32(0.1)
+    parted = GroupValues(jnp.zeros(2), (0, 1, 0))  # the mask (T, T, F) parts its group 0
+    whole = GroupValues(jnp.zeros(2), (0, 0, 1))  # but none of these
+    run = per_group({"p": parted, "q": whole}, {"a": rate, "b": rate, "c": rate}, {"a": t, "b": t, "c": f}, tree)
+    assert run.mask_parts_groups
+
+
+def test_values_compare_as_arrays_only_with_arrays():
+    arrays = GroupValues(jnp.asarray([1.0]), (0,))
+    assert arrays == GroupValues(np.asarray([1.0]), (0,))
+    assert arrays != GroupValues((1.0,), (0,))  # a tree-mapped copy is not the same state
+    assert GroupValues((1.0,), (0,)) == GroupValues((1.0,), (0,))
