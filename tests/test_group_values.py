@@ -275,3 +275,11 @@ def test_values_compare_as_arrays_only_with_arrays():
     assert arrays == GroupValues(np.asarray([1.0]), (0,))
     assert arrays != GroupValues((1.0,), (0,))  # a tree-mapped copy is not the same state
     assert GroupValues((1.0,), (0,)) == GroupValues((1.0,), (0,))
+
+
+def test_flax_serialization_round_trips_grouped_state():
+    serialization = pytest.importorskip("flax.serialization")  # Flax is an example extra, not a dependency
+    state = _tx().init(PARAMS)
+    back = serialization.from_bytes(state, serialization.to_bytes(state))
+    assert jax.tree.structure(back) == jax.tree.structure(state)
+    jax.tree.map(np.testing.assert_array_equal, back, state)

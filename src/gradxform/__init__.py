@@ -13,6 +13,7 @@ from ._tree import param_names
 from .checkpoint import CheckpointError, load_state, save_state
 from .pieces.internal import NonFiniteError, check_guard, get_loss_scale, guard_status, per_leaf_counts, scale_loss
 from .trainer import Trainer, per_device_grads, split_batch
+from . import _flax  # noqa: F401  (flax.serialization learns the state classes, where Flax is installed)
 
 __version__ = "0.1.0"
 

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey
 
-__all__ = ["GroupValues", "group_by_value", "host_groups", "expand_groups", "regroup_like", "per_leaf_list", "shared_groups",
+__all__ = ["GroupValues", "group_by_value", "host_groups", "fitted", "expand_groups", "regroup_like", "per_leaf_list", "shared_groups",
            "by_group", "stepped_in_groups", "partition", "PerGroup", "per_group", "read_per_leaf", "stepped"]
 
 
@@ -168,11 +168,13 @@ def regroup_like(tree, like):
     leaves, treedef = jax.tree.flatten(tree)
     if len(mark_leaves) != len(leaves):
         raise ValueError("regroup_like: the tree is not the expanded form of like.")
-    return treedef.unflatten([_placed_like(_fitted(x, m), x) if isinstance(m, GroupValues) else x
+    return treedef.unflatten([_placed_like(fitted(x, m), x) if isinstance(m, GroupValues) else x
                               for x, m in zip(leaves, mark_leaves)])
 
 
-def _fitted(vector, template: GroupValues) -> GroupValues:
+def fitted(vector, template: GroupValues) -> GroupValues:
+    """``vector`` (one number per leaf) in ``template``'s groups where it holds one
+    number per group, else grouped by its own values."""
     host = np.asarray(vector)
     groups = np.asarray(template.groups, np.intp)
     if host.shape != groups.shape:
@@ -308,3 +310,4 @@ def stepped(old, new, run: PerGroup):
     # (one beta, one mask: a mask that parts a group writes the field out first, `per_leaf_counts`)
     firsts = np.asarray([old.groups.index(g) for g in range(len(old.values))], np.intp)
     return GroupValues(new[firsts] if firsts.size else old.values, old.groups)
+
