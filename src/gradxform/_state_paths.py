@@ -39,9 +39,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
 from ._group_values import GroupValues
-from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
 __all__ = ["hyper_difference", "NOT_PARAMS", "former_names", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path",
            "is_state", "map_param_shaped", "map_param_trees", "map_states",
@@ -250,9 +250,9 @@ def per_leaf_fields_unmarked(state):
     field (``per_leaf_fields``) that came out as the placeholder replaced by
     `NOT_PARAMS`: per-leaf scalars are not shaped like the parameters."""
     def mark(_, node):
-        # (GroupValues made for no leaves: its groups would not be the real state's)
+        # (or GroupValues made for no leaves: its groups are not the real state's)
         marked = {f: NOT_PARAMS for f in getattr(node, "per_leaf_fields", ())
-                  if is_optax_placeholder(getattr(node, f, None)) or isinstance(getattr(node, f, None), GroupValues)}
+                  if is_optax_placeholder(x := getattr(node, f, None)) or isinstance(x, GroupValues)}
         return node._replace(**marked) if marked else node
     return map_states(mark, state)
 
