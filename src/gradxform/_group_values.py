@@ -5,10 +5,13 @@ parameter leaf, but a model has few distinct ones (1 for most leaves, 2 for
 the biases, 0.1 for a head). Held as a vector with an entry per leaf, every
 leaf's update reads its own entry: a distinct slice per leaf, so XLA compiles
 one kernel per leaf where leaves of one shape would otherwise share one
-(measured on CPU: MXNet Adam with multipliers at 300 leaves, 11.1 s to
-compile against 1.8 s without; `benchmarks/README.md`). Held as one value per
-group (``f32[n_groups]``) with each leaf's group fixed in the tree structure,
-the update reads one slice per group.
+(measured on CPU: MXNet Adam with multipliers at 300 leaves compiles in
+11.7 s so, 2.5 s held per group; `benchmarks/bench_compile.py`). Held as one
+value per group (``f32[n_groups]``) with each leaf's group fixed in the tree
+structure, the update reads one slice per group. The same holds for Paddle's
+group slots, rate ratios, decay flags and beta powers and MindSpore's group
+slots and decay flags, several fields over one partition (`partition`), which
+a step computes on per group (`per_group`, `stepped`).
 
 Which leaves form a group is static: it is part of the state's tree
 structure (pytree auxiliary data), made on the host from the values when a
@@ -32,8 +35,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey
 
-__all__ = ["GroupValues", "group_by_value", "host_groups", "fitted", "expand_groups", "regroup_like", "per_leaf_list", "shared_groups",
-           "by_group", "stepped_in_groups", "partition", "PerGroup", "per_group", "read_per_leaf", "stepped"]
+__all__ = ["GroupValues", "group_by_value", "host_groups", "fitted", "expand_groups", "regroup_like", "per_leaf_list",
+           "shared_groups", "by_group", "stepped_in_groups", "partition", "PerGroup", "per_group", "read_per_leaf",
+           "stepped"]
 
 
 @jax.tree_util.register_pytree_with_keys_class
