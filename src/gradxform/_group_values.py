@@ -6,7 +6,7 @@ the biases, 0.1 for a head). Held as a vector with an entry per leaf, every
 leaf's update reads its own entry: a distinct slice per leaf, so XLA compiles
 one kernel per leaf where leaves of one shape would otherwise share one
 (measured on CPU: MXNet Adam with multipliers at 300 leaves compiles in
-11.7 s so, 2.5 s held per group; `benchmarks/bench_compile.py`). Held as one
+11.7 s held per leaf, 2.5 s held per group; `benchmarks/bench_compile.py`). Held as one
 value per group (``f32[n_groups]``) with each leaf's group fixed in the tree
 structure, the update reads one slice per group. The same holds for Paddle's
 group slots, rate ratios, decay flags and beta powers and MindSpore's group
