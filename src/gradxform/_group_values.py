@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey
 
-__all__ = ["GroupValues", "group_by_value", "host_groups", "fitted", "expand_groups", "regroup_like", "per_leaf_list",
+__all__ = ["GroupValues", "group_by_value", "host_groups", "fitted", "in_groups", "expand_groups", "regroup_like", "per_leaf_list",
            "shared_groups", "by_group", "stepped_in_groups", "partition", "PerGroup", "per_group", "read_per_leaf",
            "stepped"]
 
@@ -233,7 +233,7 @@ def partition(*per_leaf, dtypes) -> tuple[GroupValues, ...]:
     rows = list(zip(*(np.asarray(a).tolist() for a in per_leaf)))
     ids: dict = {}
     groups = [ids.setdefault(r, len(ids)) for r in rows]
-    firsts = [groups.index(g) for g in range(len(ids))]
+    firsts = _firsts(groups, len(ids))
     return tuple(GroupValues(jnp.asarray(np.asarray(a, d)[np.asarray(firsts, np.intp)], d), groups)
                  for a, d in zip(per_leaf, dtypes))
 
@@ -307,11 +307,25 @@ def stepped(old, new, run: PerGroup):
         return new
     if run.groups is not None:
         return GroupValues(new, run.groups)
-    if run.mask_parts_groups:
+    return in_groups(old, new, run.mask_parts_groups)  # per leaf this step: a rate that differs inside a group
+
+
+def in_groups(old: GroupValues, per_leaf: Sequence, mask_parts_groups: bool) -> GroupValues:
+    """The new per-leaf values (a vector or a list of scalars) of a field that
+    a step rewrites and ``old`` holds per group, in ``old``'s groups: each
+    group's first leaf's. A group's leaves move alike (one beta, one mask);
+    a mask that parts a group is refused (`per_leaf_counts` writes the
+    field out per leaf before such a step)."""
+    if mask_parts_groups:
         raise ValueError("a masked step parts a group of leaves whose state is held per group; write it out per "
                          "leaf first (gradxform.per_leaf_counts(state, params)).")
-    # per leaf this step (a rate that differs inside a group): a group's leaves still move alike
-    # (one beta, one mask: a mask that parts a group writes the field out first, `per_leaf_counts`)
-    firsts = np.asarray([old.groups.index(g) for g in range(len(old.values))], np.intp)
-    return GroupValues(new[firsts] if firsts.size else old.values, old.groups)
+    firsts = _firsts(old.groups, len(old.values))
+    if not firsts:
+        return old
+    return GroupValues(jnp.stack([jnp.asarray(per_leaf[i], old.values.dtype).reshape(()) for i in firsts]), old.groups)
+
+
+def _firsts(groups: Sequence[int], n_groups: int) -> list[int]:
+    """Each group's first leaf."""
+    return [list(groups).index(g) for g in range(n_groups)]
 

@@ -18,7 +18,7 @@ from .._spec import Fusion, declare
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER, non_negative_if
 from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_hyper
 from .._types import Hyper, ParamTree
-from .._group_values import GroupValues, group_by_value, shared_groups
+from .._group_values import GroupValues, by_group, group_by_value, in_groups, shared_groups
 from .._tree import full_like_params, leaf_values, leaf_vector, map_unzip
 from ._adam import _c, _check_betas, _zeros
 from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
@@ -93,17 +93,13 @@ def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, o, *, acc_init=No
                          *(GroupValues(jnp.full(len(by_slot.values), v, jnp.float32), by_slot.groups) for v in pow_init),
                          by_slot)
 
-    def new_pows(old, new_trees, treedef):
+    def new_pows(old, new_trees, mask, treedef):
         """The powers after the step, in the form they came: per group (one
         leaf per group read, the rest alike) or per leaf."""
         if shared_groups(*old) is None:
             return tuple(leaf_vector(p, jnp.float32) for p in new_trees)
-        groups = old[0].groups
-        if not groups:
-            return tuple(old)
-        first = [groups.index(g) for g in range(len(old[0].values))]
-        return tuple(GroupValues(jnp.stack([jnp.asarray(treedef.flatten_up_to(p)[i], jnp.float32).reshape(())
-                                            for i in first]), groups) for p in new_trees)
+        parts = by_group(treedef.flatten_up_to(mask), old[0].groups) is None
+        return tuple(in_groups(o, treedef.flatten_up_to(p), parts) for o, p in zip(old, new_trees))
 
     @declare(who=owner, needs=("lr", "mask"), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
@@ -116,7 +112,7 @@ def _rule(owner, state_cls, hyper: dict, pow_init: tuple, one, o, *, acc_init=No
                         1 + n_acc + len(pow_init), updates, w, lr, mask, leaf_values(state.group, updates),
                         *state[1:1 + n_acc], *pows)
         return res[0], state_cls(h, *res[1:1 + n_acc],
-                                 *new_pows(tuple(state[1 + n_acc:-1]), res[1 + n_acc:], jax.tree.structure(updates)),
+                                 *new_pows(tuple(state[1 + n_acc:-1]), res[1 + n_acc:], mask, jax.tree.structure(updates)),
                                  state.group)
 
     return transformation(init, update)

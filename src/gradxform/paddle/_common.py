@@ -53,7 +53,7 @@ from .._ranges import check_bool
 from .._selectors import Selector, as_names, assign_slots, describe_names
 from .._state_paths import find_states
 from .._group_values import GroupValues, host_groups
-from .._tree import leaf_values, param_names
+from .._tree import leaf_values, once_per_value, param_names
 from ..pieces.internal import StepState
 from ..pieces.internal import only_slotted
 from ..pieces.internal import with_master_weights
@@ -200,13 +200,7 @@ class PaddleOptions(Setup):
             if all(r == 1.0 for r in ratios.values()):  # no group scales its rate: the rates as they are
                 return updates, state
             # Paddle: float32(lr) * group['learning_rate'] (its scale op, float32)
-            products: dict = {}  # one rate per (rate, group ratio): leaves of a group share it
-
-            def times(l, r):
-                if (id(l), id(r)) not in products:
-                    products[(id(l), id(r))] = (l, r, l * r)  # l and r kept alive: their ids stay theirs
-                return products[(id(l), id(r))][2]
-
+            times = once_per_value(lambda l, r: l * r)  # one rate per (rate, group ratio): a group's leaves share it
             cast(StepContext, StepContext.of(extra_args)).publish(
                 lr=jax.tree.map(times, lr, leaf_values(state.lr_ratio, updates)))
             return updates, state

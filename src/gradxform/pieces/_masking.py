@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, context_value, run_inner, transformation
 from .._spec import Fusion, checkable, declare
 from .._state_paths import map_param_trees
-from .._tree import leaf_values, select_tree
+from .._tree import leaf_values, once_per_value, select_tree
 from ._segments import present_rows
 from ._step import per_leaf_counts
 
@@ -28,11 +28,8 @@ def only_slotted(inner: GradientTransformation, read_slots) -> GradientTransform
         slots = read_slots(state)
         if hasattr(slots, "shape"):  # a per-leaf vector (the state's form now)
             slots = leaf_values(slots, updates)
-        flags: dict = {}  # one flag per slot object: leaves of a group share it (`select_tree` keeps groups)
-        for s in treedef.flatten_up_to(slots):
-            if id(s) not in flags:
-                flags[id(s)] = s >= 0
-        selected = treedef.unflatten([flags[id(s)] for s in treedef.flatten_up_to(slots)])
+        optimized = once_per_value(lambda s: s >= 0)  # one flag per slot object: a group's leaves share it
+        selected = treedef.unflatten([optimized(s) for s in treedef.flatten_up_to(slots)])
         out, new_state = run_inner(inner, updates, state, params, **extra_args)
         out = jax.tree.map(lambda u, m: jnp.where(m, u, jnp.zeros_like(u)), out, selected)
         return out, select_tree(selected, new_state, state)

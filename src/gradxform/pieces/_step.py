@@ -285,12 +285,8 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
         if state.lr_mult is None:
             lrs = rates
         else:  # one product per (rate, group): leaves of a group share it, as they share a kernel
-            products: dict = {}
-            pairs = list(zip(rates, per_leaf_list(state.lr_mult, n)))
-            for r, m in pairs:
-                if (id(r), id(m)) not in products:
-                    products[(id(r), id(m))] = r * m
-            lrs = [products[(id(r), id(m))] for r, m in pairs]
+            times = once_per_value(lambda r, m: r * m)
+            lrs = [times(r, m) for r, m in zip(rates, per_leaf_list(state.lr_mult, n))]
         current = base if schedule is None else at_new if held else \
             jnp.asarray(schedule.lr_for_update(num_update, base), jnp.float32)
         ctx = StepContext.of(extra_args)
