@@ -50,24 +50,89 @@ def test_nested_chain_declares_what_it_takes_from_its_parent():
 
 
 def test_the_context_holds_typed_fields_and_no_num_update():
-    ctx = {}
+    ctx = gx.StepContext()
     tx = gx.chain(P.track_step(0.1), P.add_decayed_weights(0.01), P.scale_by_lr())
     tx.update(GRADS, tx.init(PARAMS), PARAMS, gx_context=ctx)
-    assert set(ctx) == {"lr", "count", "mask", "wd"}
-    view = gx.StepContext(ctx)
-    np.testing.assert_allclose(jax.tree.leaves(view.lr), [0.1, 0.1])
-    assert view.segments is None
+    assert _written(ctx) == {"lr", "count", "mask", "wd"}
+    np.testing.assert_allclose(jax.tree.leaves(ctx.lr), [0.1, 0.1])
+    assert ctx.segments is None
     with pytest.raises(TypeError, match="not a step-context field"):
-        view.publish(num_update=1)
+        ctx.publish(num_update=1)
+    with pytest.raises(TypeError, match="not a step-context field"):
+        "my_flag" in ctx  # no undeclared keys
+    with pytest.raises(AttributeError, match="publish"):
+        ctx.lr = 1.0
+    with pytest.raises(TypeError, match="takes a gradxform.StepContext"):
+        tx.update(GRADS, tx.init(PARAMS), PARAMS, gx_context={})  # a caller's dict is not written into
+
+
+def _written(ctx) -> set:
+    return {f for f in ("lr", "count", "mask", "wd", "segments") if f in ctx}
 
 
 def test_lbsgd_values_stay_inside_its_chain():
-    ctx = {}
+    ctx = gx.StepContext()
     tx = gx.create("lbsgd", learning_rate=0.1, batch_scale=2, warmup_strategy="lars", wd=0.01)
     tx.update(GRADS, tx.init(PARAMS), PARAMS, gx_context=ctx)
-    assert set(ctx) == {"lr", "count", "mask", "wd"}
+    assert _written(ctx) == {"lr", "count", "mask", "wd"}
     with pytest.raises(ValueError, match="lbsgd_apply' from LBSGD's accumulator"):
         gx.chain(P.track_step(0.1), P.gated(P.trace(0.9), gx.mxnet._momentum.LBSGD_APPLY))
+
+
+def test_a_field_has_one_writer_in_a_chain():
+    with pytest.raises(ValueError, match=r"piece 1 provides 'lr', 'count', 'mask', which piece 0 already provides"):
+        gx.chain(P.track_step(0.1), P.track_step(0.2))
+    with pytest.raises(ValueError, match="'lr', 'count', 'mask', which piece 0 already provides"):
+        gx.chain(P.track_step(0.1), gx.chain(P.trace(0.9), P.track_step(0.2)))  # nested: seen by the parent
+    with pytest.raises(ValueError, match="'lr', which the chain this one runs in already provides"):
+        gx.chain(P.track_step(0.2), P.scale_by_lr(), needs=("lr",))
+    with pytest.raises(ValueError, match="'wd', which piece 1 already provides"):
+        gx.chain(P.track_step(0.1), P.provide_weight_decay(0.1), P.add_decayed_weights(0.2))
+
+
+def _writers(tx, key) -> list:
+    """The pieces under ``tx`` that write ``key`` themselves (a chain only passes its pieces' writes on)."""
+    spec = gx._spec.spec_of(tx)
+    if spec is None:
+        return []
+    own = [spec.who] if key in spec.provides and not spec.sealed else []
+    return own + [w for t in spec.inner for w in _writers(t, key)]
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},
+    {"parameters": [{"params": ["a"], "learning_rate": 0.5}, {"params": ["b"]}]},
+])
+def test_every_optimizer_has_one_writer_of_each_field(kwargs):
+    import cases
+    checked = 0
+    for name in cases.names():
+        try:
+            tx = cases.create(name, **kwargs)
+        except (TypeError, ValueError):
+            assert kwargs, name  # without groups every optimizer builds
+            continue
+        checked += 1
+        for key in ("lr", "count", "mask", "wd"):
+            assert len(_writers(tx, key)) <= 1, (name, key, _writers(tx, key))
+    assert checked >= (40 if not kwargs else 10)
+
+
+def test_adjusted_rate_is_the_one_writer_of_a_plateau_and_group_rates():
+    plateau = S.ReduceOnPlateau(0.1, factor=0.5, patience=0)
+    tx = gx.create("paddle.sgd", learning_rate=plateau,
+                   parameters=[{"params": ["a"], "learning_rate": 0.5}, {"params": ["b"]}])
+    assert _writers(tx, "lr") == ["track_step"]
+    state = tx.init(PARAMS)
+    seen = []
+    for loss in (1.0, 2.0, 3.0):  # worse each time: the plateau halves its rate after each
+        ctx = gx.StepContext()
+        _, state = tx.update(GRADS, state, PARAMS, loss=jnp.float32(loss), gx_context=ctx)
+        seen.append([float(ctx.lr["a"]), float(ctx.lr["b"])])
+    # group 'a' scales the plateau's rate by its ratio 0.5 (Paddle: lr * group['learning_rate'])
+    np.testing.assert_allclose(seen, [[0.05, 0.1], [0.05, 0.1], [0.025, 0.05]], rtol=1e-6)
+    with pytest.raises(TypeError, match="RateAdjuster"):
+        P.adjusted_rate(P.track_step(0.1), P.trace(0.9))
 
 
 def test_a_whole_optimizer_is_one_transformation_in_optax_chain():
@@ -120,7 +185,7 @@ def test_an_adapter_is_one_small_class():
     tx = P.track_step(0.5, schedule=sched)
     state, seen = tx.init(PARAMS), []
     for _ in range(5):
-        ctx = {}
+        ctx = gx.StepContext()
         _, state = tx.update(GRADS, state, gx_context=ctx)
         seen.append(float(ctx["lr"]["a"]))
     np.testing.assert_allclose(seen, [0.5, 0.5, 0.05, 0.05, 0.005], rtol=1e-6)
@@ -130,7 +195,7 @@ def test_a_plain_function_is_a_num_update_schedule():
     tx = P.track_step(1.0, schedule=lambda n, base: base / n)
     state, seen = tx.init(PARAMS), []
     for _ in range(3):
-        ctx = {}
+        ctx = gx.StepContext()
         _, state = tx.update(GRADS, state, gx_context=ctx)
         seen.append(float(ctx["lr"]["b"]))
     np.testing.assert_allclose(seen, [1.0, 0.5, 1 / 3], rtol=1e-6)

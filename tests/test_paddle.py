@@ -202,8 +202,8 @@ def test_plateau_defaults_and_bounds():
 
 def test_plateau_state_counts_as_paddles():
     # Paddle lr.py 1650-1657: a cooldown step only counts down (cooldown_counter -= 1); best is set
-    # after the first metric (PlateauState.has_best: int32 0/1); the piece alone (no step context
-    # to publish a rate into) passes the updates through and still reads the loss
+    # after the first metric (PlateauState.has_best: int32 0/1); the rate piece alone (no step
+    # context to publish a rate into) passes the updates through and still reads the loss
     r = S.ReduceOnPlateau(0.1, patience=0, cooldown=2)
     s = r.update_metric(r.init_state(), 1.0)
     assert int(s.has_best) == 1
@@ -213,5 +213,5 @@ def test_plateau_state_counts_as_paddles():
     assert int(s.cooldown_counter) == 1 and int(s.has_best) == 1
     piece = r.piece()
     g = {"w": jnp.ones(2)}
-    out, st = piece.update(g, piece.init(g), loss=1.0)
+    out, (_, st) = piece.update(g, piece.init(g), loss=1.0)
     assert out is g and int(st.has_best) == 1

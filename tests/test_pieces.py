@@ -86,7 +86,7 @@ def test_counts_stay_shared_until_a_mask_and_unit_multipliers_are_not_stored():
 
 def test_read_lr_before_bump_gives_leaf0_the_previous_count():
     sched = gx.lr_scheduler.FactorScheduler(step=1, factor=0.5, base_lr=1.0)
-    ctx = {}
+    ctx = gx.StepContext()
     tx = gx.chain(P.track_step(1.0, schedule=sched, read_lr="before"))
     state = tx.init(PARAMS)
     _, state = tx.update(GRADS, state, PARAMS, gx_context=ctx)
@@ -200,21 +200,31 @@ def test_sgld_noise_is_reproducible_and_has_variance_lr():
 
 
 def test_gated_keeps_state_where_the_flag_is_off():
-    def flag_piece():
+    on = gx.LocalKey("on", provider="flag_piece")
+
+    def flag_piece(declared=True):
         def init(p):
             return ()
 
         def update(u, s, p=None, **extra):
-            extra["gx_context"]["on"] = {"x": jnp.array(False), "y": jnp.array(True)}
+            gx.StepContext.of(extra).publish_local({on: {"x": jnp.array(False), "y": jnp.array(True)}})
             return u, s
+        if declared:
+            gx.uses_context("flag_piece", provides=(on,))(update)
         return gx.GradientTransformation(init, update)
 
     params = {"x": jnp.ones(2), "y": jnp.ones(2)}
-    tx = gx.chain(flag_piece(), P.gated(P.trace(0.9), "on"))
+    tx = gx.chain(flag_piece(), P.gated(P.trace(0.9), on))
     u, state = tx.update(params, tx.init(params), params)
     np.testing.assert_array_equal(u["x"], 0)
     np.testing.assert_array_equal(state[1].trace["x"], 0)
     np.testing.assert_array_equal(state[1].trace["y"], 1)
+    # a key is a field or a LocalKey; a writer declares what it writes
+    with pytest.raises(TypeError, match="not a step-context field"):
+        P.gated(P.trace(0.9), "on")
+    undeclared = gx.chain(flag_piece(declared=False))
+    with pytest.raises(TypeError, match="without declaring it"):
+        undeclared.update(params, undeclared.init(params), params)
 
 
 # -- the pieces' own defaults and bounds (issue 28's mutants: the families pass every
@@ -288,8 +298,7 @@ def test_lr_mult_as_any_mapping_not_only_a_dict():
 def test_host_done_is_the_most_updates_any_counter_records():
     """``host_done``: the updates done, where a host-side schedule resumes: the largest
     count over every step counter in the state (two counters: groups stepped apart)."""
-    tx = gx.chain(P.track_step(0.1), P.track_step(0.1))
-    a, b = tx.init(PARAMS)
+    a, b = P.track_step(0.1).init(PARAMS), P.track_step(0.1).init(PARAMS)  # e.g. two optimizers' states
     state = (a._replace(count=jnp.asarray(5, jnp.int32)), b._replace(count=jnp.asarray(3, jnp.int32)))
     assert host_done(state) == 5 and host_done(state[::-1]) == 5
     assert host_done(a._replace(count=jnp.asarray([2, 7, 4], jnp.int32))) == 7  # counts stacked (vmap)
@@ -428,7 +437,7 @@ def test_per_leaf_rates_under_masks_as_mxnet_counts_them(read_lr):
     state = tx.init(PARAMS)
     want = _mxnet_lrs(masks, read_lr)
     for step, mask in enumerate(masks):
-        ctx = {}
+        ctx = gx.StepContext()
         tree = None if all(mask) else jax.tree.structure(PARAMS).unflatten(mask)  # None: every leaf
         _, state = tx.update(GRADS, state, PARAMS, update_mask=tree, gx_context=ctx)
         got = jax.tree.leaves(ctx["lr"])

@@ -128,7 +128,7 @@ def test_on_completed_steps_with_track_step():
     state = tx.init(params)
     seen = []
     for _ in range(5):
-        ctx = {}
+        ctx = gradxform.StepContext()
         _, state = tx.update(params, state, gx_context=ctx)
         seen.append(float(ctx["lr"]["w"]))
     np.testing.assert_allclose(seen, [0.5, 0.5, 0.05, 0.05, 0.005], rtol=1e-6)

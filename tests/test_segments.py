@@ -23,7 +23,7 @@ import pytest
 
 import gradxform
 from gradxform import pieces
-from gradxform._base import CONTEXT_KEY, transformation
+from gradxform._base import CONTEXT_KEY, StepContext, transformation
 from gradxform._elementwise import fusable
 from gradxform._fused import FlatTree, FusedState
 from gradxform.mxnet._adaptive import _nadam_direction
@@ -153,11 +153,11 @@ def test_flat_tree_inputs_and_a_caller_context():
     tx = CHAINS["mindspore.lamb"]()
     ftx = gradxform.fused(tx, strict=True)
     state = ftx.init(PARAMS)
-    ctx = {}
+    ctx = gradxform.StepContext()
     flat = gradxform.fused.ravel(PARAMS, state)
     u, _ = ftx.update(gradxform.fused.ravel(_grads(0, PARAMS), state), state, flat, **{CONTEXT_KEY: ctx})
     assert isinstance(u, FlatTree)
-    assert ctx == {}  # the layout goes to the chain in a context of its own; the caller's is not written
+    assert ctx.lr is None and ctx.segments is None  # the layout goes to the chain in a context of its own; the caller's is not written
     ref, _ = tx.update(_grads(0, PARAMS), tx.init(PARAMS), PARAMS)
     _assert_close(ref, u.unravel())
 
@@ -237,7 +237,7 @@ def test_leaf_helpers_on_both_paths():
     assert {k: float(v) for k, v in per_leaf.items()} == {"a": 6.0, "bias": 16.0, "c": 9.0}
     assert seg.leaf_flags(tree, {}, lambda n: "bias" not in n) == {"a": True, "bias": False, "c": True}
     segs = (seg.Segments((0, 1, 2), ((2, 3), (4,), ()), ("a", "bias", "c")),)
-    ctx = {CONTEXT_KEY: {seg.SEGMENTS_KEY: segs}}
+    ctx = {CONTEXT_KEY: StepContext.on_buffers(segs)}
     buf = (jnp.concatenate([jnp.ones(6), jnp.full((4,), 2.0), jnp.asarray([3.0])]),)
     (norms,) = seg.leaf_sq_norm(buf, ctx)
     np.testing.assert_array_equal(norms, [6.0] * 6 + [16.0] * 4 + [9.0])
@@ -282,7 +282,7 @@ def test_present_rows_a_row_with_any_nonzero_on_both_paths():
     for k in want:
         np.testing.assert_array_equal(rows[k], want[k], err_msg=k)
     segs = (seg.Segments((0, 1, 2), ((3, 2), (2, 2, 2), (2,)), ("m", "t", "v")),)
-    ctx = {CONTEXT_KEY: {seg.SEGMENTS_KEY: segs}}
+    ctx = {CONTEXT_KEY: StepContext.on_buffers(segs)}
     flat = jax.jit(lambda b: seg.present_rows((b,), ctx)[0])(jnp.concatenate([x.reshape(-1) for x in tree.values()]))
     np.testing.assert_array_equal(flat, [1, 1, 0, 0, 1, 1] + [1] * 4 + [0] * 4 + [0, 1])
 

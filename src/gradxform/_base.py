@@ -8,14 +8,17 @@ gradxform pieces therefore go into `optax.chain` and optax pieces go into
 
 What `gradxform.chain` adds is a *step context*, a `StepContext` created once
 per `update` call and handed to every piece as the extra argument
-``gx_context``. Its fields are fixed and each has one kind of provider:
+``gx_context``: a typed record whose fields are fixed, each with one writer
+in a chain:
 
 =========  ==================================================  ===========================
 field      value (trees shaped like the parameters)            provided by
 =========  ==================================================  ===========================
-lr         each leaf's learning rate for this update (f32)     `track_step` (overridden by
-                                                               MindSpore group lrs, Paddle
-                                                               ReduceOnPlateau)
+lr         each leaf's learning rate for this update (f32)     `track_step`, or the rate piece
+                                                               `adjusted_rate` that runs it
+                                                               with MindSpore group rates,
+                                                               Paddle's plateau and group
+                                                               ratios
 count      each leaf's update count, this update included      `track_step`
 mask       whether each leaf is updated this step (bool)       `track_step`
 wd         each leaf's weight decay (f32)                      `add_decayed_weights`,
@@ -39,7 +42,11 @@ fills in the same spec)::
 
 and `chain` checks the order when it is built: a piece whose need no earlier
 piece of the chain provides is a ValueError naming the piece and the
-provider. A chain meant to run *inside* another gradxform.chain that
+provider, and so is a second piece providing a field (or `LocalKey`) an
+earlier one provides: one writer per field, so what a piece reads is never
+decided by which of two writers ran last. At trace time `StepContext.publish`
+refuses a write by a piece that does not declare it, and a key that is
+neither a field nor a `LocalKey`. A chain meant to run *inside* another gradxform.chain that
 provides the value says so, ``chain(..., needs=("lr",))``, and the
 enclosing chain checks it in turn. Wrappers (`gated`, `lazy_rows`, master
 weights, the guards, `fused`) declare the transformations they run
@@ -58,9 +65,11 @@ works anywhere in `optax.chain`; its context is created and used up inside
 it. The context does *not* cross from one element of an `optax.chain` to the
 next: `optax.chain(track_step(...), scale_by_lr())` has no shared context
 (``scale_by_lr`` fails at its first update, as a standalone piece cannot be
-checked when built) unless the caller hands the same ``gx_context={}`` to
-the optax chain's update. A caller that passes ``gx_context=`` a dict gets the
-shared fields written into it (that is how tests look at ``lr``). `gradxform.fused`
+checked when built) unless the caller hands the same
+``gx_context=StepContext()`` to the optax chain's update. A caller that
+passes ``gx_context=`` its own `StepContext` reads the shared fields from it
+afterwards (that is how tests look at ``lr``); anything else there is a
+TypeError. `gradxform.fused`
 and `gradxform.fused.packed`, which run the chain on flat buffers, give it a
 context of its own (`StepContext.on_buffers`) and leave the caller's as it was.
 """
@@ -74,7 +83,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ._spec import (FIELDS, ContextUse, Fusion, LocalKey, check_key, checkable, context_use, declare, piece_name,
+from ._spec import (FIELDS, ContextUse, Fusion, LocalKey, check_key, context_use, declare, piece_name,
                     spec_of)
 from ._tree import distinct_buffers
 
@@ -94,7 +103,6 @@ __all__ = [
     "ContextUse",
     "uses_context",
     "context_use",
-    "checkable",
 ]
 
 GradientTransformation = optax.GradientTransformationExtraArgs
@@ -146,8 +154,27 @@ def _label(key) -> str:
     return repr(key.name) if isinstance(key, LocalKey) else repr(key)
 
 
+class _Record:
+    """The shared fields of one step (`FIELDS`), None until written: a typed
+    record, one slot per field, that a chain and the chains nested in it
+    share."""
+
+    __slots__ = tuple(FIELDS)
+
+    def __init__(self, **values):
+        for name in FIELDS:
+            setattr(self, name, values.get(name))
+
+    def copy(self) -> _Record:
+        return _Record(**{name: getattr(self, name) for name in FIELDS})
+
+    def written(self) -> list[str]:
+        return [name for name in FIELDS if getattr(self, name) is not None]
+
+
 class _Field:
-    """A typed field of `StepContext` (a property over its shared record)."""
+    """A typed field of `StepContext`: reads its shared record; written only
+    through `StepContext.publish` (by the piece that declares it provides it)."""
 
     def __init__(self, doc: str):
         self.__doc__ = doc
@@ -164,91 +191,105 @@ class _Field:
     def __get__(self, ctx: StepContext | None, owner: type | None = None) -> Self | Any:
         if ctx is None:
             return self
-        return ctx._shared.get(self.name)
+        return getattr(ctx._shared, self.name)
 
     def __set__(self, ctx, value):
-        ctx._shared[self.name] = value
+        raise AttributeError(f"StepContext.{self.name} is written by the piece that declares it provides "
+                             f"{self.name!r}, through publish({self.name}=...).")
 
 
 class StepContext:
-    """The step context of one `update` call: the shared fields (`FIELDS`:
+    """The step record of one `update` call: the shared fields (`FIELDS`:
     ``lr``, ``count``, ``mask``, ``wd``, ``segments``; None until provided)
-    and the chain-local values of `LocalKey` keys.
+    and the chain-local values of `LocalKey` keys. There are no other keys.
 
-    The shared fields are kept in a plain dict, the caller's own when the
-    caller passes ``gx_context=`` a dict, so the caller sees what the chain
-    published. ``segments`` is set only by the layout a chain runs on
+    Each field has one writer in a chain: `chain` refuses, when it is built,
+    a second piece that declares it provides a field an earlier one provides,
+    and `publish` refuses a write by a piece that does not declare it. A
+    caller who wants to see what a chain published passes its own record,
+    ``tx.update(..., gx_context=gradxform.StepContext())``, and reads its
+    fields afterwards. ``segments`` is set only by the layout a chain runs on
     (`on_buffers`: `gradxform.fused`, the Trainer's sharded step) and read
     only by the layout's reductions (`gradxform.pieces._segments`), never by
-    a rule. A string key that is not a field
-    (``ctx["my_flag"] = ...``, read by ``gated(inner, "my_flag")``) is an
-    undeclared extension kept in the same dict: `chain` cannot check it.
+    a rule.
     """
 
     __slots__ = ("_local", "_shared", "_running")
 
-    lr = _Field("Each leaf's learning rate for this update: a tree of float32 scalars (track_step).")
+    lr = _Field("Each leaf's learning rate for this update: a tree of float32 scalars (track_step; "
+                "`adjusted_rate` where a family adjusts it).")
     count = _Field("Each leaf's update count, this update included: a tree of int32 scalars (track_step).")
     mask = _Field("Whether each leaf is updated this step: a tree of bool scalars (track_step).")
     wd = _Field("Each leaf's weight decay: a tree of float32 scalars (add_decayed_weights, "
                 "provide_weight_decay).")
     segments = _Field("Under gradxform.fused, one `Segments` per flat buffer; None per leaf.")
 
-    def __init__(self, shared: dict | None = None, local: collections.ChainMap | None = None,
-                 running: list | None = None):
-        self._shared = {} if shared is None else shared
+    def __init__(self, *, local: collections.ChainMap | None = None, running: list | None = None,
+                 _shared: _Record | None = None):
+        self._shared = _Record() if _shared is None else _shared
         self._local = collections.ChainMap() if local is None else local
         # the declarations of the pieces running now, innermost last (`running`)
         self._running = [] if running is None else running
 
     @classmethod
     def of(cls, extra_args: Mapping) -> StepContext | None:
-        """The context in ``extra_args`` (a caller's dict becomes a view of
-        that dict), or None when there is none."""
+        """The context in ``extra_args``, or None when there is none."""
         ctx = extra_args.get(CONTEXT_KEY)
         if ctx is None or isinstance(ctx, StepContext):
             return ctx
-        if isinstance(ctx, dict):
-            return cls(ctx)
-        raise TypeError(f"{CONTEXT_KEY} must be a gradxform StepContext or a dict; got {type(ctx).__name__}.")
+        raise TypeError(f"{CONTEXT_KEY}= takes a gradxform.StepContext (pass gradxform.StepContext() and read "
+                        f"its fields, e.g. .lr, after the update); got {type(ctx).__name__}.")
 
     @classmethod
     def on_buffers(cls, segments) -> StepContext:
         """A fresh context for a chain run on flat buffers laid out as
         ``segments`` (`gradxform.fused`, `gradxform.fused.packed`, the
         Trainer's sharded step): the layout, and nothing of the caller's
-        (whose per-leaf values do not fit the buffers, and whose dict is not
+        (whose per-leaf values do not fit the buffers, and whose record is not
         written)."""
-        return cls({"segments": segments})
+        return cls(_shared=_Record(segments=segments))
 
     def probe(self) -> StepContext:
         """A fresh context for a run whose published values only the prober
         reads (MindSpore LARS asks its wrapped optimizer for ``lr`` and
-        ``wd``): this context's layout and nothing else."""
-        return StepContext({} if self.segments is None else {"segments": self.segments}, running=self._running)
+        ``wd``; `adjusted_rate` asks `track_step`): this context's layout and
+        nothing else."""
+        return StepContext(_shared=_Record(segments=self.segments), running=self._running)
 
     def isolated(self) -> StepContext:
         """A context that reads this one's values and keeps its own writes: a
         chain traced a second time (a guard's step inside ``lax.cond``) must
         not publish values from inside the branch."""
-        return StepContext(dict(self._shared), self._local.new_child(), self._running)
+        return StepContext(_shared=self._shared.copy(), local=self._local.new_child(), running=self._running)
 
     def child(self) -> StepContext:
         """The context a nested chain runs in: the same shared fields, and a
         fresh layer for its local values over this one's."""
-        return StepContext(self._shared, self._local.new_child(), self._running)
+        return StepContext(_shared=self._shared, local=self._local.new_child(), running=self._running)
 
     @contextlib.contextmanager
     def running(self, tx):
         """Marks ``tx`` (its `Spec`) as the piece running in this context
         while the block runs: the layout's reductions check that it declared
-        the ones it takes (`require_reduction`)."""
+        the ones it takes (`require_reduction`), and `publish` that it
+        declared what it writes."""
         spec = spec_of(tx)
         self._running.append((spec, (spec.who if spec is not None else "") or piece_name(_update_of(tx))))
         try:
             yield
         finally:
             self._running.pop()
+
+    def _check_writer(self, key, method: str) -> None:
+        """A TypeError unless the running piece declares it provides ``key``
+        (nothing running: a piece called on its own, the only writer there is)."""
+        if not self._running:
+            return
+        spec, who = self._running[-1]
+        if spec is None or key not in spec.provides:
+            raise TypeError(f"{who} writes {_label(key)} into the step context without declaring it: "
+                            f"declare(provides=({_label(key)},)) on its update, so that gradxform.chain "
+                            f"can check that nothing else writes it ({method}).")
 
     def require_reduction(self, name: str) -> None:
         """On flat buffers, a ValueError unless the running piece declared the
@@ -265,51 +306,52 @@ class StepContext:
                              f"declare it, e.g. @fusable(bit_exact=False, reductions=({name!r},)).")
 
     def publish(self, **fields) -> None:
-        """Writes shared fields (a TypeError for a name that is not one)."""
+        """Writes shared fields: a TypeError for a name that is not one, or
+        when the running piece does not declare it provides it."""
         for name, value in fields.items():
             if name not in FIELDS:
                 raise TypeError(f"StepContext.publish: {name!r} is not a step-context field "
                                 f"({', '.join(FIELDS)}); a value private to one optimizer uses a LocalKey.")
-            self._shared[name] = value
+            self._check_writer(name, "publish")
+            setattr(self._shared, name, value)
 
     def publish_local(self, values: Mapping) -> None:
-        """Writes `LocalKey` values into the innermost chain's layer."""
+        """Writes `LocalKey` values into the innermost chain's layer (checked
+        as `publish` is)."""
         for key, value in values.items():
             if not isinstance(key, LocalKey):
                 raise TypeError(f"StepContext.publish_local: keys must be LocalKey; got {key!r}.")
+            self._check_writer(key, "publish_local")
             self._local[key] = value
 
     def require(self, key, who: str) -> Any:
-        """The value of ``key`` (a field, a LocalKey or an extension name), or
-        a ValueError that says which piece has to come earlier."""
+        """The value of ``key`` (a field or a LocalKey), or a ValueError that
+        says which piece has to come earlier."""
         if key in self:
             return self[key]
         raise _missing(key, who)
 
-    # mapping access: fields and extensions by name, LocalKey values by key
+    # read access by key: fields by name, LocalKey values by key
     def __contains__(self, key) -> bool:
+        check_key(key, "StepContext")
         if isinstance(key, LocalKey):
             return key in self._local
-        return self._shared.get(key) is not None if key in FIELDS else key in self._shared
+        return getattr(self._shared, key) is not None
 
     def __getitem__(self, key):
+        check_key(key, "StepContext")
         if isinstance(key, LocalKey):
             return self._local[key]
-        return self._shared[key]
-
-    def __setitem__(self, key, value):
-        if isinstance(key, LocalKey):
-            self._local[key] = value
-        else:
-            self._shared[key] = value
+        value = getattr(self._shared, key)
+        if value is None:
+            raise KeyError(key)
+        return value
 
     def get(self, key, default=None):
         return self[key] if key in self else default
 
     def __repr__(self):
-        return (f"StepContext(fields={sorted(k for k in self._shared if k in FIELDS)}, "
-                f"extensions={sorted(k for k in self._shared if k not in FIELDS)}, "
-                f"local={[k.name for k in self._local]})")
+        return f"StepContext(fields={self._shared.written()}, local={[k.name for k in self._local]})"
 
 
 def _missing(key, who: str) -> ValueError:
@@ -385,6 +427,7 @@ def _check_order(uses: list, declared: tuple) -> ContextUse:
     """The chain's order check (see the module docstring); returns the
     chain's own declaration."""
     available: set = set()
+    writers: dict = {}  # provided key -> which piece writes it
     taken: dict = {}  # declared needs -> the piece that reads them (for the parent's messages)
     for i, use in enumerate(uses):
         for key, who in use.needs.items():
@@ -403,6 +446,18 @@ def _check_order(uses: list, declared: tuple) -> ContextUse:
                 f"gradxform.chain: {who} (piece {i}) needs {_label(key)} from {provider} earlier in the "
                 f"same gradxform.chain; put {provider} before it. (A chain meant to run inside another "
                 f"gradxform.chain that provides it declares so: chain(..., needs=({_label(key)},)).)")
+        # one writer per field: a second would silently decide what every later piece reads
+        ordered = sorted(use.provides, key=lambda k: (isinstance(k, LocalKey), list(FIELDS).index(k)
+                                                      if k in FIELDS else 0, _label(k)))
+        for key in ordered:
+            first = writers.get(key) or ("the chain this one runs in" if key in declared else None)
+            if first is not None:
+                again = ", ".join(_label(k) for k in ordered if k in writers or k in declared)
+                raise ValueError(
+                    f"gradxform.chain: piece {i} provides {again}, which {first} already provides; "
+                    f"a step-context field has one writer (a family that adjusts the learning rate does so "
+                    f"inside its rate piece, gradxform.pieces.adjusted_rate).")
+            writers[key] = f"piece {i}"
         available |= use.provides
     # local values end with the chain; shared fields are seen by later pieces of the parent
     return ContextUse({k: taken.get(k, "gradxform.chain(needs=...)") for k in declared},

@@ -26,7 +26,7 @@ import dataclasses
 from typing import Any, Callable, Iterable, Mapping, cast
 
 __all__ = ["FIELDS", "LocalKey", "ContextUse", "Fusion", "Spec", "REDUCTIONS", "declare", "spec_of",
-           "context_use", "checkable", "check_key", "piece_name"]
+           "context_use", "check_key", "piece_name"]
 
 ATTR = "gx_spec"  # the attribute a `Spec` lives in, on an update function
 
@@ -69,12 +69,6 @@ class LocalKey:
 def check_key(key, where: str):
     if not (isinstance(key, LocalKey) or key in FIELDS):
         raise TypeError(f"{where}: {key!r} is not a step-context field ({', '.join(FIELDS)}) or a LocalKey.")
-
-
-def checkable(*keys) -> tuple:
-    """The keys among ``keys`` that `chain` can check: fields and LocalKeys
-    (None and undeclared extension names are left out)."""
-    return tuple(k for k in keys if isinstance(k, LocalKey) or (isinstance(k, str) and k in FIELDS))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,6 +20,7 @@ from .._optimizer import Setup
 from ._get_lr import remember
 from .._selectors import as_names
 from ..pieces import centralize_gradients, unscale
+from ..pieces.internal import adjusted_rate, no_adjustment
 from .._ranges import check_bool, check_hyper
 from ..schedules.internal import as_schedule, check_number
 from ..schedules.internal import DynamicLR
@@ -105,9 +106,10 @@ class MSOptions(Setup):
         return self.specs is not None
 
     def step(self) -> GradientTransformation:
-        """`track_step` (the default lr) then the per-group lr override."""
-        return chain(self.track(),
-                     group_learning_rate(self.owner, self.specs, self.order) if self.grouped else identity())
+        """`track_step` (the default lr), then the per-group lr override: one
+        rate piece (`adjusted_rate`), the chain's one writer of ``lr``."""
+        return adjusted_rate(self.track(), group_learning_rate(self.owner, self.specs, self.order)
+                             if self.grouped else no_adjustment())
 
     def decay(self, *, loss_scaled: bool = True, add: bool = True,
               decay_filter: Callable[[str], bool] | None = beta_gamma_filter) -> GradientTransformation:

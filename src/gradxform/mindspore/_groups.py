@@ -32,18 +32,18 @@ these pieces unchanged on its flat buffers (one entry per buffer there).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple, cast
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import GradientTransformation, StepContext, context_value, transformation
+from .._base import GradientTransformation, StepContext, transformation
 from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._selectors import Selector, assign_slots, describe_names, names_of
 from .._state_paths import find_states, is_optax_placeholder
-from ..pieces.internal import buffer_segments, only_slotted
+from ..pieces.internal import RateAdjuster, buffer_segments, only_slotted
 from .._group_values import partition, per_group, read_per_leaf
 from .._tree import leaf_values, param_names
 from ..schedules.internal import as_schedule, check_number
@@ -167,12 +167,12 @@ def _group_state(hyper, params, slot, flags) -> GroupState:
     return GroupState(hyper, *partition(slot, np.asarray(flags, bool), dtypes=(np.int32, np.int32)))
 
 
-def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
-    """Overrides the step context's ``lr`` for leaves of groups with their own
-    'lr': hyperparameter ``learning_rate_group_<i>`` (a fixed value, or the
-    base of the group's list/schedule, evaluated at the leaf's completed
-    updates, `Schedule.lr_for_update`). Must follow `track_step`; other leaves
-    keep the lr `track_step` published."""
+def group_learning_rate(owner: str, specs, order) -> RateAdjuster:
+    """Gives leaves of groups with their own 'lr' that group's rate:
+    hyperparameter ``learning_rate_group_<i>`` (a fixed value, or the base of
+    the group's list/schedule, evaluated at the leaf's completed updates,
+    `Schedule.lr_for_update`). A rate adjuster (`adjusted_rate` runs it after
+    `track_step`); other leaves keep the rate `track_step` computed."""
     own = [(k, s) for k, s in enumerate(specs or []) if s.lr_base is not None]
 
     def init(params):
@@ -180,13 +180,10 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
         return _group_state({f"learning_rate_group_{s.index}": hyper_scalar(s.lr_base) for _, s in own},
                             params, slot, np.ones(slot.shape, bool))
 
-    @declare(who=owner, needs=("lr", "count") if own else (), provides=("lr",) if own else (), fusion=Fusion())
-    def update(updates, state, params=None, **extra_args):
-        del params
+    def adjust(lr_tree, count, updates, state, extra_args):
+        del updates, extra_args
         if not own:
-            return updates, state
-        lr_tree = context_value(extra_args, "lr", owner)
-        count = context_value(extra_args, "count", owner)
+            return lr_tree, state
         # one vectorised schedule call for all groups of leaves (per group of `GroupState`,
         # where the rates and counts are one object per group; else per leaf), each leaf
         # reading its entry: a slice per group, not per leaf (compile time)
@@ -199,10 +196,9 @@ def group_learning_rate(owner: str, specs, order) -> GradientTransformation:
             val = s.lr_schedule.lr_for_update(t, base) if s.lr_schedule is not None else \
                 jnp.broadcast_to(base, t.shape)
             lr = jnp.where(slot == k, val, lr)
-        cast(StepContext, StepContext.of(extra_args)).publish(lr=read_per_leaf(lr, run))
-        return updates, state
+        return read_per_leaf(lr, run), state
 
-    return transformation(init, update)
+    return RateAdjuster(owner, init, adjust)
 
 
 def group_weight_decay(owner: str, weight_decay: float, specs, order, *,

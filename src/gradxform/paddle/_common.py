@@ -38,15 +38,14 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from .._base import GradientTransformation, StepContext, chain, context_value, identity, transformation
-from .._spec import Fusion, declare
+from .._base import GradientTransformation, chain, identity
 from .._hyper import _scheduled, get_hyper, get_learning_rate, hyper_scalar, set_hyper
 from .._optimizer import Setup
 from .._ranges import check_bool
@@ -54,7 +53,7 @@ from .._selectors import Selector, as_names, assign_slots, describe_names
 from .._state_paths import find_states
 from .._group_values import GroupValues, host_groups
 from .._tree import leaf_values, once_per_value, param_names
-from ..pieces.internal import StepState
+from ..pieces.internal import RateAdjuster, StepState, adjusted_rate, no_adjustment
 from ..pieces.internal import only_slotted
 from ..pieces.internal import with_master_weights
 from ..schedules.internal import DynamicLR, as_schedule, check_number, holds_its_rate
@@ -181,11 +180,12 @@ class PaddleOptions(Setup):
 
     # -- pieces -------------------------------------------------------------------
     def step(self) -> GradientTransformation:
-        """`track_step`, the plateau, then each group's ratio on the learning rate."""
-        return chain(self.track(),
-                     self.plateau.piece() if self.plateau is not None else identity(), self._group_lr())
+        """`track_step`'s rate, then the plateau's, then each group's ratio on
+        it: one rate piece (`adjusted_rate`), the chain's one writer of ``lr``."""
+        return adjusted_rate(self.track(), self.plateau.adjuster() if self.plateau is not None else no_adjustment(),
+                             self._group_lr())
 
-    def _group_lr(self) -> GradientTransformation:
+    def _group_lr(self) -> RateAdjuster:
         ratios = {g.index: g.lr_ratio for g in self.groups}
 
         def init(params):
@@ -193,19 +193,15 @@ class PaddleOptions(Setup):
             return GroupState({}, GroupValues(jnp.asarray(slots), groups), GroupValues(
                 jnp.asarray([ratios.get(int(s), 1.0) for s in slots], jnp.float32), groups))
 
-        @declare(who=self.owner, needs=("lr",), provides=("lr",), fusion=Fusion())
-        def update(updates, state, params=None, **extra_args):
-            del params
-            lr = context_value(extra_args, "lr", self.owner)
+        def adjust(lr, count, updates, state, extra_args):
+            del count, extra_args
             if all(r == 1.0 for r in ratios.values()):  # no group scales its rate: the rates as they are
-                return updates, state
+                return lr, state
             # Paddle: float32(lr) * group['learning_rate'] (its scale op, float32)
             times = once_per_value(lambda l, r: l * r)  # one rate per (rate, group ratio): a group's leaves share it
-            cast(StepContext, StepContext.of(extra_args)).publish(
-                lr=jax.tree.map(times, lr, leaf_values(state.lr_ratio, updates)))
-            return updates, state
+            return jax.tree.map(times, lr, leaf_values(state.lr_ratio, updates)), state
 
-        return transformation(init, update)
+        return RateAdjuster(self.owner, init, adjust)
 
     def group_values(self, names) -> dict:
         """``{group: {name: value}}`` for the optimizer hyperparameters ``names``

@@ -10,8 +10,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._base import GradientTransformation, StepContext, transformation
-from .._spec import Fusion, declare
+from .._base import GradientTransformation
+from ..pieces.internal import RateAdjuster, adjusted_rate
+from ..pieces import track_step
 from .._hyper import hyper_scalar
 from ..schedules.internal import JAX32, Ops, check_number
 from .._types import Hyper
@@ -50,10 +51,10 @@ class PlateauState(NamedTuple):
 
 class ReduceOnPlateau:
     """Paddle ReduceOnPlateau. It needs the loss, so it is not a function of the
-    step count: `piece` returns a chainable transformation that takes the loss
-    as the extra argument ``loss=`` of ``update`` and overrides the step
-    context's ``lr`` with its current value (place it right after
-    `track_step`). As in Paddle, the loss given with update ``t`` (the loss at
+    step count: it adjusts the rate `track_step` computes (`adjuster`, run by
+    `gradxform.pieces.adjusted_rate`), taking the loss as the extra argument
+    ``loss=`` of ``update`` and giving every leaf its current value; `piece`
+    is that rate piece, ready to chain in place of `track_step`. As in Paddle, the loss given with update ``t`` (the loss at
     the parameters before that update, fed to ``scheduler.step(loss)`` after
     ``optimizer.step()``) changes the learning rate from update ``t + 1`` on;
     Paddle's rule, cooldown included (a cooldown step does not look at the
@@ -111,23 +112,28 @@ class ReduceOnPlateau:
                             jnp.where(cooling, s.num_bad_epochs, bad),
                             jnp.where(cooling, s.cooldown_counter - 1, cool).astype(jnp.int32))
 
-    def piece(self) -> GradientTransformation:
-        """The stateful piece (see the class docstring)."""
+    def adjuster(self) -> RateAdjuster:
+        """The rate adjuster `adjusted_rate` runs (see the class docstring):
+        every leaf's rate is the plateau's ``last_lr``."""
 
         def init(params):
             del params
             return self.init_state()
 
-        # one lr for all leaves
-        @declare(who="ReduceOnPlateau", needs=("lr",), provides=("lr",), fusion=Fusion())
-        def update(updates, state, params=None, **extra_args):
-            del params
+        def adjust(lr, count, updates, state, extra_args):
+            del count, updates
             if "loss" not in extra_args or extra_args["loss"] is None:
                 raise ValueError("ReduceOnPlateau needs the loss: call update(grads, state, params, "
                                  "loss=loss_value).")
-            ctx = StepContext.of(extra_args)
-            if ctx is not None and ctx.lr is not None:
-                ctx.publish(lr=jax.tree.map(lambda l: jnp.broadcast_to(state.last_lr, jnp.shape(l)), ctx.lr))
-            return updates, self.update_metric(state, extra_args["loss"])
+            lr = jax.tree.map(lambda l: jnp.broadcast_to(state.last_lr, jnp.shape(l)), lr)
+            return lr, self.update_metric(state, extra_args["loss"])
 
-        return transformation(init, update)
+        return RateAdjuster("ReduceOnPlateau", init, adjust)
+
+    def piece(self, track: GradientTransformation | None = None) -> GradientTransformation:
+        """The chainable rate piece: ``track`` (default ``track_step`` from
+        this plateau's ``learning_rate``) adjusted by the plateau; it provides
+        the step context's ``lr``, ``count`` and ``mask``, so it takes
+        `track_step`'s place in a chain. Its state is ``(StepState,
+        PlateauState)``."""
+        return adjusted_rate(track_step(self.base_lr) if track is None else track, self.adjuster())

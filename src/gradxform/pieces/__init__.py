@@ -22,7 +22,7 @@ from ._moments import (bias_correction as bias_correction, ema as ema,
 from ._precision import (with_master_weights as with_master_weights)
 from ._scaling import (rescale as rescale, scale as scale, unscale as unscale)
 from ._step import (scale_by_learning_rate as scale_by_learning_rate, scale_by_lr as scale_by_lr,
-    track_step as track_step)
+    track_step as track_step, adjusted_rate as adjusted_rate, RateAdjuster as RateAdjuster)
 from ._trust import (scale_by_corrected_moments as scale_by_corrected_moments,
     scale_by_trust_ratio as scale_by_trust_ratio, provide_lars_ratio as provide_lars_ratio,
     trace_with_lr_ratio as trace_with_lr_ratio)
@@ -34,8 +34,8 @@ _EXPORTED = ['centralize_gradients', 'clip_by_global_norm', 'clip_by_value', 'gl
     'gated', 'lazy_rows', 'bias_correction', 'ema', 'scale_by_accumulated_squares', 'scale_by_adam_moments',
     'scale_by_adamax', 'scale_by_centered_rms', 'scale_by_lion', 'scale_by_rms', 'sign', 'trace',
     'with_master_weights', 'rescale', 'scale', 'unscale', 'scale_by_learning_rate', 'scale_by_lr', 'track_step',
-    'scale_by_corrected_moments', 'scale_by_trust_ratio', 'provide_lars_ratio', 'trace_with_lr_ratio',
-    'averaged_sgd_step', 'running_bias_correction', 'scale_by_adadelta', 'scale_by_infinity_norm', 'scale_by_rprop',
-    'scale_by_row_accumulated_squares']
+    'adjusted_rate', 'RateAdjuster', 'scale_by_corrected_moments', 'scale_by_trust_ratio', 'provide_lars_ratio',
+    'trace_with_lr_ratio', 'averaged_sgd_step', 'running_bias_correction', 'scale_by_adadelta',
+    'scale_by_infinity_norm', 'scale_by_rprop', 'scale_by_row_accumulated_squares']
 # -- end of generated exports --
 __all__ = list(_EXPORTED)

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 
 from .._base import GradientTransformation, context_value, run_inner, transformation
-from .._spec import Fusion, checkable, declare
+from .._spec import Fusion, check_key, declare
 from .._state_paths import map_param_trees
 from .._tree import leaf_values, once_per_value, select_tree
 from ._segments import present_rows
@@ -42,10 +42,11 @@ def gated(inner: GradientTransformation, key) -> GradientTransformation:
     context is False, the update is zero and ``inner``'s per-parameter state
     is kept as it was (MXNet LBSGD's non-update steps while gradients
     accumulate). ``key``: a `gradxform.LocalKey` or a context field, which
-    `gradxform.chain` checks, or the name of an undeclared extension."""
+    `gradxform.chain` checks."""
+    check_key(key, "gated(key=...)")
 
     # its mask is per leaf, hence per group
-    @declare(who="gated", needs=checkable(key), inner=(inner,), fusion=Fusion())
+    @declare(who="gated", needs=(key,), inner=(inner,), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         mask = context_value(extra_args, key, "gated")
         out, new_state = run_inner(inner, updates, state, params, **extra_args)

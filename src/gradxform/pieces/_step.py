@@ -7,14 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import GradientTransformation, StepContext, chain, context_value, transformation
-from .._spec import Fusion, checkable, declare
+from .._base import CONTEXT_KEY, EmptyState, GradientTransformation, StepContext, chain, context_value, transformation
+from .._spec import Fusion, check_key, declare, spec_of
 from .._hyper import check_range, hyper_scalar
 from .._ranges import check_value
 from .._selectors import multipliers
 from .._state_paths import find_states, is_optax_placeholder, map_states, written_out
 from .._group_values import expand_groups, group_by_value, per_leaf_list, stepped_in_groups
-from .._tree import leaf_vector, once_per_value, param_names
+from .._tree import distinct_buffers, leaf_vector, once_per_value, param_names
 from .._types import Hyper, ParamTree, PerLeaf
 from ..schedules.internal import NUM_UPDATE, as_update_schedule
 from .._domains import COUNT, FINITE, MAX_COUNT
@@ -22,9 +22,9 @@ from .._domains import COUNT, FINITE, MAX_COUNT
 if TYPE_CHECKING:
     from ..schedules.internal import HeldRate
 
-__all__ = ["StepState", "track_step", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
+__all__ = ["StepState", "track_step", "RateAdjuster", "adjusted_rate", "no_adjustment", "scale_by_lr", "scale_by_learning_rate", "Multiplier", "per_leaf_counts",
            "per_leaf_multipliers", "host_done"]
-PUBLIC = ("scale_by_learning_rate", "scale_by_lr", "track_step",)  # what gradxform.pieces re-exports
+PUBLIC = ("scale_by_learning_rate", "scale_by_lr", "track_step", "adjusted_rate", "RateAdjuster",)  # what gradxform.pieces re-exports
 
 # A per-parameter multiplier: a mapping from a selection (name, glob, Gluon regex:
 # `gradxform._selectors.Selector`) to a number, or a function ``names -> np.ndarray``
@@ -305,6 +305,73 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
     return transformation(init, update)
 
 
+class RateAdjuster(NamedTuple):
+    """One family's adjustment of the learning rate `track_step` computes
+    (MindSpore's group rates, Paddle's ReduceOnPlateau and group ratios): not
+    a piece of its own, so it cannot publish a rate; `adjusted_rate` runs it.
+
+    ``init(params) -> state``; ``adjust(lr, count, updates, state,
+    extra_args) -> (lr, state)``, with ``lr`` and ``count`` trees shaped
+    like ``updates`` (the rate so far, each leaf's update count).
+    ``fusion``: how it runs under `gradxform.fused` (as a piece's)."""
+    who: str
+    init: Callable
+    adjust: Callable
+    fusion: Fusion = Fusion()
+
+
+def no_adjustment() -> RateAdjuster:
+    """An adjuster that keeps the rate and holds nothing (fills a disabled
+    slot, so that the state's structure does not depend on options)."""
+    return RateAdjuster("no_adjustment", lambda params: EmptyState(), lambda lr, count, u, s, extra: (lr, s))
+
+
+def _merged_fusion(fusions) -> Fusion | None:
+    if any(f is None for f in fusions):
+        return None
+    return Fusion(bit_exact=all(f.bit_exact for f in fusions), isolate_first=any(f.isolate_first for f in fusions),
+                  refuse=next((f.refuse for f in fusions if f.refuse is not None), None),
+                  reductions=tuple(dict.fromkeys(r for f in fusions for r in f.reductions)))
+
+
+def adjusted_rate(track: GradientTransformation, *adjusters: RateAdjuster) -> GradientTransformation:
+    """`track_step`'s count and rate, the rate adjusted by ``adjusters`` in
+    order, published once: the one writer of the step context's ``lr``
+    (and ``count``, ``mask``) in a chain whose family adjusts the rate.
+
+    The state is ``(track's state, *each adjuster's state)``, as
+    ``chain(track, *pieces)`` would hold it. ``track``: a `track_step`."""
+    bad = [a for a in adjusters if not isinstance(a, RateAdjuster)]
+    if bad:
+        raise TypeError(f"adjusted_rate: adjusters must be RateAdjuster; got {bad[0]!r}.")
+    spec = spec_of(track)
+    if spec is None or not {"lr", "count", "mask"} <= spec.provides:
+        raise TypeError("adjusted_rate: track must provide lr, count and mask (a track_step).")
+
+    def init(params):
+        return distinct_buffers((track.init(params), *(a.init(params) for a in adjusters)))
+
+    @declare(who=spec.who, provides=spec.provides,
+             fusion=_merged_fusion([spec.fusion, *(a.fusion for a in adjusters)]))
+    def update(updates, state, params=None, **extra_args):
+        if not isinstance(state, tuple) or len(state) != 1 + len(adjusters):
+            raise ValueError(f"adjusted_rate.update: expected a state of {1 + len(adjusters)} parts (from its "
+                             f"init); got {type(state).__name__}.")
+        ctx = StepContext.of(extra_args)
+        own = StepContext() if ctx is None else ctx.probe()  # track's values, read here only
+        with own.running(track):
+            _, track_state = track.update(updates, state[0], params, **{**extra_args, CONTEXT_KEY: own})
+        lr, new_state = own.lr, [track_state]
+        for adjuster, s in zip(adjusters, state[1:]):
+            lr, s = adjuster.adjust(lr, own.count, updates, s, extra_args)
+            new_state.append(s)
+        if ctx is not None:
+            ctx.publish(lr=lr, count=own.count, mask=own.mask)
+        return updates, tuple(new_state)
+
+    return transformation(init, update)
+
+
 def scale_by_lr(sign: float = -1.0, factor_key=None) -> GradientTransformation:
     """``u -> sign * lr[i] * u`` with each parameter's learning rate from the
     step context (so it must follow `track_step` in a gradxform chain).
@@ -315,7 +382,10 @@ def scale_by_lr(sign: float = -1.0, factor_key=None) -> GradientTransformation:
         del params
         return ()
 
-    @declare(who="scale_by_lr", needs=("lr", *checkable(factor_key)), fusion=Fusion())
+    if factor_key is not None:
+        check_key(factor_key, "scale_by_lr(factor_key=...)")
+
+    @declare(who="scale_by_lr", needs=("lr",) if factor_key is None else ("lr", factor_key), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", "scale_by_lr")

@@ -13,13 +13,13 @@ from ._precision import (FP16_WARNING, MasterWeightsState, is_low_precision, wit
 from ._scaling import (HyperState)
 from ._segments import (ShardedSegments, buffer_segments, layout_segments, leaf_flags, leaf_scan,
     leaf_sq_norm, shard_of, whole_buffers)
-from ._step import (StepState, host_done, per_leaf_counts)
+from ._step import (RateAdjuster, StepState, adjusted_rate, host_done, no_adjustment, per_leaf_counts)
 
 __all__ = ['CenteredRmsState', 'FP16_WARNING', 'HyperState', 'MasterWeightsState', 'MomentsState',
     'NonFiniteError', 'ShardedSegments', 'StepState', 'TraceState', 'adam_emas', 'buffer_segments',
     'check_guard', 'dynamic_loss_scale', 'get_loss_scale', 'guard_status', 'host_done', 'is_low_precision',
     'layout_segments', 'leaf_flags', 'leaf_scan', 'leaf_sq_norm', 'masked_by_update_mask', 'one_minus_power',
-    'only_slotted', 'per_leaf_counts', 'scale_loss', 'shard_of', 'skip_nonfinite', 'whole_buffers',
+    'only_slotted', 'per_leaf_counts', 'RateAdjuster', 'adjusted_rate', 'no_adjustment', 'scale_loss', 'shard_of', 'skip_nonfinite', 'whole_buffers',
     'with_master_weights']
 from ._trust import CorrectedMomentsState, LarsRatioState, LrRatioTraceState, TrustRatioState  # noqa: E402
 __all__ += ["CorrectedMomentsState", "LarsRatioState", "LrRatioTraceState", "TrustRatioState"]
