@@ -608,3 +608,29 @@ def test_a_state_loaded_into_an_optimizer_with_another_schedule_base_is_refused_
     load_state(tmp_path / "s.ckpt", like=old.init(params))  # the same schedule: nothing to settle
     with pytest.raises(ValueError, match="schedule_base"):
         load_state(tmp_path / "s.ckpt", like=new.init(params), schedule_base="mine")
+
+
+def test_a_file_with_the_former_one_element_placeholders_loads(tmp_path):
+    """MindSpore AdaFactor's unused slots held a (1,) zero per leaf before issue 37 and hold nothing
+    now (``placeholder_fields``): such a file loads, its zeros dropped; anything else there is corrupt."""
+    from gradxform.mindspore._adafactor import AdaFactorState
+    params = {"b": jnp.asarray([0.5, -1.0]), "w": jnp.ones((2, 3))}
+    tx = gradxform.create("mindspore.adafactor", learning_rate=0.05, relative_step=False)
+    state = tx.update(jax.tree.map(jnp.sin, params), tx.init(params), params)[1]
+
+    def former(fill):  # the layout before: a (1,) array where a leaf's slot is unused
+        def node(st):
+            if not isinstance(st, AdaFactorState):
+                return st
+            spread = {f: {k: (jnp.full((1,), fill, jnp.float32) if isinstance(v, tuple) else v)
+                          for k, v in getattr(st, f).items()} for f in AdaFactorState.placeholder_fields}
+            return st._replace(**spread)
+        return jax.tree.map(node, state, is_leaf=lambda x: isinstance(x, AdaFactorState))
+
+    save_state(tmp_path / "old.gxckpt", former(0.0))
+    loaded = load_state(tmp_path / "old.gxckpt", like=tx.init(params))
+    assert jax.tree.structure(loaded) == jax.tree.structure(state)
+    jax.tree.map(np.testing.assert_array_equal, loaded, state)
+    save_state(tmp_path / "bad.gxckpt", former(3.0))
+    with pytest.raises(CheckpointError, match=r"corrupt.*exp_avg_sq.*where the state keeps nothing"):
+        load_state(tmp_path / "bad.gxckpt", like=tx.init(params))

@@ -78,7 +78,7 @@ from ._group_values import expand_groups, regroup_like
 from ._files import create_locked_temp, new_file_mode, path_of, read_regular, remove_stray_temps
 from ._msgpack_cost import decoded_cost as _header_cost
 from ._hyper import settle_schedule_bases
-from ._state_paths import former_names, hyper_difference
+from ._state_paths import former_names, hyper_difference, state_paths
 from ._state_v1 import v1_plan, v1_stack
 
 __all__ = ["CheckpointError", "save_state", "load_state", "read_metadata", "FORMAT_VERSION"]
@@ -434,6 +434,29 @@ def _fmt(shape, dtype) -> str:
     return f"{dtype}[{','.join(str(d) for d in shape)}]"
 
 
+def _without_placeholders(entries: list, payload, like, path) -> list:
+    """``entries`` less those a state class's ``placeholder_fields`` no longer
+    hold: a file written before such a field left its unused leaves empty
+    has a (1,) zero there (MindSpore AdaFactor's unused slots), which is
+    dropped; anything else there is 'corrupt'."""
+    prefixes = tuple(f"{jax.tree_util.keystr(p)}.{f}" for p, node in state_paths(like)
+                     for f in getattr(type(node), "placeholder_fields", ()))
+    if not prefixes:
+        return entries
+    wanted = set(_describe(like)[0])
+    kept = []
+    for entry in entries:
+        p, shape, dtype, offset, nbytes = entry
+        if p in wanted or not p.startswith(prefixes):
+            kept.append(entry)
+            continue
+        value = _from_bytes(payload[offset:offset + nbytes], dtype, shape, None)
+        if tuple(shape) != (1,) or np.any(np.asarray(value) != 0):
+            raise CheckpointError("corrupt", path, f"{p} holds {_fmt(shape, dtype)} where the state keeps "
+                                                   "nothing (files written before keep a (1,) zero there).")
+    return kept
+
+
 def load_state(path, like=None, *, meta: dict | None = None, alternatives=(), schedule_base: str | None = None):
     """Reads a file written by `save_state`.
 
@@ -480,6 +503,7 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=(), sc
     grouped = (like, *alternatives)  # read per leaf, as saved (`expand_groups`), then grouped again
     like, alternatives = expand_groups(like), [expand_groups(a) for a in alternatives]
     paths, treedef, leaves = _describe(like)
+    entries = _without_placeholders(entries, payload, like, path)
     file_paths = [e[0] for e in entries]
     for other in alternatives:
         if file_paths == paths:

@@ -29,8 +29,12 @@ RANGES = {"adafactor": {"beta1": UNIT_HALF_OPEN, "weight_decay": UNIT_HALF_OPEN,
 class AdaFactorState(NamedTuple):
     """Per parameter: ``exp_avg`` (the first moment, () without beta1),
     ``exp_avg_sq_row``/``exp_avg_sq_col`` (factored, 2+ dimensions) and
-    ``exp_avg_sq`` (unfactored; float16 with ``compression``); unused slots
-    hold a 1-element zero array, as MindSpore's."""
+    ``exp_avg_sq`` (unfactored; float16 with ``compression``). A slot a
+    leaf does not use (the factors of a vector, the full moment of a matrix)
+    holds nothing, ``()``, where MindSpore keeps a 1-element zero: the state
+    grows with the leaves by the rule's own buffers only. Files written
+    before held that zero; `gradxform.load_state` drops it
+    (``placeholder_fields``)."""
     hyper: Hyper
     exp_avg: ParamTree
     exp_avg_sq_row: ParamTree
@@ -38,6 +42,8 @@ class AdaFactorState(NamedTuple):
     exp_avg_sq: ParamTree
     domains = {"exp_avg": FINITE, "exp_avg_sq_row": NON_NEGATIVE_FINITE, "exp_avg_sq_col": NON_NEGATIVE_FINITE,
                "exp_avg_sq": NON_NEGATIVE_FINITE}
+    # fields whose unused leaves held a (1,) zero in files written before issue 37 (now nothing)
+    placeholder_fields = ("exp_avg_sq_row", "exp_avg_sq_col", "exp_avg_sq")
 
 
 def _rms(x):
@@ -57,14 +63,14 @@ def _adafactor_step(eps, clip_threshold, decay_rate, beta1, weight_decay, scale_
         # the factored statistics take the sharding of the reductions that update
         # them (a user's FSDP rows stay sharded; a scan carry keeps its type)
         def row(p):
-            return jnp.zeros_like(jnp.sum(p, -1)) if p.ndim > 1 else jnp.zeros((1,), p.dtype)
+            return jnp.zeros_like(jnp.sum(p, -1)) if p.ndim > 1 else ()
 
         def col(p):
-            return jnp.zeros_like(jnp.sum(p, -2)) if p.ndim > 1 else jnp.zeros((1,), p.dtype)
+            return jnp.zeros_like(jnp.sum(p, -2)) if p.ndim > 1 else ()
 
         def sq(p):
             if p.ndim > 1:
-                return jnp.zeros((1,), p.dtype)
+                return ()
             return jnp.zeros(p.shape, jnp.float16 if compression else p.dtype)
 
         params = jax.tree.map(jnp.asarray, params)
