@@ -37,6 +37,8 @@ ROWS = {
     "paddle.adamw+groups": ("paddle.adamw", dict(parameters=[{"params": ["*/w"]},
                                                              {"params": ["*/b"], "learning_rate": 2.0,
                                                               "weight_decay": 0.0}])),
+    "mindspore.adam+groups": ("mindspore.adam", dict(weight_decay=1e-3, groups=[
+        {"params": ["*/w"]}, {"params": ["*/b"], "lr": 2e-3, "weight_decay": 0.0}])),
 }
 
 

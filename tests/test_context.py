@@ -135,6 +135,46 @@ def test_adjusted_rate_is_the_one_writer_of_a_plateau_and_group_rates():
         P.adjusted_rate(P.track_step(0.1), P.trace(0.9))
 
 
+def test_adjusted_rate_declares_what_its_parts_declare():
+    spec = gx._spec.spec_of
+    keep = P.RateAdjuster("keep", lambda p: (), lambda lr, count, u, s, extra: (lr, s))
+    assert spec(P.adjusted_rate(P.track_step(0.1), keep)).fusion == gx._spec.Fusion()
+    refused = P.RateAdjuster("no", keep.init, keep.adjust, gx._spec.Fusion(refuse="its own reason"))
+    approx = P.RateAdjuster("approx", keep.init, keep.adjust, gx._spec.Fusion(bit_exact=False))
+    fusion = spec(P.adjusted_rate(P.track_step(0.1), approx, refused)).fusion
+    assert fusion.refuse == "its own reason" and fusion.bit_exact is False and fusion.isolate_first is False
+    before = P.track_step(0.1, schedule=lambda n, base: base / n, read_lr="before")
+    assert spec(P.adjusted_rate(before, keep)).fusion.isolate_first is True  # track's own, kept
+    undeclared = P.RateAdjuster("undeclared", keep.init, keep.adjust, None)
+    assert spec(P.adjusted_rate(P.track_step(0.1), keep, undeclared)).fusion is None
+    with pytest.raises(TypeError, match="track must provide lr, count and mask"):
+        P.adjusted_rate(P.trace(0.9), keep)
+    tx = P.adjusted_rate(P.track_step(0.1), keep, keep)
+    state = tx.init(PARAMS)
+    assert len(state) == 3 and state[1] == () == state[2]
+    with pytest.raises(ValueError, match="expected a state of 3 parts"):
+        tx.update(GRADS, state[:2], PARAMS)
+    ctx = gx.StepContext()
+    _, new = tx.update(GRADS, state, PARAMS, gx_context=ctx)
+    assert int(new[0].count) == 1
+    np.testing.assert_allclose(jax.tree.leaves(ctx.lr), [0.1, 0.1], rtol=1e-7)
+
+
+def test_a_chain_refuses_a_state_of_another_length_and_names_undeclared_readers():
+    tx = gx.chain(P.track_step(0.1), P.scale_by_lr())
+    with pytest.raises(ValueError, match="expected a state of 2 pieces"):
+        tx.update(GRADS, tx.init(PARAMS) + ((),), PARAMS)
+
+    def my_rule(updates, state, params=None, **extra_args):  # a reader without a declaration
+        return updates, state
+
+    with pytest.raises(ValueError, match=r"test_context.test_a_chain_refuses.* needs 'lr' from track_step"):
+        gx.context_value({}, "lr", my_rule)
+    declared = gx.uses_context(needs=("lr",))(my_rule)  # no name given: where it is defined
+    assert gx._spec.spec_of(declared).who == "test_context.test_a_chain_refuses_a_state_of_another_length_and_" \
+                                            "names_undeclared_readers"
+
+
 def test_a_whole_optimizer_is_one_transformation_in_optax_chain():
     inner = gx.create("adam", learning_rate=0.01)
     tx = optax.chain(optax.clip_by_global_norm(1.0), inner)

@@ -223,7 +223,9 @@ def test_gated_keeps_state_where_the_flag_is_off():
     with pytest.raises(TypeError, match="not a step-context field"):
         P.gated(P.trace(0.9), "on")
     undeclared = gx.chain(flag_piece(declared=False))
-    with pytest.raises(TypeError, match="without declaring it"):
+    # the writer is named where it is defined (an undeclared piece has no name of its own)
+    with pytest.raises(TypeError, match=r"test_gated_keeps_state_where_the_flag_is_off writes 'on' into the "
+                                        r"step context without declaring it"):
         undeclared.update(params, undeclared.init(params), params)
 
 

@@ -418,7 +418,7 @@ def uses_context(who: str | None = None, *, needs: Iterable = (), provides: Iter
     """
 
     def mark(fn):
-        return declare(fn, who=who or piece_name(fn), needs=needs, provides=provides, inner=inner)
+        return declare(fn, who=who, needs=needs, provides=provides, inner=inner)  # who=None: piece_name(fn)
 
     return mark
 
@@ -447,8 +447,8 @@ def _check_order(uses: list, declared: tuple) -> ContextUse:
                 f"same gradxform.chain; put {provider} before it. (A chain meant to run inside another "
                 f"gradxform.chain that provides it declares so: chain(..., needs=({_label(key)},)).)")
         # one writer per field: a second would silently decide what every later piece reads
-        ordered = sorted(use.provides, key=lambda k: (isinstance(k, LocalKey), list(FIELDS).index(k)
-                                                      if k in FIELDS else 0, _label(k)))
+        ordered = [k for k in FIELDS if k in use.provides] + sorted(
+            (k for k in use.provides if isinstance(k, LocalKey)), key=_label)
         for key in ordered:
             first = writers.get(key) or ("the chain this one runs in" if key in declared else None)
             if first is not None:

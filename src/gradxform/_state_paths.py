@@ -142,13 +142,30 @@ def replace_fields(state, edits: Mapping[KeyPath, Mapping[str, Any]]):
 
 
 def _shaped_like(treedef):
-    return lambda x: treedef.num_leaves > 0 and jax.tree.structure(x) == treedef
+    """Whether a subtree has the parameters' structure: exactly, or with
+    ``()`` at the leaves whose slot holds nothing (MindSpore AdaFactor's
+    factors of a vector; `map_param_trees` hands those on as ``()``)."""
+    def like(x) -> bool:
+        if treedef.num_leaves == 0 or isinstance(x, tuple) and not x:
+            return False
+        if jax.tree.structure(x) == treedef:
+            return True
+        try:
+            parts = treedef.flatten_up_to(x)
+        except (ValueError, TypeError):
+            return False
+        holes = [p for p in parts if isinstance(p, tuple) and not p]
+        return bool(holes) and all(jax.tree.structure(p).num_leaves == 1 and jax.tree.structure(p).num_nodes == 1
+                                   for p in parts if not (isinstance(p, tuple) and not p))
+
+    return like
 
 
 def map_param_trees(fn: Callable, treedef, tree, *rest):
     """``tree`` with every subtree that has the parameters' structure
     ``treedef`` replaced by ``fn(subtree, *matching subtrees of rest)``;
-    everything else (counters, scalars) is kept from ``tree``."""
+    everything else (counters, scalars) is kept from ``tree``. A leaf whose
+    slot holds nothing reaches ``fn`` as ``()``."""
     like = _shaped_like(treedef)
     return jax.tree.map(lambda x, *r: fn(x, *r) if like(x) else x, tree, *rest, is_leaf=like)
 

@@ -136,7 +136,8 @@ def select_tree(mask, new, old):
 
     def pick(n, o):
         nl, ol = mask_def.flatten_up_to(n), mask_def.flatten_up_to(o)
-        return mask_def.unflatten([jnp.where(m, a, b) for m, a, b in zip(mask_leaves, nl, ol)])
+        return mask_def.unflatten([a if isinstance(a, tuple) else jnp.where(m, a, b)  # (): a slot holding nothing
+                                   for m, a, b in zip(mask_leaves, nl, ol)])
 
     return map_param_trees(pick, mask_def, new, old)
 

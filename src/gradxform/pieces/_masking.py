@@ -110,7 +110,7 @@ def lazy_rows(inner: GradientTransformation) -> GradientTransformation:
             return pdef.unflatten([
                 # a state leaf with the rows' leading shape is per row (a 0-d one of a 0-d
                 # parameter included); anything else (a per-leaf scalar of a matrix) is not
-                jnp.where(expand(r, a), a, b) if jnp.shape(a) == jnp.shape(b)
+                jnp.where(expand(r, a), a, b) if not isinstance(a, tuple) and jnp.shape(a) == jnp.shape(b)
                 and jnp.shape(a)[:r.ndim] == r.shape else a for a, b, r in zip(nl, ol, rl)])
 
         return out, map_param_trees(pick, pdef, new_state, state)
