@@ -4,7 +4,8 @@ outside ``_registry.py``, gradxform imports inside functions, import
 cycles among gradxform modules (top-level imports only, from the AST), and
 registered optimizer names written by hand in the family packages (string
 constants other than docstrings that name one, ``"mxnet.adam"`` or
-``"mindspore.AdamWeightDecay"``: the owner's name comes from its registration).
+``"mindspore.AdamWeightDecay"``: the owner's name comes from its registration),
+and calls of ``locals()`` (issue 37: arguments are passed by name).
 
     PYTHONPATH=$PWD/src python tools/spine_check.py [-v]
 
@@ -93,7 +94,8 @@ def scan():
     files = sorted(PKG.rglob("*.py"))
     modules = {module_name(f): f for f in files}
     found = {"closure reads": [], "__signature__ assignments": [], "_REGISTRY outside _registry.py": [],
-             "gradxform imports inside functions": [], "owner names written by hand in the families": []}
+             "gradxform imports inside functions": [], "owner names written by hand in the families": [],
+             "locals() calls": []}
     names = registered()
     families = {n.split(".", 1)[0] for n in names}  # the registry's: mxnet, mindspore, paddle, neutral
     graph: dict[str, set] = {m: set() for m in modules}
@@ -118,6 +120,8 @@ def scan():
             if isinstance(node, (ast.Name, ast.Attribute)) and path.name != "_registry.py" and \
                     (getattr(node, "id", None) == "_REGISTRY" or getattr(node, "attr", None) == "_REGISTRY"):
                 found["_REGISTRY outside _registry.py"].append(where(node))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "locals":
+                found["locals() calls"].append(where(node))
             if isinstance(node, ast.alias) and node.name == "_REGISTRY" and path.name != "_registry.py":
                 found["_REGISTRY outside _registry.py"].append(f"{path.relative_to(ROOT)} (imported)")
         for node in ast.walk(tree):

@@ -205,4 +205,7 @@ def AdaFactor(params, learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0,
               weight_decay=0.0, scale_parameter=True, relative_step=True, warmup_init=False, compression=False,
               loss_scale=1.0, *, skip_nonfinite=False) -> GradientTransformation:
     """``nn.AdaFactor(params, learning_rate, eps, ...)``: `gradxform.mindspore.adafactor`."""
-    return adafactor(**locals())
+    return adafactor(params=params, learning_rate=learning_rate, eps=eps, clip_threshold=clip_threshold,
+                     decay_rate=decay_rate, beta1=beta1, weight_decay=weight_decay, scale_parameter=scale_parameter,
+                     relative_step=relative_step, warmup_init=warmup_init, compression=compression,
+                     loss_scale=loss_scale, skip_nonfinite=skip_nonfinite)

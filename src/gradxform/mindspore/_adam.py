@@ -207,7 +207,10 @@ def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False
 
     Others as `gradxform.mindspore.momentum`.
     """
-    return _adam(registered_name(adam), **locals())
+    return _adam(registered_name(adam), learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
+                 use_locking=use_locking, use_nesterov=use_nesterov, weight_decay=weight_decay, loss_scale=loss_scale,
+                 use_amsgrad=use_amsgrad, use_lazy=use_lazy, use_offload=use_offload, params=params, groups=groups,
+                 skip_nonfinite=skip_nonfinite)
 
 
 def _adam(owner, learning_rate, beta1, beta2, eps, use_locking, use_nesterov, weight_decay, loss_scale,
@@ -243,7 +246,9 @@ def lazy_adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=
     keeps its weight and its moments (``FusedSparseLazyAdam``; the decay is
     applied to touched rows only). ``eps`` defaults to 1e-8 as in MindSpore's
     code (the seed says 1e-6). With dense gradients without zero rows this is `adam`."""
-    return _adam(registered_name(lazy_adam), use_lazy=True, **locals())
+    return _adam(registered_name(lazy_adam), use_lazy=True, learning_rate=learning_rate, beta1=beta1, beta2=beta2,
+                 eps=eps, use_locking=use_locking, use_nesterov=use_nesterov, weight_decay=weight_decay,
+                 loss_scale=loss_scale, params=params, groups=groups, skip_nonfinite=skip_nonfinite)
 
 
 def adam_offload(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False, use_nesterov=False,
@@ -253,7 +258,9 @@ def adam_offload(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locki
     `adam`'s numbers; the moments live in pinned host memory where the JAX
     backend supports memory kinds, on the device otherwise. No gradient
     centralization (MindSpore's AdamOffload does not apply it)."""
-    return _adam(registered_name(adam_offload), use_offload=True, **locals())
+    return _adam(registered_name(adam_offload), use_offload=True, learning_rate=learning_rate, beta1=beta1,
+                 beta2=beta2, eps=eps, use_locking=use_locking, use_nesterov=use_nesterov, weight_decay=weight_decay,
+                 loss_scale=loss_scale, params=params, groups=groups, skip_nonfinite=skip_nonfinite)
 
 
 def adam_weight_decay(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *,
@@ -378,29 +385,37 @@ def Adam(params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locki
          skip_nonfinite=False) -> GradientTransformation:
     """``nn.Adam(params, learning_rate, beta1, ..., use_amsgrad, **kwargs)`` (kwargs: use_lazy,
     use_offload): `gradxform.mindspore.adam`."""
-    return adam(**locals())
+    return adam(params=params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
+                use_locking=use_locking, use_nesterov=use_nesterov, weight_decay=weight_decay, loss_scale=loss_scale,
+                use_amsgrad=use_amsgrad, use_lazy=use_lazy, use_offload=use_offload, skip_nonfinite=skip_nonfinite)
 
 
 def LazyAdam(params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False, use_nesterov=False,
              weight_decay=0.0, loss_scale=1.0, *, skip_nonfinite=False) -> GradientTransformation:
     """``nn.LazyAdam(params, learning_rate, ...)``: `gradxform.mindspore.lazy_adam`."""
-    return lazy_adam(**locals())
+    return lazy_adam(params=params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
+                     use_locking=use_locking, use_nesterov=use_nesterov, weight_decay=weight_decay,
+                     loss_scale=loss_scale, skip_nonfinite=skip_nonfinite)
 
 
 def AdamOffload(params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False,
                 use_nesterov=False, weight_decay=0.0, loss_scale=1.0, *,
                 skip_nonfinite=False) -> GradientTransformation:
     """``nn.AdamOffload(params, learning_rate, ...)``: `gradxform.mindspore.adam_offload`."""
-    return adam_offload(**locals())
+    return adam_offload(params=params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
+                        use_locking=use_locking, use_nesterov=use_nesterov, weight_decay=weight_decay,
+                        loss_scale=loss_scale, skip_nonfinite=skip_nonfinite)
 
 
 def AdamWeightDecay(params, learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *,
                     skip_nonfinite=False) -> GradientTransformation:
     """``nn.AdamWeightDecay(params, learning_rate, ...)``: `gradxform.mindspore.adam_weight_decay`."""
-    return adam_weight_decay(**locals())
+    return adam_weight_decay(params=params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
+                             weight_decay=weight_decay, skip_nonfinite=skip_nonfinite)
 
 
 def Lamb(params, learning_rate, beta1=0.9, beta2=0.999, eps=1e-6, weight_decay=0.0, *, trust_ratio="update",
          skip_nonfinite=False) -> GradientTransformation:
     """``nn.Lamb(params, learning_rate, ...)``: `gradxform.mindspore.lamb`."""
-    return lamb(**locals())
+    return lamb(params=params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
+                weight_decay=weight_decay, trust_ratio=trust_ratio, skip_nonfinite=skip_nonfinite)

@@ -284,22 +284,29 @@ def rmsprop(learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locki
 def Adagrad(params, accum=0.1, learning_rate=0.001, update_slots=True, loss_scale=1.0, weight_decay=0.0, *,
             skip_nonfinite=False) -> GradientTransformation:
     """``nn.Adagrad(params, accum, learning_rate, ...)``: `gradxform.mindspore.adagrad`."""
-    return adagrad(**locals())
+    return adagrad(params=params, accum=accum, learning_rate=learning_rate, update_slots=update_slots,
+                   loss_scale=loss_scale, weight_decay=weight_decay, skip_nonfinite=skip_nonfinite)
 
 
 def ProximalAdagrad(params, accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking=False, loss_scale=1.0,
                     weight_decay=0.0, *, skip_nonfinite=False) -> GradientTransformation:
     """``nn.ProximalAdagrad(params, accum, learning_rate, ...)``: `gradxform.mindspore.proximal_adagrad`."""
-    return proximal_adagrad(**locals())
+    return proximal_adagrad(params=params, accum=accum, learning_rate=learning_rate, l1=l1, l2=l2,
+                            use_locking=use_locking, loss_scale=loss_scale, weight_decay=weight_decay,
+                            skip_nonfinite=skip_nonfinite)
 
 
 def FTRL(params, initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0, use_locking=False,
          loss_scale=1.0, weight_decay=0.0, *, skip_nonfinite=False) -> GradientTransformation:
     """``nn.FTRL(params, initial_accum, learning_rate, ...)``: `gradxform.mindspore.ftrl`."""
-    return ftrl(**locals())
+    return ftrl(params=params, initial_accum=initial_accum, learning_rate=learning_rate, lr_power=lr_power, l1=l1,
+                l2=l2, use_locking=use_locking, loss_scale=loss_scale, weight_decay=weight_decay,
+                skip_nonfinite=skip_nonfinite)
 
 
 def RMSProp(params, learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locking=False, centered=False,
             loss_scale=1.0, weight_decay=0.0, *, skip_nonfinite=False) -> GradientTransformation:
     """``nn.RMSProp(params, learning_rate, decay, momentum, ...)``: `gradxform.mindspore.rmsprop`."""
-    return rmsprop(**locals())
+    return rmsprop(params=params, learning_rate=learning_rate, decay=decay, momentum=momentum, epsilon=epsilon,
+                   use_locking=use_locking, centered=centered, loss_scale=loss_scale, weight_decay=weight_decay,
+                   skip_nonfinite=skip_nonfinite)

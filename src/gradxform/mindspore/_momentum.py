@@ -418,13 +418,15 @@ _momentum_factory = momentum  # the class's own argument 'momentum' shadows the 
 def Momentum(params, learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nesterov=False, *,
              skip_nonfinite=False) -> GradientTransformation:
     """``nn.Momentum(params, learning_rate, momentum, ...)``: `gradxform.mindspore.momentum`."""
-    return _momentum_factory(**locals())
+    return _momentum_factory(params=params, learning_rate=learning_rate, momentum=momentum, weight_decay=weight_decay,
+                             loss_scale=loss_scale, use_nesterov=use_nesterov, skip_nonfinite=skip_nonfinite)
 
 
 def SGD(params, learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, loss_scale=1.0,
         *, skip_nonfinite=False) -> GradientTransformation:
     """``nn.SGD(params, learning_rate, momentum, ...)``: `gradxform.mindspore.sgd`."""
-    return sgd(**locals())
+    return sgd(params=params, learning_rate=learning_rate, momentum=momentum, dampening=dampening,
+               weight_decay=weight_decay, nesterov=nesterov, loss_scale=loss_scale, skip_nonfinite=skip_nonfinite)
 
 
 LARS = lars

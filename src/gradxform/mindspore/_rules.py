@@ -146,22 +146,26 @@ def asgd(learning_rate=0.1, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, *,
 def AdaMax(params, learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.0, loss_scale=1.0, *,
            skip_nonfinite=False) -> GradientTransformation:
     """``nn.AdaMax(params, learning_rate, ...)``: `gradxform.mindspore.adamax`."""
-    return adamax(**locals())
+    return adamax(params=params, learning_rate=learning_rate, beta1=beta1, beta2=beta2, eps=eps,
+                  weight_decay=weight_decay, loss_scale=loss_scale, skip_nonfinite=skip_nonfinite)
 
 
 def Adadelta(params, learning_rate=1.0, rho=0.9, epsilon=1e-6, loss_scale=1.0, weight_decay=0.0, *,
              skip_nonfinite=False) -> GradientTransformation:
     """``nn.Adadelta(params, learning_rate, ...)``: `gradxform.mindspore.adadelta`."""
-    return adadelta(**locals())
+    return adadelta(params=params, learning_rate=learning_rate, rho=rho, epsilon=epsilon, loss_scale=loss_scale,
+                    weight_decay=weight_decay, skip_nonfinite=skip_nonfinite)
 
 
 def Rprop(params, learning_rate=0.1, etas=(0.5, 1.2), step_sizes=(1e-6, 50.), weight_decay=0.0, *,
           skip_nonfinite=False) -> GradientTransformation:
     """``nn.Rprop(params, learning_rate, ...)``: `gradxform.mindspore.rprop`."""
-    return rprop(**locals())
+    return rprop(params=params, learning_rate=learning_rate, etas=etas, step_sizes=step_sizes,
+                 weight_decay=weight_decay, skip_nonfinite=skip_nonfinite)
 
 
 def ASGD(params, learning_rate=0.1, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, *,
          skip_nonfinite=False) -> GradientTransformation:
     """``nn.ASGD(params, learning_rate, ...)``: `gradxform.mindspore.asgd`."""
-    return asgd(**locals())
+    return asgd(params=params, learning_rate=learning_rate, lambd=lambd, alpha=alpha, t0=t0,
+                weight_decay=weight_decay, skip_nonfinite=skip_nonfinite)

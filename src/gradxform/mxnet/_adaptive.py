@@ -53,7 +53,10 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, lazy_update=
     ``t`` is the parameter's own update count. ``lazy_update`` as in `sgd`
     (default False: MXNet's True only acts on row_sparse gradients).
     """
-    o = parse_options(adam, locals())
+    o = parse_options(adam, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, beta1=beta1, beta2=beta2)
     _check_eps(o.owner, epsilon=epsilon)
     body = chain(o.rescale(), o.add_wd(), o.clip(), scale_by_adam_moments(beta1, beta2, epsilon),
@@ -71,7 +74,10 @@ def adamax(learning_rate=0.002, beta1=0.9, beta2=0.999, *, wd=0.0, rescale_grad=
         m = beta1 m + (1 - beta1) g;   u = max(beta2 u, |g|)
         w -= lr / (1 - beta1^t) * m / u
     """
-    o = parse_options(adamax, locals())
+    o = parse_options(adamax, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, beta1=beta1, beta2=beta2)
     return o.build(o.rescale(), o.add_wd(), o.clip(), scale_by_adamax(beta1, beta2),
                    bias_correction(beta1, None), scale_by_lr())
@@ -162,7 +168,10 @@ def nadam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, schedule_de
         m_bar = (1 - mu_t) g / (1 - m_schedule) + mu_t1 m / (1 - m_schedule * mu_t1)
         w -= lr * m_bar / (sqrt(v / (1 - beta2^t)) + epsilon)
     """
-    o = parse_options(nadam, locals())
+    o = parse_options(nadam, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, beta1=beta1, beta2=beta2)
     _check_eps(o.owner, epsilon=epsilon)
     check_hyper(o.owner, "schedule_decay", schedule_decay)
@@ -179,7 +188,10 @@ def adagrad(learning_rate=None, eps=1e-7, *, wd=0.0, rescale_grad=1.0, clip_grad
         history += g^2
         w -= lr * (g / sqrt(history + eps) + wd * w)
     """
-    o = parse_options(adagrad, locals())
+    o = parse_options(adagrad, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_hyper(o.owner, "eps", eps)
     return o.build(o.rescale(), o.clip(), scale_by_accumulated_squares(eps), o.add_wd(), scale_by_lr())
 
@@ -227,7 +239,10 @@ def rmsprop(learning_rate=0.001, gamma1=0.9, gamma2=0.9, epsilon=1e-8, centered=
     then, with ``clip_weights``, ``w = clip(w, -clip_weights, clip_weights)``.
     ``centered`` is static.
     """
-    o = parse_options(rmsprop, locals())
+    o = parse_options(rmsprop, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     if clip_weights:
         check_hyper(o.owner, "clip_weights", clip_weights)  # the weight clip's range (None/0: no clip)
     check_unit(o.owner, gamma1=gamma1, gamma2=gamma2)
@@ -283,7 +298,10 @@ def adadelta(learning_rate=None, rho=0.90, epsilon=1e-5, *, wd=0.0, rescale_grad
         acc_delta = rho acc_delta + (1 - rho) delta^2
         w -= delta + wd * w
     """
-    o = parse_options(adadelta, locals())
+    o = parse_options(adadelta, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, rho=rho)
     _check_eps(o.owner, epsilon=epsilon)
     return o.build(o.rescale(), o.clip(), _adadelta_direction(rho, epsilon), o.add_wd(), scale(-1.0),
@@ -338,7 +356,10 @@ def ftml(learning_rate=None, beta1=0.6, beta2=0.999, epsilon=1e-8, *, wd=0.0, re
         z = beta1 z + (1 - beta1) g - (d_t - beta1 d_{t-1}) w
         w = -z / d_t
     """
-    o = parse_options(ftml, locals())
+    o = parse_options(ftml, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, beta1=beta1, beta2=beta2)
     _check_eps(o.owner, epsilon=epsilon)
     return o.build(o.rescale(), o.add_wd(), o.clip(), _ftml_step(beta1, beta2, epsilon))
@@ -392,7 +413,10 @@ def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, *, wd=0.0, rescale_grad=1.0, 
     if lr_scheduler is not None:
         # MXNet's Ftrl keeps learning_rate to itself, so a scheduler runs from its own base_lr.
         learning_rate = None
-    o = parse_options(ftrl, locals())
+    o = parse_options(ftrl, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_hyper(o.owner, "lamda1", lamda1)
     check_hyper(o.owner, "beta", beta)
     return o.build(o.provide_wd(), o.rescale(), o.clip(), _ftrl_step(lamda1, beta))
@@ -406,14 +430,22 @@ def AdaDelta(rho=0.90, epsilon=1e-5, *, rescale_grad=1.0, param_idx2name=None, w
              lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
              use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.AdaDelta(rho, epsilon, **kwargs)``: `gradxform.mxnet.adadelta`."""
-    return adadelta(**locals())
+    return adadelta(rho=rho, epsilon=epsilon, rescale_grad=rescale_grad, param_idx2name=param_idx2name, wd=wd,
+                    clip_gradient=clip_gradient, learning_rate=learning_rate, lr_scheduler=lr_scheduler,
+                    begin_num_update=begin_num_update, multi_precision=multi_precision, param_dict=param_dict,
+                    lr_mult=lr_mult, wd_mult=wd_mult, skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num,
+                    use_fused_step=use_fused_step)
 
 
 def AdaGrad(eps=1e-7, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None, learning_rate=None,
             lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None, lr_mult=None,
             wd_mult=None, skip_nonfinite=False, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.AdaGrad(eps, **kwargs)``: `gradxform.mxnet.adagrad`."""
-    return adagrad(**locals())
+    return adagrad(eps=eps, rescale_grad=rescale_grad, param_idx2name=param_idx2name, wd=wd,
+                   clip_gradient=clip_gradient, learning_rate=learning_rate, lr_scheduler=lr_scheduler,
+                   begin_num_update=begin_num_update, multi_precision=multi_precision, param_dict=param_dict,
+                   lr_mult=lr_mult, wd_mult=wd_mult, skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num,
+                   use_fused_step=use_fused_step)
 
 
 def FTML(beta1=0.6, beta2=0.999, epsilon=1e-8, *, rescale_grad=1.0, param_idx2name=None, wd=0.0,
@@ -421,7 +453,11 @@ def FTML(beta1=0.6, beta2=0.999, epsilon=1e-8, *, rescale_grad=1.0, param_idx2na
          param_dict=None, lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
          use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.FTML(beta1, beta2, epsilon, **kwargs)``: `gradxform.mxnet.ftml`."""
-    return ftml(**locals())
+    return ftml(beta1=beta1, beta2=beta2, epsilon=epsilon, rescale_grad=rescale_grad, param_idx2name=param_idx2name,
+                wd=wd, clip_gradient=clip_gradient, learning_rate=learning_rate, lr_scheduler=lr_scheduler,
+                begin_num_update=begin_num_update, multi_precision=multi_precision, param_dict=param_dict,
+                lr_mult=lr_mult, wd_mult=wd_mult, skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num,
+                use_fused_step=use_fused_step)
 
 
 def Ftrl(lamda1=0.01, learning_rate=0.1, beta=1.0, *, rescale_grad=1.0, param_idx2name=None, wd=0.0,
@@ -429,7 +465,11 @@ def Ftrl(lamda1=0.01, learning_rate=0.1, beta=1.0, *, rescale_grad=1.0, param_id
          lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
          use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.Ftrl(lamda1, learning_rate, beta, **kwargs)``: `gradxform.mxnet.ftrl`."""
-    return ftrl(**locals())
+    return ftrl(lamda1=lamda1, learning_rate=learning_rate, beta=beta, rescale_grad=rescale_grad,
+                param_idx2name=param_idx2name, wd=wd, clip_gradient=clip_gradient, lr_scheduler=lr_scheduler,
+                begin_num_update=begin_num_update, multi_precision=multi_precision, param_dict=param_dict,
+                lr_mult=lr_mult, wd_mult=wd_mult, skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num,
+                use_fused_step=use_fused_step)
 
 
 Adam = adam

@@ -26,7 +26,7 @@ Porting notes, as MXNet reads these keywords:
 
 Every factory lists these keywords in its own signature (keyword-only,
 with the defaults of `COMMON_DEFAULTS`; tests/test_registry.py checks that
-each one does) and hands them to `parse_options` with ``locals()``.
+each one does) and passes them to `parse_options` by name.
 """
 from __future__ import annotations
 
@@ -181,65 +181,62 @@ class MXNetOptions(Setup):
         return self.finish(chain(self.step(read_lr), *body), fp16_warning=warning)
 
 
-def parse_options(factory, given: dict) -> MXNetOptions:
+def parse_options(factory, learning_rate, *, wd, rescale_grad, clip_gradient, lr_scheduler, multi_precision,
+                  begin_num_update, lr_mult, wd_mult, param_idx2name, skip_nonfinite, param_dict, aggregate_num,
+                  use_fused_step) -> MXNetOptions:
     """Checks the common keywords at construction: a value out of range is a
     ValueError naming the range. ``factory``: the registered factory (its
-    registered name is the owner in every message); ``given``: its arguments
-    (``locals()`` on its first line), of which ``learning_rate`` and the
-    `COMMON_DEFAULTS` keywords are read.
+    registered name is the owner in every message); then its
+    ``learning_rate`` and the `COMMON_DEFAULTS` keywords, each passed by name
+    (none has a default here, so a factory that forgets one fails at once).
 
     ``learning_rate=None`` (MXNet 1.9.1's base default) means 0.01, or, with
     an ``lr_scheduler``, the scheduler's own ``base_lr``; an explicit value
     becomes the scheduler's base, as MXNet overwrites ``base_lr`` with it.
     """
     owner = registered_name(factory)
-    learning_rate = given["learning_rate"]
-    o = {k: given[k] for k in COMMON_DEFAULTS}
-    if o["clip_gradient"] is not None and not isinstance(o["clip_gradient"], bool) \
-            and isinstance(o["clip_gradient"], (int, float)) and o["clip_gradient"] <= 0:
-        o["clip_gradient"] = None  # MXNet's kernels: clip_gradient <= 0 turns clipping off
+    if clip_gradient is not None and not isinstance(clip_gradient, bool) \
+            and isinstance(clip_gradient, (int, float)) and clip_gradient <= 0:
+        clip_gradient = None  # MXNet's kernels: clip_gradient <= 0 turns clipping off
     if callable(learning_rate):  # an optax-style schedule as the learning rate (count from 0)
-        if o["lr_scheduler"] is not None:
+        if lr_scheduler is not None:
             raise TypeError(f"{owner}: give a schedule as learning_rate or as lr_scheduler, not both.")
-        o["lr_scheduler"] = as_update_schedule(learning_rate, COMPLETED, owner=owner, arg="learning_rate")
+        lr_scheduler = as_update_schedule(learning_rate, COMPLETED, owner=owner, arg="learning_rate")
         learning_rate = None
-    elif o["lr_scheduler"] is not None:
-        if learning_rate is not None and not callable(getattr(o["lr_scheduler"], "lr_for_update", None)) \
-                and not holds_its_rate(o["lr_scheduler"]) \
-                and isinstance(getattr(o["lr_scheduler"], "base_lr", None), (int, float)):
-            o["lr_scheduler"].base_lr = learning_rate  # as MXNet's Optimizer.__init__ does
-        o["lr_scheduler"] = as_update_schedule(o["lr_scheduler"], NUM_UPDATE, owner=owner, arg="lr_scheduler")
+    elif lr_scheduler is not None:
+        if learning_rate is not None and not callable(getattr(lr_scheduler, "lr_for_update", None)) \
+                and not holds_its_rate(lr_scheduler) \
+                and isinstance(getattr(lr_scheduler, "base_lr", None), (int, float)):
+            lr_scheduler.base_lr = learning_rate  # as MXNet's Optimizer.__init__ does
+        lr_scheduler = as_update_schedule(lr_scheduler, NUM_UPDATE, owner=owner, arg="lr_scheduler")
     if learning_rate is None:
-        base = getattr(o["lr_scheduler"], "base_lr", None) if o["lr_scheduler"] else None
+        base = getattr(lr_scheduler, "base_lr", None) if lr_scheduler else None
         learning_rate = 0.01 if base is None else base
-    for name, value in (("learning_rate", learning_rate), ("wd", o["wd"]), ("rescale_grad", o["rescale_grad"])):
+    for name, value in (("learning_rate", learning_rate), ("wd", wd), ("rescale_grad", rescale_grad)):
         check_hyper(owner, name, value)
-    check_hyper(owner, "clip_gradient", o["clip_gradient"], allow_none=True)
-    check_range(owner, "begin_num_update", o["begin_num_update"], low=0)
-    agg = o["aggregate_num"]
+    check_hyper(owner, "clip_gradient", clip_gradient, allow_none=True)
+    check_range(owner, "begin_num_update", begin_num_update, low=0)
+    agg = aggregate_num
     if agg is not None and (isinstance(agg, bool) or not isinstance(agg, (int, float))
                             or not (agg >= 1 and (float(agg).is_integer() or math.isinf(agg)))):
         raise ValueError(f"{owner}(aggregate_num=...): must be None, an int >= 1 or inf; got {agg!r}.")
-    check_flag(owner, "use_fused_step", o["use_fused_step"])
-    pd = o["param_dict"]
-    if pd is not None and not isinstance(pd, dict):
+    check_flag(owner, "use_fused_step", use_fused_step)
+    if param_dict is not None and not isinstance(param_dict, dict):
         raise TypeError(f"{owner}(param_dict=...): must be a dict of index or name -> parameter; "
-                        f"got {type(pd).__name__}.")
-    idx2name = o["param_idx2name"]
-    if idx2name not in (None, True, False) and not isinstance(idx2name, dict):
+                        f"got {type(param_dict).__name__}.")
+    if param_idx2name not in (None, True, False) and not isinstance(param_idx2name, dict):
         raise TypeError(f"{owner}(param_idx2name=...): must be a dict of index -> name, or True; "
-                        f"got {type(idx2name).__name__}.")
-    for what in ("lr_mult", "wd_mult"):
-        m = o[what]
+                        f"got {type(param_idx2name).__name__}.")
+    for what, m in (("lr_mult", lr_mult), ("wd_mult", wd_mult)):
         if m is not None and not isinstance(m, dict) and not callable(m):
             raise TypeError(f"{owner}({what}=...): must be a dict of name or pattern -> multiplier; "
                             f"got {type(m).__name__}.")
-    return MXNetOptions(owner=owner, learning_rate=float(learning_rate), wd=float(o["wd"]),
-                        rescale_grad=float(o["rescale_grad"]), clip_gradient=o["clip_gradient"],
-                        schedule=o["lr_scheduler"], multi_precision=bool(o["multi_precision"]),
-                        begin_num_update=int(o["begin_num_update"]), lr_mult=o["lr_mult"],
-                        wd_mult=o["wd_mult"], param_idx2name=idx2name or None,
-                        skip_nonfinite=bool(o["skip_nonfinite"]), param_dict=pd or None)
+    return MXNetOptions(owner=owner, learning_rate=float(learning_rate), wd=float(wd),
+                        rescale_grad=float(rescale_grad), clip_gradient=clip_gradient,
+                        schedule=lr_scheduler, multi_precision=bool(multi_precision),
+                        begin_num_update=int(begin_num_update), lr_mult=lr_mult,
+                        wd_mult=wd_mult, param_idx2name=param_idx2name or None,
+                        skip_nonfinite=bool(skip_nonfinite), param_dict=param_dict or None)
 
 
 def check_unit(owner: str, **values) -> None:

@@ -64,7 +64,10 @@ def lamb(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-6, lower_bound=
     ``wd``, ``rescale_grad``, ``clip_gradient``, ``lr_scheduler``,
     ``multi_precision``, ...: the common keywords (`gradxform.mxnet.sgd`).
     """
-    o = parse_options(lamb, locals())
+    o = parse_options(lamb, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     owner = o.owner
     check_unit(owner, beta1=beta1, beta2=beta2, epsilon=epsilon)
     check_bool(owner, "bias_correction", bias_correction)
@@ -155,7 +158,10 @@ def lars(learning_rate=None, momentum=0.0, lazy_update=False, eta=0.001, eps=0.0
 
     ``wd``, ``rescale_grad``, ...: the common keywords (`gradxform.mxnet.sgd`).
     """
-    o = parse_options(lars, locals())
+    o = parse_options(lars, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     owner = o.owner
     check_unit(owner, momentum=momentum)
     check_hyper(owner, "eta", eta)
@@ -197,7 +203,10 @@ def groupadagrad(learning_rate=None, eps=1e-5, *, wd=0.0, rescale_grad=1.0, clip
 
     ``wd``, ``rescale_grad``, ...: the common keywords (`gradxform.mxnet.sgd`).
     """
-    o = parse_options(groupadagrad, locals())
+    o = parse_options(groupadagrad, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     owner = o.owner
     check_hyper(owner, "eps", eps)
     if o.wd != 0:
@@ -215,7 +224,11 @@ def LARS(momentum=0.0, lazy_update=False, eta=0.001, eps=0.0, momentum_correctio
          aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.LARS(momentum, lazy_update, eta, eps, momentum_correction, **kwargs)``:
     `gradxform.mxnet.lars`."""
-    return lars(**locals())
+    return lars(momentum=momentum, lazy_update=lazy_update, eta=eta, eps=eps, momentum_correction=momentum_correction,
+                rescale_grad=rescale_grad, param_idx2name=param_idx2name, wd=wd, clip_gradient=clip_gradient,
+                learning_rate=learning_rate, lr_scheduler=lr_scheduler, begin_num_update=begin_num_update,
+                multi_precision=multi_precision, param_dict=param_dict, lr_mult=lr_mult, wd_mult=wd_mult,
+                skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
 
 
 def GroupAdaGrad(eps=1e-5, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
@@ -223,7 +236,11 @@ def GroupAdaGrad(eps=1e-5, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, cli
                  lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
                  use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.contrib.GroupAdaGrad(eps, **kwargs)``: `gradxform.mxnet.groupadagrad`."""
-    return groupadagrad(**locals())
+    return groupadagrad(eps=eps, rescale_grad=rescale_grad, param_idx2name=param_idx2name, wd=wd,
+                        clip_gradient=clip_gradient, learning_rate=learning_rate, lr_scheduler=lr_scheduler,
+                        begin_num_update=begin_num_update, multi_precision=multi_precision, param_dict=param_dict,
+                        lr_mult=lr_mult, wd_mult=wd_mult, skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num,
+                        use_fused_step=use_fused_step)
 
 
 LAMB = lamb

@@ -51,7 +51,11 @@ def sgd(learning_rate=None, momentum=0.0, lazy_update=False, *, wd=0.0, rescale_
     ``lr_scheduler``, ``multi_precision``, ...; keyword-only) are the ones
     every MXNet optimizer takes, with MXNet's defaults (`gradxform.mxnet._common`).
     """
-    return _sgd_rule(parse_options(sgd, locals()), momentum, lazy_update)
+    return _sgd_rule(parse_options(sgd, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                                   lr_scheduler=lr_scheduler, multi_precision=multi_precision,
+                                   begin_num_update=begin_num_update, lr_mult=lr_mult, wd_mult=wd_mult,
+                                   param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                                   param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step), momentum, lazy_update)
 
 
 def _sgd_rule(o, momentum, lazy_update) -> GradientTransformation:
@@ -66,7 +70,12 @@ def ccsgd(learning_rate=None, momentum=0.0, lazy_update=False, *, wd=0.0, rescal
           param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
           use_fused_step=None) -> GradientTransformation:
     """MXNet ccSGD: deprecated in MXNet, the same rule as `sgd`."""
-    return _sgd_rule(parse_options(ccsgd, locals()), momentum, lazy_update)
+    return _sgd_rule(parse_options(ccsgd, learning_rate, wd=wd, rescale_grad=rescale_grad,
+                                   clip_gradient=clip_gradient, lr_scheduler=lr_scheduler,
+                                   multi_precision=multi_precision, begin_num_update=begin_num_update,
+                                   lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name,
+                                   skip_nonfinite=skip_nonfinite, param_dict=param_dict, aggregate_num=aggregate_num,
+                                   use_fused_step=use_fused_step), momentum, lazy_update)
 
 
 class NAGState(NamedTuple):
@@ -115,7 +124,10 @@ def nag(learning_rate=None, momentum=0.0, *, wd=0.0, rescale_grad=1.0, clip_grad
     With ``momentum=0`` it is `sgd`. (The seed's older pure-Python NAG kept an
     un-scaled momentum; 1.9.1's kernel, followed here, is what MXNet runs.)
     """
-    o = parse_options(nag, locals())
+    o = parse_options(nag, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, momentum=momentum)
     if momentum == 0:
         return o.build(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(), identity(), warn_as="NAG")
@@ -141,7 +153,10 @@ def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, *, wd=0.0, rescale_grad=
 
     Args: momentum in [0, 1) (0: signSGD, static); wd_lh >= 0, decoupled decay.
     """
-    o = parse_options(signum, locals())
+    o = parse_options(signum, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, momentum=momentum)
     check_hyper(o.owner, "wd_lh", wd_lh)
     if momentum == 0:
@@ -241,7 +256,10 @@ def lbsgd(learning_rate=None, momentum=0.0, warmup_strategy="linear", warmup_epo
     ``num_epochs`` is accepted and unused, as in MXNet.
     """
     del num_epochs
-    o = parse_options(lbsgd, locals())
+    o = parse_options(lbsgd, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, momentum=momentum)
     if warmup_strategy not in ("linear", "power2", "sqrt", "lars"):
         raise ValueError(f"{o.owner}(warmup_strategy=...): must be one of 'linear', 'power2', "
@@ -295,7 +313,10 @@ def dcasgd(learning_rate=None, momentum=0.0, lamda=0.04, *, wd=0.0, rescale_grad
     element; the rule above is what its code writes, and what it computes for
     one-element parameters.
     """
-    o = parse_options(dcasgd, locals())
+    o = parse_options(dcasgd, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, momentum=momentum)
     check_hyper(o.owner, "lamda", lamda)
     return o.build(o.rescale(), o.clip(), _delay_compensation(lamda), o.add_wd(), scale_by_lr(),
@@ -345,7 +366,10 @@ def sgld(learning_rate=None, seed=0, *, wd=0.0, rescale_grad=1.0, clip_gradient=
     The noise comes from a JAX PRNG key in the state (``seed``), so it does
     not reproduce MXNet's random stream; its distribution is the same.
     """
-    o = parse_options(sgld, locals())
+    o = parse_options(sgld, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
+                      lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
+                      lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
+                      param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     return o.build(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(sign=-0.5), _langevin_noise(seed))
 
 
@@ -357,7 +381,11 @@ def DCASGD(momentum=0.0, lamda=0.04, *, rescale_grad=1.0, param_idx2name=None, w
            lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
            use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.DCASGD(momentum, lamda, **kwargs)``: `gradxform.mxnet.dcasgd`."""
-    return dcasgd(**locals())
+    return dcasgd(momentum=momentum, lamda=lamda, rescale_grad=rescale_grad, param_idx2name=param_idx2name, wd=wd,
+                  clip_gradient=clip_gradient, learning_rate=learning_rate, lr_scheduler=lr_scheduler,
+                  begin_num_update=begin_num_update, multi_precision=multi_precision, param_dict=param_dict,
+                  lr_mult=lr_mult, wd_mult=wd_mult, skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num,
+                  use_fused_step=use_fused_step)
 
 
 def LBSGD(momentum=0.0, multi_precision=False, warmup_strategy="linear", warmup_epochs=5, batch_scale=1,
@@ -367,14 +395,24 @@ def LBSGD(momentum=0.0, multi_precision=False, warmup_strategy="linear", warmup_
           use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.LBSGD(momentum, multi_precision, warmup_strategy, warmup_epochs,
     batch_scale, updates_per_epoch, begin_epoch, num_epochs, **kwargs)``: `gradxform.mxnet.lbsgd`."""
-    return lbsgd(**locals())
+    return lbsgd(momentum=momentum, multi_precision=multi_precision, warmup_strategy=warmup_strategy,
+                 warmup_epochs=warmup_epochs, batch_scale=batch_scale, updates_per_epoch=updates_per_epoch,
+                 begin_epoch=begin_epoch, num_epochs=num_epochs, rescale_grad=rescale_grad,
+                 param_idx2name=param_idx2name, wd=wd, clip_gradient=clip_gradient, learning_rate=learning_rate,
+                 lr_scheduler=lr_scheduler, begin_num_update=begin_num_update, param_dict=param_dict, lr_mult=lr_mult,
+                 wd_mult=wd_mult, skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num,
+                 use_fused_step=use_fused_step)
 
 
 def NAG(momentum=0.0, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None, learning_rate=None,
         lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None, lr_mult=None,
         wd_mult=None, skip_nonfinite=False, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.NAG(momentum, **kwargs)``: `gradxform.mxnet.nag`."""
-    return nag(**locals())
+    return nag(momentum=momentum, rescale_grad=rescale_grad, param_idx2name=param_idx2name, wd=wd,
+               clip_gradient=clip_gradient, learning_rate=learning_rate, lr_scheduler=lr_scheduler,
+               begin_num_update=begin_num_update, multi_precision=multi_precision, param_dict=param_dict,
+               lr_mult=lr_mult, wd_mult=wd_mult, skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num,
+               use_fused_step=use_fused_step)
 
 
 def SGD(momentum=0.0, lazy_update=False, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
@@ -382,7 +420,11 @@ def SGD(momentum=0.0, lazy_update=False, *, rescale_grad=1.0, param_idx2name=Non
         lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
         use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.SGD(momentum, lazy_update, **kwargs)``: `gradxform.mxnet.sgd`."""
-    return sgd(**locals())
+    return sgd(momentum=momentum, lazy_update=lazy_update, rescale_grad=rescale_grad, param_idx2name=param_idx2name,
+               wd=wd, clip_gradient=clip_gradient, learning_rate=learning_rate, lr_scheduler=lr_scheduler,
+               begin_num_update=begin_num_update, multi_precision=multi_precision, param_dict=param_dict,
+               lr_mult=lr_mult, wd_mult=wd_mult, skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num,
+               use_fused_step=use_fused_step)
 
 
 def ccSGD(momentum=0.0, lazy_update=False, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
@@ -390,7 +432,11 @@ def ccSGD(momentum=0.0, lazy_update=False, *, rescale_grad=1.0, param_idx2name=N
           lr_mult=None, wd_mult=None, skip_nonfinite=False, aggregate_num=None,
           use_fused_step=None) -> GradientTransformation:
     """``mx.optimizer.ccSGD(*args, **kwargs)`` (deprecated in MXNet, SGD's arguments): `gradxform.mxnet.ccsgd`."""
-    return ccsgd(**locals())
+    return ccsgd(momentum=momentum, lazy_update=lazy_update, rescale_grad=rescale_grad, param_idx2name=param_idx2name,
+                 wd=wd, clip_gradient=clip_gradient, learning_rate=learning_rate, lr_scheduler=lr_scheduler,
+                 begin_num_update=begin_num_update, multi_precision=multi_precision, param_dict=param_dict,
+                 lr_mult=lr_mult, wd_mult=wd_mult, skip_nonfinite=skip_nonfinite, aggregate_num=aggregate_num,
+                 use_fused_step=use_fused_step)
 
 
 Signum = signum
