@@ -21,8 +21,10 @@ the optimizer. ``order_params`` fixes MindSpore's parameter order: it must
 list every grouped parameter exactly once; since each parameter's update
 here depends only on its own values, it changes no number.
 
-Two pieces carry the per-leaf values, both hyperparameters in their state:
-`group_learning_rate` (``learning_rate_group_<i>``, MindSpore's names) and
+Two parts carry the per-group values, both hyperparameters in their state:
+`group_learning_rate` (``learning_rate_group_<i>``, MindSpore's names), a rate
+adjuster that the family's rate piece runs (`gradxform.pieces.adjusted_rate`:
+the one writer of the step context's ``lr``), and the piece
 `group_weight_decay` (``weight_decay`` plus ``weight_decay_group_<i>``).
 Which group a leaf is in, and whether it is decayed, are per-leaf values
 (one int32 vector each, an entry per leaf in flatten order: two state arrays

@@ -1,5 +1,5 @@
-"""Paddle's ``ReduceOnPlateau``: a learning rate driven by the loss, so a stateful piece of the
-Paddle family rather than a function of the step count (re-exported by `gradxform.schedules`,
+"""Paddle's ``ReduceOnPlateau``: a learning rate driven by the loss, so a stateful adjuster of the
+Paddle family's rate rather than a function of the step count (re-exported by `gradxform.schedules`,
 where Paddle users look for ``paddle.optimizer.lr`` classes). Its comparison and its reduction,
 `is_better` and `reduced`, are also the rule of Paddle's own object on the host
 (`gradxform.paddle.lr.ReduceOnPlateau`)."""
@@ -54,8 +54,9 @@ class ReduceOnPlateau:
     step count: it adjusts the rate `track_step` computes (`adjuster`, run by
     `gradxform.pieces.adjusted_rate`), taking the loss as the extra argument
     ``loss=`` of ``update`` and giving every leaf its current value; `piece`
-    is that rate piece, ready to chain in place of `track_step`. As in Paddle, the loss given with update ``t`` (the loss at
-    the parameters before that update, fed to ``scheduler.step(loss)`` after
+    is that rate piece, ready to chain in place of `track_step`. As in
+    Paddle, the loss given with update ``t`` (the loss at the parameters
+    before that update, fed to ``scheduler.step(loss)`` after
     ``optimizer.step()``) changes the learning rate from update ``t + 1`` on;
     Paddle's rule, cooldown included (a cooldown step does not look at the
     metric)::
