@@ -89,6 +89,8 @@ CASES = [
     ("signum_mom05_clip", "signum",
      {"learning_rate": 0.01, "momentum": 0.5, "wd": 0.01, "wd_lh": 0.02, "clip_gradient": 0.1},
      "float32"),
+    # LAMB keeps Adam's (mean, var) per parameter (issue 37 item 6: it migrates now)
+    ("lamb", "lamb", {"learning_rate": 0.01, "wd": 0.01}, "float32"),
 ]
 
 

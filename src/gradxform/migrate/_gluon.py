@@ -6,7 +6,7 @@ from the Module API, where ``states = {index: state}`` and each state is
 None, an NDArray, or a (nested) tuple of them, laid out per optimizer::
 
     SGD/ccSGD, NAG, Signum, LBSGD  mom (None when momentum == 0)
-    Adam, Adamax, Nadam            (mean, var)
+    Adam, Adamax, Nadam, LAMB      (mean, var)
     AdaGrad                        history
     RMSProp                        (n,)  or, centered, (n, g, delta)
     AdaDelta                       (acc_g, acc_delta)
@@ -28,7 +28,7 @@ from .._state_paths import find_states
 from .._tree import param_names
 from ..mxnet._adaptive import AdaDeltaState, FTMLState, MXNetFtrlState, NadamState
 from ..mxnet._momentum import DCASGDState, LBSGDState, NAGState
-from ..pieces.internal import CenteredRmsState, MomentsState, TraceState
+from ..pieces.internal import CenteredRmsState, CorrectedMomentsState, MomentsState, TraceState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
 from ._errors import refuse_unmigratable, short
@@ -40,10 +40,10 @@ from .._warn import warn_at_caller
 __all__ = ["from_gluon_states", "read_gluon_states", "MIGRATES"]
 
 WHO = "from_gluon_states"
-# the MXNet optimizers whose Gluon/Module state files this reader reads (`_rule`); LAMB, LARS and
+# the MXNet optimizers whose Gluon/Module state files this reader reads (`_rule`); LARS and
 # GroupAdaGrad are refused before any file is read (no file of theirs was checked against MXNet)
 _READ = ("sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld", "adam", "adamax", "nadam", "adagrad",
-         "rmsprop", "adadelta", "ftml", "ftrl")
+         "rmsprop", "adadelta", "ftml", "ftrl", "lamb")
 MIGRATES = frozenset(f"mxnet.{n}" for n in _READ)
 
 
@@ -70,6 +70,9 @@ def _rule(name: str, opt: PickledObject | None) -> _Rule:
     if name in ("adam", "adamax"):
         return _Rule(("mean", "var"), {"mean": (Slot(MomentsState, "mu"), 1.0),
                                        "var": (Slot(MomentsState, "nu"), 1.0)})
+    if name == "lamb":  # Adam's (mean, var), in LAMB's corrected-moments piece
+        return _Rule(("mean", "var"), {"mean": (Slot(CorrectedMomentsState, "mu"), 1.0),
+                                       "var": (Slot(CorrectedMomentsState, "nu"), 1.0)})
     if name == "nadam":
         return _Rule(("mean", "var"), {"mean": (Slot(NadamState, "mu"), 1.0),
                                        "var": (Slot(NadamState, "nu"), 1.0)})
