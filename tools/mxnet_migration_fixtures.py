@@ -91,6 +91,8 @@ CASES = [
      "float32"),
     # LAMB keeps Adam's (mean, var) per parameter (issue 37 item 6: it migrates now)
     ("lamb", "lamb", {"learning_rate": 0.01, "wd": 0.01}, "float32"),
+    # GroupAdaGrad keeps one history per row, (rows, 1); MXNet gives it no weight decay
+    ("groupadagrad", "groupadagrad", {"learning_rate": 0.1}, "float32"),
 ]
 
 
@@ -169,7 +171,10 @@ def gluon_case(case, optimizer, params, dtype):
     mx.random.seed(0)
     net = gluon.nn.Sequential(prefix="net_")
     with net.name_scope():
-        if dtype == "float32":
+        if optimizer == "groupadagrad":  # MXNet's GroupAdaGrad takes 2-D weights only: no biases
+            net.add(gluon.nn.Dense(3, in_units=4, use_bias=False), gluon.nn.Dense(2, in_units=3, use_bias=False))
+            model = "Sequential(Dense(3, in_units=4, use_bias=False), Dense(2, in_units=3, use_bias=False))"
+        elif dtype == "float32":
             net.add(gluon.nn.Dense(3, in_units=4), gluon.nn.Dense(2, in_units=3))
             model = "Sequential(Dense(3, in_units=4), Dense(2, in_units=3))"
         else:

@@ -7,7 +7,7 @@ None, an NDArray, or a (nested) tuple of them, laid out per optimizer::
 
     SGD/ccSGD, NAG, Signum, LBSGD  mom (None when momentum == 0)
     Adam, Adamax, Nadam, LAMB      (mean, var)
-    AdaGrad                        history
+    AdaGrad, GroupAdaGrad          history ((rows, 1) for GroupAdaGrad)
     RMSProp                        (n,)  or, centered, (n, g, delta)
     AdaDelta                       (acc_g, acc_delta)
     FTML (d, v, z)   Ftrl (z, n)   DCASGD (mom or None, previous_weight)   SGLD None
@@ -40,10 +40,10 @@ from .._warn import warn_at_caller
 __all__ = ["from_gluon_states", "read_gluon_states", "MIGRATES"]
 
 WHO = "from_gluon_states"
-# the MXNet optimizers whose Gluon/Module state files this reader reads (`_rule`); LARS and
-# GroupAdaGrad are refused before any file is read (no file of theirs was checked against MXNet)
+# the MXNet optimizers whose Gluon/Module state files this reader reads (`_rule`); LARS is refused
+# before any file is read (its momentum-correction state has no reader, and no file of it was checked)
 _READ = ("sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld", "adam", "adamax", "nadam", "adagrad",
-         "rmsprop", "adadelta", "ftml", "ftrl", "lamb")
+         "rmsprop", "adadelta", "ftml", "ftrl", "lamb", "groupadagrad")
 MIGRATES = frozenset(f"mxnet.{n}" for n in _READ)
 
 
@@ -51,6 +51,7 @@ class _Rule(NamedTuple):
     inner: Any                               # component name, or a tuple of names
     targets: dict                            # component -> (Slot, sign)
     master_last: bool = False                # mp layout (state, w32) instead of (w32, state)
+    per_row: bool = False                    # one value per row, shape (rows, 1) (GroupAdaGrad's history)
 
 
 _MOM = Slot(TraceState, "trace", "momentum")
@@ -76,8 +77,9 @@ def _rule(name: str, opt: PickledObject | None) -> _Rule:
     if name == "nadam":
         return _Rule(("mean", "var"), {"mean": (Slot(NadamState, "mu"), 1.0),
                                        "var": (Slot(NadamState, "nu"), 1.0)})
-    if name == "adagrad":
-        return _Rule("history", {"history": (Slot(TraceState, "trace", "eps"), 1.0)})
+    if name in ("adagrad", "groupadagrad"):  # GroupAdaGrad's history is one per row, (rows, 1)
+        return _Rule("history", {"history": (Slot(TraceState, "trace", "eps"), 1.0)},
+                     per_row=name == "groupadagrad")
     if name == "rmsprop":
         centered = bool(opt.attrs.get("centered", False)) if opt is not None else None
         if centered is None:
@@ -276,7 +278,8 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
                                f"the file has {_shape_of(states[i])}.")
         for c, a in zip(comps, st):
             if a is not None:
-                a = _check_array(a, leaf, f"{label(i)}: state {c!r}", None)
+                a = _check_array(a, leaf, f"{label(i)}: state {c!r}", None,
+                                 shape=(np.shape(leaf)[0], 1) if rule.per_row and np.ndim(leaf) else None)
             values[c][pos[i]] = a
 
     per_leaf: dict[Slot, list] = {}
@@ -417,14 +420,16 @@ def _shape_of(st, depth: int = 0) -> str:
     return type(st).__name__
 
 
-def _check_array(a, leaf, what: str, dtype) -> np.ndarray:
-    """``a`` as a dense array once its shape, dtype and values fit ``leaf``."""
+def _check_array(a, leaf, what: str, dtype, shape: tuple | None = None) -> np.ndarray:
+    """``a`` as a dense array once its shape (``shape``, default the
+    parameter's), dtype and values fit ``leaf``."""
     if not isinstance(a, (np.ndarray, RowSparse)):
         raise MigrateError(f"{WHO}: {what} is {_shape_of(a)}, not an array.")
-    if a.shape != tuple(np.shape(leaf)):
+    want = tuple(np.shape(leaf)) if shape is None else tuple(shape)
+    if a.shape != want:
         raise MigrateError(f"{WHO}: {what} has shape {a.shape} but the parameter has shape "
-                           f"{tuple(np.shape(leaf))}; was the file saved for other parameters or another "
-                           "order?")
+                           f"{tuple(np.shape(leaf))}" + ("" if shape is None else f" (its state {want})")
+                           + "; was the file saved for other parameters or another order?")
     if dtype is not None and a.dtype != np.dtype(dtype):
         raise MigrateError(f"{WHO}: {what} is {a.dtype}; expected {np.dtype(dtype)}.")
     if not np.issubdtype(a.dtype, np.floating):

@@ -316,6 +316,8 @@ MXNET_GLOBALS: dict[tuple[str, str], _Recipe] = {
     ("mxnet.numpy.multiarray", "ndarray"): _MX_NDARRAY,
     **{(mod, name): _Record(record_class(f"mxnet.optimizer.optimizer.{name}"))
        for mod in ("mxnet.optimizer.optimizer", "mxnet.optimizer") for name in _MX_OPTIMIZERS},
+    # MXNet's contrib optimizers live in their own module (GroupAdaGrad: mxnet.optimizer.contrib)
+    ("mxnet.optimizer.contrib", "GroupAdaGrad"): _Record(record_class("mxnet.optimizer.contrib.GroupAdaGrad")),
     **{("mxnet.lr_scheduler", name): _Record(record_class(f"mxnet.lr_scheduler.{name}"))
        for name in _MX_SCHEDULERS},
 }
