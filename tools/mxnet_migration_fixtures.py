@@ -93,6 +93,13 @@ CASES = [
     ("lamb", "lamb", {"learning_rate": 0.01, "wd": 0.01}, "float32"),
     # GroupAdaGrad keeps one history per row, (rows, 1); MXNet gives it no weight decay
     ("groupadagrad", "groupadagrad", {"learning_rate": 0.1}, "float32"),
+    # LARS with momentum correction under a schedule: the saved optimizer's cur_lr is the rate the
+    # next step divides by (lr / last_lr), so a resumed run must carry it; the rate halves at the
+    # first step after the save (num_update 6), where that ratio is 0.5
+    ("lars_sched", "lars",
+     {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01,
+      "lr_scheduler": {"type": "FactorScheduler", "kwargs": {"step": 5, "factor": 0.5, "base_lr": 0.1}}},
+     "float32"),
 ]
 
 

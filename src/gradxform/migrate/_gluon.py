@@ -6,6 +6,7 @@ from the Module API, where ``states = {index: state}`` and each state is
 None, an NDArray, or a (nested) tuple of them, laid out per optimizer::
 
     SGD/ccSGD, NAG, Signum, LBSGD  mom (None when momentum == 0)
+    LARS                           mom (None when momentum == 0); the object's cur_lr
     Adam, Adamax, Nadam, LAMB      (mean, var)
     AdaGrad, GroupAdaGrad          history ((rows, 1) for GroupAdaGrad)
     RMSProp                        (n,)  or, centered, (n, g, delta)
@@ -28,7 +29,7 @@ from .._state_paths import find_states
 from .._tree import param_names
 from ..mxnet._adaptive import AdaDeltaState, FTMLState, MXNetFtrlState, NadamState
 from ..mxnet._momentum import DCASGDState, LBSGDState, NAGState
-from ..pieces.internal import CenteredRmsState, CorrectedMomentsState, MomentsState, TraceState
+from ..pieces.internal import CenteredRmsState, CorrectedMomentsState, LrRatioTraceState, MomentsState, TraceState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
 from ._errors import refuse_unmigratable, short
@@ -40,10 +41,9 @@ from .._warn import warn_at_caller
 __all__ = ["from_gluon_states", "read_gluon_states", "MIGRATES"]
 
 WHO = "from_gluon_states"
-# the MXNet optimizers whose Gluon/Module state files this reader reads (`_rule`); LARS is refused
-# before any file is read (its momentum-correction state has no reader, and no file of it was checked)
+# the MXNet optimizers whose Gluon/Module state files this reader reads (`_rule`): every registered one
 _READ = ("sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld", "adam", "adamax", "nadam", "adagrad",
-         "rmsprop", "adadelta", "ftml", "ftrl", "lamb", "groupadagrad")
+         "rmsprop", "adadelta", "ftml", "ftrl", "lamb", "groupadagrad", "lars")
 MIGRATES = frozenset(f"mxnet.{n}" for n in _READ)
 
 
@@ -71,6 +71,8 @@ def _rule(name: str, opt: PickledObject | None) -> _Rule:
     if name in ("adam", "adamax"):
         return _Rule(("mean", "var"), {"mean": (Slot(MomentsState, "mu"), 1.0),
                                        "var": (Slot(MomentsState, "nu"), 1.0)})
+    if name == "lars":  # mom (None when momentum == 0), in the momentum-corrected trace
+        return _Rule("mom", {"mom": (Slot(LrRatioTraceState, "trace", "momentum"), 1.0)}, master_last=True)
     if name == "lamb":  # Adam's (mean, var), in LAMB's corrected-moments piece
         return _Rule(("mean", "var"), {"mean": (Slot(CorrectedMomentsState, "mu"), 1.0),
                                        "var": (Slot(CorrectedMomentsState, "nu"), 1.0)})
@@ -323,6 +325,8 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
                 _attr(opt, "m_schedule", 1.0), f"{WHO}: m_schedule", NadamState.domains["m_schedule"]), np.float32)
         if name == "lbsgd":
             _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole)
+        if name == "lars" and has_slot(state0, params, Slot(LrRatioTraceState, "last_lr")):
+            whole[Slot(LrRatioTraceState, "last_lr")] = _lars_last_lr(opt, state0, n)
     else:
         if num_update is None:
             raise MigrateError(f"{WHO}: a Module .states file holds no update counts; pass num_update="
@@ -337,6 +341,21 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
     if opt is not None:
         _check_hypers(opt, new_state)
     return new_state
+
+
+def _lars_last_lr(opt, state0, n: int) -> np.ndarray:
+    """Each parameter's rate at its last update: MXNet LARS keeps one ``cur_lr``
+    on the optimizer (the scheduler's, before multipliers), which its next step
+    divides by (momentum correction, ``lr / last_lr``); times each leaf's
+    ``lr_mult`` as the state holds it. 0 (no correction) before any update."""
+    cur = _attr(opt, "cur_lr", None)
+    if cur is None:
+        return np.zeros((n,), np.float32)
+    cur = checked_value(cur, f"{WHO}: LARS cur_lr", LrRatioTraceState.domains["last_lr"])
+    found = find_states(state0, StepState)
+    mult = found[0].lr_mult if found else None
+    mults = np.ones((n,), np.float32) if mult is None else np.asarray(mult, np.float32).reshape(n)
+    return (np.float32(cur) * mults).astype(np.float32)
 
 
 def _lbsgd_accumulators(opt, state0, params, pos, per_leaf, whole):
