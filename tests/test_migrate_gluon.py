@@ -797,3 +797,31 @@ def test_a_dcasgd_momentum_buffer_is_read_as_it_is(monkeypatch):
     assert np.any(np.asarray(mom.trace[meta["names"][0]]))
     for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_lars_last_rate_is_the_saved_cur_lr_times_each_multiplier(monkeypatch):
+    """MXNet LARS divides by the previous step's rate (``cur_lr`` on the optimizer, before
+    multipliers); gradxform holds each leaf's own rate, so the reader writes cur_lr * lr_mult.
+    A cur_lr no run reaches is refused."""
+    from gradxform.pieces.internal import LrRatioTraceState
+    z, meta = load("lars_sched")
+    params = params_at(z, meta, meta["k"] - 1)
+    bias = meta["names"][0]
+    assert bias.endswith("bias")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the multiplier is not the run's: a mismatch warning
+        state = from_gluon_states(states_file("lars_sched", meta), params, make_tx(meta, lr_mult={bias: 2.0}))
+    (node,) = gx._state_paths.find_states(state, LrRatioTraceState)
+    cur = read_gluon_states(states_file("lars_sched", meta))[1].attrs["cur_lr"]
+    want = [2.0 * cur if n == bias else cur for n in sorted(meta["names"])]  # leaves in flatten order
+    np.testing.assert_allclose(np.asarray(node.last_lr), want, rtol=1e-7)
+
+    real = _gluon.read_gluon_states
+    for bad in (float("nan"), -0.5, "0.1"):
+        def hostile(fname, bad=bad):
+            states, opt = real(fname)
+            opt.attrs["cur_lr"] = bad
+            return states, opt
+        monkeypatch.setattr(_gluon, "read_gluon_states", hostile)
+        with pytest.raises(MigrateError, match="LARS cur_lr"):
+            from_gluon_states(states_file("lars_sched", meta), params, make_tx(meta))

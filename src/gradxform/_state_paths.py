@@ -154,9 +154,9 @@ def _shaped_like(treedef):
             parts = treedef.flatten_up_to(x)
         except (ValueError, TypeError):
             return False
-        holes = [p for p in parts if isinstance(p, tuple) and not p]
-        return bool(holes) and all(jax.tree.structure(p).num_leaves == 1 and jax.tree.structure(p).num_nodes == 1
-                                   for p in parts if not (isinstance(p, tuple) and not p))
+        holes = [isinstance(p, tuple) and not p for p in parts]
+        return any(holes) and all(hole or jax.tree_util.treedef_is_leaf(jax.tree.structure(p))
+                                  for p, hole in zip(parts, holes))
 
     return like
 

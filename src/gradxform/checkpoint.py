@@ -439,8 +439,8 @@ def _without_placeholders(entries: list, payload, like, path) -> list:
     hold: a file written before such a field left its unused leaves empty
     has a (1,) zero there (MindSpore AdaFactor's unused slots), which is
     dropped; anything else there is 'corrupt'."""
-    prefixes = tuple(f"{jax.tree_util.keystr(p)}.{f}" for p, node in state_paths(like)
-                     for f in getattr(type(node), "placeholder_fields", ()))
+    prefixes = tuple(f"{jax.tree_util.keystr(p)}.{f}{sep}" for p, node in state_paths(like)
+                     for f in getattr(type(node), "placeholder_fields", ()) for sep in ("[", "."))
     if not prefixes:
         return entries
     wanted = set(_describe(like)[0])

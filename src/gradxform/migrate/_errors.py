@@ -58,18 +58,18 @@ def frameworkless_message(who: str, family: str, subject: str) -> str:
             "loads with gradxform.save_state / gradxform.load_state.")
 
 
+def _owners(state) -> list[str]:
+    """The registered names the hyperparameters of ``state`` carry (`gradxform._hyper.tag_owner`)."""
+    return sorted({o for d in _hyper_dicts(state) for k in d if (o := owner_of(k))})
+
+
 def refuse_frameworkless(state, who: str) -> None:
     """A `MigrateError` when ``state`` (``tx.init(params)``) belongs to an
     optimizer of a family outside `FRAMEWORKS` (``neutral.lion``), read from
     the name its hyperparameters carry (``gradxform._hyper.tag_owner``)."""
-    owners = sorted({o for d in _hyper_dicts(state) for k in d if (o := owner_of(k))})
-    foreign = [o for o in owners if o.split(".", 1)[0] not in FRAMEWORKS]
+    foreign = [o for o in _owners(state) if o.split(".", 1)[0] not in FRAMEWORKS]
     if foreign:
         raise MigrateError(frameworkless_message(who, foreign[0].split(".", 1)[0], f"tx is {foreign[0]!r}"))
-
-
-def _owners(state) -> list[str]:
-    return sorted({o for d in _hyper_dicts(state) for k in d if (o := owner_of(k))})
 
 
 def refuse_unmigratable(state, who: str, family: str, migrates) -> None:
