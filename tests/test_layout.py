@@ -45,8 +45,8 @@ def test_no_module_over_600_lines():
 
 
 def test_the_generated_re_exports_are_current():
-    # the family packages and gradxform.pieces re-export their modules' OPTIMIZERS/CLASSES/PUBLIC as
-    # plain imports (a type checker sees them); tools/gen_exports.py writes them from those tuples
+    # the family packages re-export their declared optimizers' factories and classes, gradxform.pieces
+    # its modules' PUBLIC, as plain imports (a type checker sees them); tools/gen_exports.py writes them
     root = pathlib.Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, str(root / "tools" / "gen_exports.py"), "--check"], cwd=root,
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(root / "src")})

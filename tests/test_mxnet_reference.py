@@ -256,8 +256,9 @@ def test_each_factorys_defaults_are_its_mxnet_classs():
     # (tests/data/surface/mxnet.json), their common keywords by test_registry's COMMON_DEFAULTS check;
     # the lowercase factory each class calls (``dcasgd(**locals())``) must take the same defaults.
     import inspect
-    for name in [n for m in (gx.mxnet._momentum, gx.mxnet._adaptive, gx.mxnet._layerwise) for n in m.CLASSES]:
-        cls, factory = getattr(gx.mxnet, name), getattr(gx.mxnet, name.lower())
+    for decl in gx.declarations("mxnet").values():
+        (name,) = decl.classes
+        cls, factory = getattr(gx.mxnet, name), getattr(gx.mxnet, decl.name)
         a, b = inspect.signature(cls).parameters, inspect.signature(factory).parameters
         assert set(a) == set(b), name
         for k in a:

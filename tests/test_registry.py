@@ -195,7 +195,7 @@ def test_no_signature_rewriting_and_no_private_registry_access_in_the_package():
 
 def test_mxnet_factories_and_classes_list_the_common_keywords_with_mxnets_defaults():
     from gradxform.mxnet._common import COMMON_DEFAULTS
-    names = [n for m in (gx.mxnet._momentum, gx.mxnet._adaptive, gx.mxnet._layerwise) for n in m.CLASSES]
+    names = [c for d in gx.declarations("mxnet").values() for c in d.classes]
     classes = [getattr(gx.mxnet, n) for n in names]
     assert len(classes) >= 18, classes
     for f in [registered_factory(k) for k in gx.registered_names() if k.startswith("mxnet.")] + classes:

@@ -8,7 +8,7 @@ from ._errors import validated
 from ._fused import fused
 from ._group_values import GroupValues
 from ._hyper import get_hyper, get_learning_rate, hyper_names, set_hyper, set_learning_rate
-from ._registry import create, register, registered_factory, registered_names
+from ._registry import Declaration, create, declaration, declarations, register, registered_factory, registered_names
 from ._tree import param_names
 from .checkpoint import CheckpointError, load_state, save_state
 from .pieces.internal import NonFiniteError, check_guard, get_loss_scale, guard_status, per_leaf_counts, scale_loss
@@ -23,7 +23,7 @@ __all__ = [
     # the step context pieces share in a chain
     "StepContext", "LocalKey", "uses_context", "context_value",
     # optimizers by name
-    "create", "register", "registered_factory", "registered_names",
+    "create", "register", "registered_factory", "registered_names", "Declaration", "declaration", "declarations",
     # hyperparameters as state
     "get_hyper", "set_hyper", "hyper_names", "get_learning_rate", "set_learning_rate", "param_names",
     "per_leaf_counts", "GroupValues",

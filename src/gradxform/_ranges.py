@@ -11,9 +11,9 @@ is ``inf`` and is refused; ``beta2=1 - 1e-10`` is ``1.0`` and is outside
 Each hyperparameter's range lives once: `GENERIC` (the pieces, and any
 owner without its own entry; a piece module adds its new names with
 `register_range`), one table per family (`FAMILY`), and per-optimizer
-overrides (`OWNER`), which each family module declares beside its factory
-(its ``RANGES``). `declared_range(owner,
-name)` reads them most specific first. Construction (`check_hyper`, and the
+overrides (`OWNER`), which each optimizer's `Declaration` gives
+(``ranges=``, in its family module). `declared_range(owner, name)` reads them
+most specific first. Construction (`check_hyper`, and the
 family checkers `mxnet._common.check_unit`, `mindspore._common.check_float`
 without explicit bounds) and `gradxform.set_hyper` read the same entry: the
 state remembers which optimizer made each hyperparameter (`tag_owner` marks
@@ -222,9 +222,9 @@ FAMILY: dict[str, dict[str, Range]] = {
     },
 }
 
-# Per-optimizer ranges: each family module declares its own in ``RANGES``
-# (``{factory name: {hyperparameter: Range}}``), registered under the name the
-# factory is registered as (`gradxform._registry.register_family`); a piece
+# Per-optimizer ranges: each optimizer's `Declaration` gives its own (``ranges=``),
+# registered under the name the factory is registered as
+# (`gradxform._registry.register_family`); a piece
 # declares the ranges of its own new hyperparameters beside it (`register_range`).
 OWNER: dict[str, dict[str, Range]] = {}
 

@@ -15,20 +15,22 @@ transformation, or an object with ``init`` and ``update`` methods.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import inspect
 import warnings
-from typing import Any, Callable, cast
+from typing import Any, Callable, Mapping, cast
 
 from ._base import GradientTransformation, transformation
-from ._ranges import register_range
+from ._ranges import Range, register_range
 
 __all__ = ["create", "register", "registered_names", "register_family", "family_classes", "registered_name",
-           "registered_factory", "keyword_checked"]
+           "registered_factory", "keyword_checked", "Declaration", "declaration", "declarations"]
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}  # factories: what they return is checked by create
 _NAMES: dict[Callable, str] = {}  # factory -> the name it was first registered under (its owner name)
+_DECLARED: dict[str, Declaration] = {}  # 'family.name' -> its declaration (the families' optimizers)
 DEFAULT_FAMILY = "mxnet"
 
 # what porting users type for another framework's keyword
@@ -49,6 +51,43 @@ _DECOUPLED = ("decoupled weight decay (AdamW) is create('paddle.adamw', learning
               "create('mindspore.adam_weight_decay', ...): MindSpore AdamWeightDecay, the same decay without "
               "bias correction (larger first steps, not optax's numbers)")
 _ADAMW_NAMES = {"adamw", "adamweightdecay", "decoupledadam"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+    """Everything gradxform states about one of its optimizers, in one place.
+
+    Each family module lists its optimizers in ``DECLARED``, a tuple of these;
+    `register_family` registers them, ``tools/gen_exports.py`` re-exports
+    their factories and classes, `declared_range` reads their ranges, the
+    `gradxform.migrate` readers their ``migrates``, and the tests their
+    ``goldens``. Nothing else names an optimizer.
+
+    name: the factory's name in its module, registered as ``family.name``.
+    classes: the framework's class names that build it, defined in the same
+      module (each in the framework's positional order), re-exported beside
+      the factory.
+    ranges: its hyperparameters' ranges where they differ from the family's
+      (`gradxform._ranges.FAMILY`), checked at construction and by
+      `gradxform.set_hyper`.
+    migrates: its family's `gradxform.migrate` reader continues a run from
+      the state the framework saved for it (False: the reader refuses it
+      before reading the file).
+    no_goldens: None where ``tests/goldens/<family>`` holds trajectories its
+      framework recorded; otherwise why there are none (the tests read it).
+    """
+    name: str
+    classes: tuple[str, ...] = ()
+    ranges: Mapping[str, Range] = dataclasses.field(default_factory=dict)
+    migrates: bool = False
+    no_goldens: str | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.classes, tuple) or not all(isinstance(c, str) for c in self.classes):
+            raise TypeError(f"Declaration({self.name!r}, classes=...): a tuple of class names; got {self.classes!r}.")
+        bad = [k for k, v in self.ranges.items() if not isinstance(v, Range)]
+        if bad:
+            raise TypeError(f"Declaration({self.name!r}, ranges=...): {bad[0]!r} is not a Range.")
 
 
 def _norm(key: str) -> str:
@@ -89,43 +128,52 @@ def register(name=None, *, family: str = DEFAULT_FAMILY):
 
 
 def register_family(family: str, modules) -> dict[str, Callable]:
-    """Registers every factory that each of ``modules`` names in its
-    ``OPTIMIZERS`` tuple as ``family.<name>``, as it is (its signature is
-    what it accepts), and declares the ranges its ``RANGES`` gives
-    (``{factory name: {hyperparameter: Range}}``, `gradxform._ranges`) for the
-    name it was registered under. Each factory and ``CLASSES`` entry is
-    replaced in its module by its keyword-checked twin (`keyword_checked`),
-    so the package's generated imports (``tools/gen_exports.py``) take
-    those. Returns ``{name: factory}``. So adding an
-    optimizer touches its family module (the function, its ``OPTIMIZERS``
-    entry, its class and ``CLASSES`` entry where the framework's positional
-    order differs, the ranges of new hyperparameters), the piece it needs,
-    its tests/cases.py row and the generated README table, nothing else."""
+    """Registers the optimizers each of ``modules`` declares in its
+    ``DECLARED`` tuple (`Declaration`) as ``family.<name>``: the factory of
+    that name, as it is (its signature is what it accepts), its ranges for
+    the name it is registered under, and its declaration (`declaration`).
+    Each factory and class is replaced in its module by its keyword-checked
+    twin (`keyword_checked`), so the package's generated imports
+    (``tools/gen_exports.py``) take those. Returns ``{name: factory}``.
+    Adding an optimizer touches its family module (the factory, its class
+    where the framework's positional order differs, its `Declaration`), the
+    piece it needs, its tests/cases.py row and the generated README table."""
     out = {}
     for module in modules:
-        for name in module.OPTIMIZERS:
-            original = getattr(module, name)
-            checked = keyword_checked(original, f"gradxform.{family}.{name}")
-            setattr(module, name, checked)  # the module's own callers (its classes) get the message too
-            out[name] = register(family=family)(checked)
-            _NAMES.setdefault(original, _NAMES[checked])  # the body's registered_name(itself), when unwrapped
-        for name, ranges in getattr(module, "RANGES", {}).items():
-            if name not in module.OPTIMIZERS:
-                raise LookupError(f"{module.__name__}.RANGES names {name!r}, which is not in its OPTIMIZERS.")
-            for hyper, rng in ranges.items():
-                register_range(hyper, rng, owner=_NAMES[getattr(module, name)])
+        for decl in module.DECLARED:
+            original = getattr(module, decl.name)
+            checked = keyword_checked(original, f"gradxform.{family}.{decl.name}")
+            setattr(module, decl.name, checked)  # the module's own callers (its classes) get the message too
+            out[decl.name] = register(family=family)(checked)
+            key = _NAMES[checked]
+            _NAMES.setdefault(original, key)  # the body's registered_name(itself), when unwrapped
+            _DECLARED[key] = decl
+            for hyper, rng in decl.ranges.items():
+                register_range(hyper, rng, owner=key)
     family_classes(modules)  # the classes checked too, in their modules, before the package imports them
     return out
 
 
+def declaration(name: str) -> Declaration | None:
+    """The `Declaration` of the optimizer registered under ``name`` (resolved
+    as `create` resolves it); None for one registered with `register`."""
+    registered_factory(name)  # an unknown name: the ValueError naming the closest ones
+    return _DECLARED.get(_resolve(name))
+
+
+def declarations(family: str | None = None) -> dict[str, Declaration]:
+    """``{'family.name': Declaration}`` of every family optimizer (of ``family`` only, if given)."""
+    return {k: d for k, d in sorted(_DECLARED.items()) if family is None or k.split(".", 1)[0] == family}
+
+
 def family_classes(modules) -> dict[str, Callable]:
-    """The framework-named classes each of ``modules`` lists in its
-    ``CLASSES`` tuple (``{"AdaDelta": AdaDelta, ...}``), for the family's
-    ``__init__`` to re-export beside its factories."""
+    """The framework-named classes the declarations of ``modules`` list
+    (``{"AdaDelta": AdaDelta, ...}``), each replaced in its module by its
+    keyword-checked twin."""
     out = {}
     for module in modules:
         family = module.__name__.split(".")[-2]
-        for name in getattr(module, "CLASSES", ()):
+        for name in (c for decl in module.DECLARED for c in decl.classes):
             out[name] = keyword_checked(getattr(module, name), f"gradxform.{family}.{name}")
             setattr(module, name, out[name])
     return out

@@ -8,9 +8,10 @@ import reprlib
 
 from .._hyper import _hyper_dicts
 from .._ranges import owner_of
+from .._registry import declarations
 
 __all__ = ["MigrateError", "UnsafePickleError", "short", "FRAMEWORKS", "READERS", "frameworkless_message",
-           "refuse_frameworkless", "refuse_unmigratable"]
+           "refuse_frameworkless", "refuse_unmigratable", "migratable"]
 
 # the families whose framework's saved state gradxform.migrate reads (Gluon, Paddle, MindSpore files); a
 # family outside it (gradxform.neutral: optimizers no framework has) has no framework state to migrate from
@@ -72,14 +73,20 @@ def refuse_frameworkless(state, who: str) -> None:
         raise MigrateError(frameworkless_message(who, foreign[0].split(".", 1)[0], f"tx is {foreign[0]!r}"))
 
 
-def refuse_unmigratable(state, who: str, family: str, migrates) -> None:
+def migratable(family: str) -> frozenset[str]:
+    """The registered names of ``family`` whose `Declaration` says its
+    reader continues their runs from the framework's saved state."""
+    return frozenset(k for k, d in declarations(family).items() if d.migrates)
+
+
+def refuse_unmigratable(state, who: str, family: str) -> None:
     """A `MigrateError`, before any file is read, unless every optimizer
-    ``state`` (``tx.init(params)``) belongs to is one of ``migrates`` (the
-    registered names whose saved state the reader ``who`` of ``family``'s
-    files reads): an optimizer of another family is sent to its own reader,
-    one of this family that the reader does not read is named with the ones
-    it does. A state of unnamed pieces (a chain built by hand) is let through:
-    its slots are matched as the file's are."""
+    ``state`` (``tx.init(params)``) belongs to is `migratable` (its
+    declaration says ``family``'s reader ``who`` reads its saved state): an
+    optimizer of another family is sent to its own reader, one of this family
+    that the reader does not read is named with the ones it does. A state of
+    unnamed pieces (a chain built by hand) is let through: its slots are
+    matched as the file's are."""
     refuse_frameworkless(state, who)
     owners = _owners(state)
     mine = [o for o in owners if o.split(".", 1)[0] == family]
@@ -89,6 +96,7 @@ def refuse_unmigratable(state, who: str, family: str, migrates) -> None:
         raise MigrateError(f"{who}: tx is {others[0]!r}, an optimizer of the {other!r} family; {who} reads the "
                            f"files of {family!r} optimizers. A {other} run's state goes through "
                            f"gradxform.migrate.{READERS.get(other, '?')}.")
+    migrates = migratable(family)
     missing = [o for o in mine if o not in migrates]
     if missing:
         readable = ", ".join(sorted(n.split(".", 1)[1] for n in migrates))

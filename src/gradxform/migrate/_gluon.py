@@ -32,19 +32,15 @@ from ..mxnet._momentum import DCASGDState, LBSGDState, NAGState
 from ..pieces.internal import CenteredRmsState, CorrectedMomentsState, LrRatioTraceState, MomentsState, TraceState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
-from ._errors import refuse_unmigratable, short
+from ._errors import migratable, refuse_unmigratable, short
 from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
 from ._state import (Slot, at_boundary, checked_count, checked_value, fill_state, has_slot, resolve_order,
                      warn_hyper_mismatch)
 from .._warn import warn_at_caller
 
-__all__ = ["from_gluon_states", "read_gluon_states", "MIGRATES"]
+__all__ = ["from_gluon_states", "read_gluon_states"]
 
 WHO = "from_gluon_states"
-# the MXNet optimizers whose Gluon/Module state files this reader reads (`_rule`): every registered one
-_READ = ("sgd", "ccsgd", "nag", "signum", "lbsgd", "dcasgd", "sgld", "adam", "adamax", "nadam", "adagrad",
-         "rmsprop", "adadelta", "ftml", "ftrl", "lamb", "groupadagrad", "lars")
-MIGRATES = frozenset(f"mxnet.{n}" for n in _READ)
 
 
 class _Rule(NamedTuple):
@@ -104,7 +100,8 @@ def _rule(name: str, opt: PickledObject | None) -> _Rule:
                      {"mom": (_MOM, 1.0), "previous_weight": (Slot(DCASGDState, "previous_weight"), 1.0)})
     if name == "sgld":
         return _Rule(None, {})
-    raise MigrateError(f"{WHO}: MXNet optimizer {name!r} is not supported (supported: {', '.join(_READ)}).")
+    raise MigrateError(f"{WHO}: MXNet optimizer {name!r} is not supported (supported: "
+                       f"{', '.join(sorted(n.split('.', 1)[1] for n in migratable('mxnet')))}).")
 
 
 # MXNet attribute -> gradxform hyperparameter, for the mismatch warning.
@@ -216,7 +213,7 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
     file that names anything but MXNet arrays and optimizer records.
     """
     state0 = tx.init(params)
-    refuse_unmigratable(state0, WHO, "mxnet", MIGRATES)  # before the file is read
+    refuse_unmigratable(state0, WHO, "mxnet")  # before the file is read
     states, opt = read_gluon_states(fname)
     names = param_names(params)
     leaves = jax.tree.leaves(params)

@@ -39,13 +39,9 @@ from ._ndarray import Budget
 from ._pickle import _BUDGET_FACTOR, _BUDGET_SLACK, MigrateError, read_bytes
 from ._state import Slot, at_boundary, checked_count, fill_state, tree_hyper, warn_hyper_mismatch
 
-__all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint", "MIGRATES"]
+__all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint"]
 
 WHO = "from_mindspore_checkpoint"
-# the MindSpore optimizers whose checkpoint layout this reader reads (`_KINDS`); the others (AdaDelta,
-# AdaFactor, AdaMax, ASGD, LARS, Rprop, THOR) are refused before any file is read
-MIGRATES = frozenset(f"mindspore.{n}" for n in ("adam", "lazy_adam", "adam_offload", "adam_weight_decay", "lamb",
-                                                "ftrl", "momentum", "sgd", "adagrad", "proximal_adagrad", "rmsprop"))
 _ENTRY_BYTES = 800  # measured (tracemalloc): ~790 bytes of Python objects per entry, result included
 
 _DTYPES = {"Float32": "<f4", "Float16": "<f2", "Float64": "<f8", "Int8": "i1", "UInt8": "u1",
@@ -237,7 +233,7 @@ def from_mindspore_checkpoint(fname, params, tx, names=None):
     is not the one ``tx`` is.
     """
     state0 = tx.init(params)
-    refuse_unmigratable(state0, WHO, "mindspore", MIGRATES)  # before the file is read
+    refuse_unmigratable(state0, WHO, "mindspore")  # before the file is read
     ckpt = read_mindspore_checkpoint(fname)
     return _fill(ckpt, params, tx, state0, dict(names or {}))
 

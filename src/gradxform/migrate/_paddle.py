@@ -39,7 +39,7 @@ from ._pickle import NUMPY_GLOBALS, MigrateError, read_bytes, safe_loads
 from .._ranges import Range, declared_range
 from ._state import Slot, at_boundary, checked_count, checked_value, fill_state
 
-__all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "to_paddle_state_dict", "paddle_accumulators", "MIGRATES",
+__all__ = ["read_paddle_state_dict", "from_paddle_state_dict", "to_paddle_state_dict", "paddle_accumulators",
            "ACCUMULATORS"]
 
 #: state class -> {field: Paddle accumulator name}; fields listed in the class's
@@ -63,9 +63,6 @@ ACCUMULATORS = {
 }
 
 WHO = "from_paddle_state_dict"
-# every Paddle optimizer: ASGD's d/y/m, the others' accumulators (`ACCUMULATORS`; SGD has none)
-MIGRATES = frozenset(f"paddle.{n}" for n in ("sgd", "momentum", "adam", "adamw", "adamax", "lamb", "adagrad",
-                                             "adadelta", "rmsprop", "nadam", "radam", "rprop", "asgd"))
 _IGNORED = ("StructuredToParameterName@@",)
 _SPECIAL = ("LR_Scheduler", "master_weights")
 
@@ -158,7 +155,7 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
     naming anything but numpy arrays.
     """
     state0 = tx.init(params) if state is None else state
-    refuse_unmigratable(state0, WHO, "paddle", MIGRATES)  # before the file is read
+    refuse_unmigratable(state0, WHO, "paddle")  # before the file is read
     sd = read_paddle_state_dict(path_or_dict)
     gnames = param_names(params)
     leaves = jax.tree.leaves(params)

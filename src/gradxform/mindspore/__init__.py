@@ -3,7 +3,7 @@ defaults (reached by name as ``gradxform.create('mindspore.<name>', ...)``).
 
 MindSpore's classes take ``params`` first, as in MindSpore
 (``Momentum(params, learning_rate, momentum, ...)``, each beside its
-factory, listed in its module's ``CLASSES``); the snake_case factories keep
+factory, named in its ``Declaration``); the snake_case factories keep
 ``learning_rate`` first and take the parameters as the keyword ``params=``
 (or ``groups=``; see `gradxform.mindspore._groups`): gradxform sees the
 parameters at ``init``.
@@ -38,8 +38,8 @@ register_family("mindspore", (_momentum, _adam, _adaptive, _adafactor, _thor, _r
 from ._momentum import (momentum as momentum, sgd as sgd, lars as lars, Momentum as Momentum, SGD as SGD,
     LARS as LARS)
 from ._adam import (adam as adam, adam_weight_decay as adam_weight_decay, lazy_adam as lazy_adam,
-    adam_offload as adam_offload, lamb as lamb, Adam as Adam, LazyAdam as LazyAdam, AdamOffload as AdamOffload,
-    AdamWeightDecay as AdamWeightDecay, Lamb as Lamb)
+    adam_offload as adam_offload, lamb as lamb, Adam as Adam, AdamWeightDecay as AdamWeightDecay,
+    LazyAdam as LazyAdam, AdamOffload as AdamOffload, Lamb as Lamb)
 from ._adaptive import (adagrad as adagrad, proximal_adagrad as proximal_adagrad, ftrl as ftrl, rmsprop as rmsprop,
     Adagrad as Adagrad, ProximalAdagrad as ProximalAdagrad, FTRL as FTRL, RMSProp as RMSProp)
 from ._adafactor import (adafactor as adafactor, AdaFactor as AdaFactor)
@@ -47,7 +47,7 @@ from ._thor import (thor as thor)
 from ._rules import (adamax as adamax, adadelta as adadelta, rprop as rprop, asgd as asgd, AdaMax as AdaMax,
     Adadelta as Adadelta, Rprop as Rprop, ASGD as ASGD)
 _EXPORTED = ['momentum', 'sgd', 'lars', 'Momentum', 'SGD', 'LARS', 'adam', 'adam_weight_decay', 'lazy_adam',
-    'adam_offload', 'lamb', 'Adam', 'LazyAdam', 'AdamOffload', 'AdamWeightDecay', 'Lamb', 'adagrad',
+    'adam_offload', 'lamb', 'Adam', 'AdamWeightDecay', 'LazyAdam', 'AdamOffload', 'Lamb', 'adagrad',
     'proximal_adagrad', 'ftrl', 'rmsprop', 'Adagrad', 'ProximalAdagrad', 'FTRL', 'RMSProp', 'adafactor', 'AdaFactor',
     'thor', 'adamax', 'adadelta', 'rprop', 'asgd', 'AdaMax', 'Adadelta', 'Rprop', 'ASGD']
 # -- end of generated exports --

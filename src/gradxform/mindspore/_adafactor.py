@@ -7,7 +7,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._registry import registered_name
+from .._registry import Declaration, registered_name
 from .._base import GradientTransformation, context_value, needs_params, transformation
 from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
@@ -17,12 +17,13 @@ from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE
 
 __all__ = ["adafactor", "AdaFactorState"]
-OPTIMIZERS = ("adafactor",)  # registered as 'mindspore.<name>' by the family's __init__
-CLASSES = ("AdaFactor",)  # the framework's class names (its positional order), re-exported
 # weight_decay in [0, 1) (check_float_range INC_LEFT); beta1 in [0, 1) and eps > 0 as the
 # seed's Raises (MindSpore's code checks only beta1 >= 0, eps >= 0; 0 = no first moment)
-RANGES = {"adafactor": {"beta1": UNIT_HALF_OPEN, "weight_decay": UNIT_HALF_OPEN,
-                        "epsilon1": POSITIVE, "epsilon2": POSITIVE}}
+DECLARED = (  # registered as 'mindspore.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('adafactor', classes=('AdaFactor',),
+                ranges={"beta1": UNIT_HALF_OPEN, "weight_decay": UNIT_HALF_OPEN, "epsilon1": POSITIVE,
+                        "epsilon2": POSITIVE}),
+)
 
 
 
@@ -199,7 +200,7 @@ def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_r
 
 
 
-# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+# -- the framework's classes, in its positional order (each named in its `Declaration`) --
 
 def AdaFactor(params, learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_rate=0.8, beta1=0.9,
               weight_decay=0.0, scale_parameter=True, relative_step=True, warmup_init=False, compression=False,

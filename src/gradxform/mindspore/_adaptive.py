@@ -14,7 +14,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._registry import registered_name
+from .._registry import Declaration, registered_name
 from .._base import GradientTransformation, context_value, needs_params, transformation
 from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
@@ -25,10 +25,13 @@ from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, non_negative_if
 
 __all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "MindSporeFtrlState", "RMSPropState"]
-OPTIMIZERS = ("adagrad", "proximal_adagrad", "ftrl", "rmsprop")  # registered as 'mindspore.<name>' by the family's __init__
-CLASSES = ("Adagrad", "ProximalAdagrad", "FTRL", "RMSProp",)  # the framework's class names (its positional order), re-exported
 # FTRL divides by the learning rate (check_positive_float in MindSpore)
-RANGES = {"ftrl": {"learning_rate": POSITIVE}}
+DECLARED = (  # registered as 'mindspore.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('adagrad', classes=('Adagrad',), migrates=True),
+    Declaration('proximal_adagrad', classes=('ProximalAdagrad',), migrates=True),
+    Declaration('ftrl', classes=('FTRL',), ranges={"learning_rate": POSITIVE}, migrates=True),
+    Declaration('rmsprop', classes=('RMSProp',), migrates=True),
+)
 
 
 
@@ -279,7 +282,7 @@ def rmsprop(learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locki
 
 
 
-# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+# -- the framework's classes, in its positional order (each named in its `Declaration`) --
 
 def Adagrad(params, accum=0.1, learning_rate=0.001, update_slots=True, loss_scale=1.0, weight_decay=0.0, *,
             skip_nonfinite=False) -> GradientTransformation:

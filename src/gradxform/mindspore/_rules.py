@@ -11,23 +11,23 @@ MindSpore 2.10, so each has goldens (tools/mindspore_new_goldens.py).
 from __future__ import annotations
 
 from .._base import GradientTransformation
-from .._registry import registered_name
+from .._registry import Declaration, registered_name
 from ..pieces import (averaged_sgd_step, running_bias_correction, scale_by_adadelta, scale_by_infinity_norm,
                       scale_by_lr, scale_by_rprop)
 from ._common import check_float, parse
 from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range
 
 __all__ = ["adamax", "adadelta", "rprop", "asgd"]
-OPTIMIZERS = ("adamax", "adadelta", "rprop", "asgd")  # registered as 'mindspore.<name>' by the family's __init__
-CLASSES = ("AdaMax", "Adadelta", "Rprop", "ASGD",)  # the framework's class names (its positional order), re-exported
 # their constructors' checks (MindSpore's _checkparam), per optimizer
-RANGES = {
-    "adamax": {"eps": POSITIVE},
-    "adadelta": {"rho": UNIT_CLOSED, "epsilon": NON_NEGATIVE},
-    "rprop": {"etaminus": UNIT_OPEN, "etaplus": Range(low=1.0, low_open=True),
-              "step_size_min": NON_NEGATIVE, "step_size_max": NON_NEGATIVE},
-    "asgd": {"lambd": NON_NEGATIVE, "alpha": NON_NEGATIVE, "t0": NON_NEGATIVE},
-}
+DECLARED = (  # registered as 'mindspore.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('adamax', classes=('AdaMax',), ranges={"eps": POSITIVE}),
+    Declaration('adadelta', classes=('Adadelta',), ranges={"rho": UNIT_CLOSED, "epsilon": NON_NEGATIVE}),
+    Declaration('rprop', classes=('Rprop',),
+                ranges={"etaminus": UNIT_OPEN, "etaplus": Range(low=1.0, low_open=True), "step_size_min": NON_NEGATIVE,
+                        "step_size_max": NON_NEGATIVE}),
+    Declaration('asgd', classes=('ASGD',),
+                ranges={"lambd": NON_NEGATIVE, "alpha": NON_NEGATIVE, "t0": NON_NEGATIVE}),
+)
 
 
 def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.0, loss_scale=1.0, *,
@@ -141,7 +141,7 @@ def asgd(learning_rate=0.1, lambd=1e-4, alpha=0.75, t0=1e6, weight_decay=0.0, *,
 
 
 
-# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+# -- the framework's classes, in its positional order (each named in its `Declaration`) --
 
 def AdaMax(params, learning_rate=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0.0, loss_scale=1.0, *,
            skip_nonfinite=False) -> GradientTransformation:

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import cho_solve
 
-from .._registry import registered_name
+from .._registry import Declaration, registered_name
 from .._base import GradientTransformation, context_value, identity, transformation
 from .._spec import Fusion, declare
 from .._elementwise import not_fusable
@@ -34,13 +34,16 @@ from .._types import Hyper, ParamTree
 from .._domains import FINITE
 
 __all__ = ["thor", "ThorState", "KINDS"]
-OPTIMIZERS = ("thor",)  # registered as 'mindspore.<name>' by the family's __init__
+DECLARED = (  # registered as 'mindspore.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('thor', ranges={"damping": NON_NEGATIVE},
+                no_goldens="THOR has no CPU kernel and needs a network of DenseThor / Conv2dThor layers: "
+                       "tests/test_thor.py checks a float64 transcription of its rule"),
+)
 
 
 KINDS = ("dense", "conv", "embedding", "layernorm")
 _MATRIX_KINDS = ("dense", "conv", "embedding")
 _NDIM = {"dense": 2, "conv": 4, "embedding": 2}
-RANGES = {"thor": {"damping": NON_NEGATIVE}}
 
 def _owner() -> str:
     return registered_name(thor)  # the name in messages (registered by the family's __init__)

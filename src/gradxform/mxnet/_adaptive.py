@@ -14,6 +14,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._registry import Declaration
 from .._base import GradientTransformation, chain, context_value, identity, transformation
 from .._spec import Fusion, declare
 from .._elementwise import fusable
@@ -29,8 +30,16 @@ from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER
 
 __all__ = ["adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl"]
-OPTIMIZERS = ("adam", "adamax", "nadam", "adagrad", "rmsprop", "adadelta", "ftml", "ftrl")  # registered as 'mxnet.<name>' by the family's __init__
-CLASSES = ("AdaDelta", "AdaGrad", "FTML", "Ftrl", "Adam", "Adamax", "Nadam", "RMSProp",)  # the framework's class names (its positional order), re-exported
+DECLARED = (  # registered as 'mxnet.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('adam', classes=('Adam',), migrates=True),
+    Declaration('adamax', classes=('Adamax',), migrates=True),
+    Declaration('nadam', classes=('Nadam',), migrates=True),
+    Declaration('adagrad', classes=('AdaGrad',), migrates=True),
+    Declaration('rmsprop', classes=('RMSProp',), migrates=True),
+    Declaration('adadelta', classes=('AdaDelta',), migrates=True),
+    Declaration('ftml', classes=('FTML',), migrates=True),
+    Declaration('ftrl', classes=('Ftrl',), migrates=True),
+)
 
 
 
@@ -423,7 +432,7 @@ def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, *, wd=0.0, rescale_grad=1.0, 
 
 
 
-# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+# -- the framework's classes, in its positional order (each named in its `Declaration`) --
 
 def AdaDelta(rho=0.90, epsilon=1e-5, *, rescale_grad=1.0, param_idx2name=None, wd=0.0, clip_gradient=None,
              learning_rate=None, lr_scheduler=None, begin_num_update=0, multi_precision=False, param_dict=None,

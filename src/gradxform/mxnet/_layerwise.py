@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._registry import Declaration
 from .._base import GradientTransformation, LocalKey, identity
 from .._ranges import check_bool, check_hyper
 from .._selectors import multipliers
@@ -20,8 +21,11 @@ from ..pieces import (add_decayed_weights, provide_lars_ratio, provide_weight_de
 from ._common import _mxnet_names, check_unit, parse_options
 
 __all__ = ["lamb", "lars", "groupadagrad"]
-OPTIMIZERS = ("lamb", "lars", "groupadagrad")  # registered as 'mxnet.<name>' by the family's __init__
-CLASSES = ("LARS", "GroupAdaGrad", "LAMB",)  # the framework's class names (its positional order), re-exported
+DECLARED = (  # registered as 'mxnet.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('lamb', classes=('LAMB',), migrates=True),
+    Declaration('lars', classes=('LARS',), migrates=True),
+    Declaration('groupadagrad', classes=('GroupAdaGrad',), migrates=True),
+)
 
 
 def _bound(owner: str, name: str, value):
@@ -216,7 +220,7 @@ def groupadagrad(learning_rate=None, eps=1e-5, *, wd=0.0, rescale_grad=1.0, clip
 
 
 
-# -- the framework's classes, in its positional order (`CLASSES`) --------------------
+# -- the framework's classes, in its positional order (each named in its `Declaration`) --
 
 def LARS(momentum=0.0, lazy_update=False, eta=0.001, eps=0.0, momentum_correction=True, *, rescale_grad=1.0,
          param_idx2name=None, wd=0.0, clip_gradient=None, learning_rate=None, lr_scheduler=None, begin_num_update=0,

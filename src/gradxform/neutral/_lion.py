@@ -8,13 +8,15 @@ import numpy as np
 from .._base import GradientTransformation, chain, transformation
 from .._optimizer import Setup
 from .._ranges import check_bool, check_hyper
-from .._registry import registered_name
+from .._registry import Declaration, registered_name
 from .._state_paths import is_optax_placeholder
 from ..pieces import add_decayed_weights, scale_by_lion, scale_by_lr
 from ..schedules.internal import DynamicLR, as_schedule
 
 __all__ = ["lion"]
-OPTIMIZERS = ("lion",)  # registered as 'neutral.<name>' by the family's __init__
+DECLARED = (  # registered as 'neutral.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('lion', no_goldens="no framework has it: tests/test_neutral.py runs optax.lion beside it"),
+)
 
 
 def lion(learning_rate=1e-4, b1=0.9, b2=0.99, mu_dtype=None, weight_decay=1e-3, mask=None, *,

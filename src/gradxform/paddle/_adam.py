@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._registry import registered_name
+from .._registry import Declaration, registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._ranges import ANY, NON_NEGATIVE, check_hyper
@@ -30,11 +30,15 @@ from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE, FLAG, NON_NEGATIVE_FINITE, POWER
 
 __all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]
-OPTIMIZERS = ("adam", "adamw", "adamax", "lamb")  # registered as 'paddle.<name>' by the family's __init__
 # Paddle's own checks where they differ from the generic ranges: ``0 <= epsilon``;
 # Lamb's lamb_weight_decay, which Paddle does not check, any finite number
-RANGES = {"adam": {"epsilon": NON_NEGATIVE}, "adamw": {"epsilon": NON_NEGATIVE}, "adamax": {"epsilon": NON_NEGATIVE},
-          "lamb": {"epsilon": NON_NEGATIVE, "lamb_weight_decay": ANY}}
+DECLARED = (  # registered as 'paddle.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('adam', classes=('Adam',), ranges={"epsilon": NON_NEGATIVE}, migrates=True),
+    Declaration('adamw', classes=('AdamW',), ranges={"epsilon": NON_NEGATIVE}, migrates=True),
+    Declaration('adamax', classes=('Adamax',), ranges={"epsilon": NON_NEGATIVE}, migrates=True),
+    Declaration('lamb', classes=('Lamb',), ranges={"epsilon": NON_NEGATIVE, "lamb_weight_decay": ANY},
+                migrates=True),
+)
 
 
 
@@ -456,4 +460,3 @@ Adam = adam
 AdamW = adamw
 Adamax = adamax
 Lamb = lamb
-CLASSES = ('Adam', 'AdamW', 'Adamax', 'Lamb')

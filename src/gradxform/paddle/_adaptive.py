@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._registry import registered_name
+from .._registry import Declaration, registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER, non_negative_if
@@ -25,20 +25,24 @@ from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
 
 __all__ = ["adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop", "AdagradState", "AdadeltaState",
            "RMSPropState", "NAdamState", "RAdamState", "RpropState"]
-OPTIMIZERS = ("adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop")  # registered as 'paddle.<name>' by the family's __init__
 # Paddle's own checks where they differ from the generic ranges: ``0 <= epsilon``; RMSProp's
 # rho and momentum >= 0 (no upper bound) and a group's own ``centered`` (0 or 1, where the
 # groups disagree); NAdam's momentum_decay >= 0; Rprop's 0 < etas[0] < 1 < etas[1] and rates
 # > 0; Adadelta's rho in [0, 1], which Paddle does not check
-RANGES = {
-    "adagrad": {"epsilon": NON_NEGATIVE},
-    "adadelta": {"epsilon": NON_NEGATIVE, "rho": UNIT_CLOSED},
-    "rmsprop": {"epsilon": NON_NEGATIVE, "rho": NON_NEGATIVE, "momentum": NON_NEGATIVE, "centered": UNIT_CLOSED},
-    "nadam": {"epsilon": NON_NEGATIVE, "momentum_decay": NON_NEGATIVE},
-    "radam": {"epsilon": NON_NEGATIVE},
-    "rprop": {"eta_negative": UNIT_OPEN, "eta_positive": Range(low=1.0, low_open=True),
-              "lr_min": POSITIVE, "lr_max": POSITIVE},
-}
+DECLARED = (  # registered as 'paddle.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('adagrad', classes=('Adagrad',), ranges={"epsilon": NON_NEGATIVE}, migrates=True),
+    Declaration('adadelta', classes=('Adadelta',), ranges={"epsilon": NON_NEGATIVE, "rho": UNIT_CLOSED},
+                migrates=True),
+    Declaration('rmsprop', classes=('RMSProp',), migrates=True,
+                ranges={"epsilon": NON_NEGATIVE, "rho": NON_NEGATIVE, "momentum": NON_NEGATIVE,
+                        "centered": UNIT_CLOSED}),
+    Declaration('nadam', classes=('NAdam',), ranges={"epsilon": NON_NEGATIVE, "momentum_decay": NON_NEGATIVE},
+                migrates=True),
+    Declaration('radam', classes=('RAdam',), ranges={"epsilon": NON_NEGATIVE}, migrates=True),
+    Declaration('rprop', classes=('Rprop',), migrates=True,
+                ranges={"eta_negative": UNIT_OPEN, "eta_positive": Range(low=1.0, low_open=True), "lr_min": POSITIVE,
+                        "lr_max": POSITIVE}),
+)
 
 
 
@@ -379,4 +383,3 @@ RMSProp = rmsprop
 NAdam = nadam
 RAdam = radam
 Rprop = rprop
-CLASSES = ('Adagrad', 'Adadelta', 'RMSProp', 'NAdam', 'RAdam', 'Rprop')

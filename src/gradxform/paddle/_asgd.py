@@ -11,7 +11,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .._registry import registered_name
+from .._registry import Declaration, registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._tree import zeros_like_params
@@ -22,7 +22,9 @@ from .._types import Hyper, ParamTree
 from .._domains import FINITE
 
 __all__ = ["asgd", "ASGDState"]
-OPTIMIZERS = ("asgd",)  # registered as 'paddle.<name>' by the family's __init__
+DECLARED = (  # registered as 'paddle.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('asgd', classes=('ASGD',), migrates=True),
+)
 
 
 
@@ -116,4 +118,3 @@ def asgd(learning_rate=0.001, batch_num=1, parameters=None, weight_decay=None, g
 
 # Paddle's class names (paddle.optimizer.AdamW): each factory already takes Paddle's positional order
 ASGD = asgd
-CLASSES = ('ASGD',)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._registry import registered_name
+from .._registry import Declaration, registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._elementwise import fusable
@@ -22,7 +22,10 @@ from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE
 
 __all__ = ["sgd", "momentum", "MomentumState"]
-OPTIMIZERS = ("sgd", "momentum")  # registered as 'paddle.<name>' by the family's __init__
+DECLARED = (  # registered as 'paddle.<name>' by the family's __init__ (gradxform._registry.Declaration)
+    Declaration('sgd', classes=('SGD',), migrates=True),
+    Declaration('momentum', classes=('Momentum',), migrates=True),
+)
 
 
 
@@ -179,4 +182,3 @@ def momentum(learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=Fa
 # Paddle's class names (paddle.optimizer.AdamW): each factory already takes Paddle's positional order
 SGD = sgd
 Momentum = momentum
-CLASSES = ('SGD', 'Momentum')
