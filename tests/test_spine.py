@@ -104,6 +104,7 @@ def test_no_closure_reads_in_gradxform():
     found = spine_check.scan()
     assert found["closure reads"] == []
     assert found["locals() calls"] == []  # a factory passes its arguments on by name
+    assert found["literal range bounds in pieces"] == []  # a piece's check reads its declared range
 
 
 @pytest.mark.parametrize("wrap", ["fused", "packed"])

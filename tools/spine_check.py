@@ -5,7 +5,9 @@ cycles among gradxform modules (top-level imports only, from the AST), and
 registered optimizer names written by hand in the family packages (string
 constants other than docstrings that name one, ``"mxnet.adam"`` or
 ``"mindspore.AdamWeightDecay"``: the owner's name comes from its registration),
-and calls of ``locals()`` (issue 37: arguments are passed by name).
+calls of ``locals()`` (issue 37: arguments are passed by name), and range bounds written as
+literals in a piece's check (issue 37: a range is declared once, in `gradxform._ranges` or the
+optimizer's `Declaration`, and the checks read it).
 
     PYTHONPATH=$PWD/src python tools/spine_check.py [-v]
 
@@ -95,7 +97,7 @@ def scan():
     modules = {module_name(f): f for f in files}
     found = {"closure reads": [], "__signature__ assignments": [], "_REGISTRY outside _registry.py": [],
              "gradxform imports inside functions": [], "owner names written by hand in the families": [],
-             "locals() calls": []}
+             "locals() calls": [], "literal range bounds in pieces": []}
     names = registered()
     families = {n.split(".", 1)[0] for n in names}  # the registry's: mxnet, mindspore, paddle, neutral
     graph: dict[str, set] = {m: set() for m in modules}
@@ -122,6 +124,8 @@ def scan():
                 found["_REGISTRY outside _registry.py"].append(where(node))
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "locals":
                 found["locals() calls"].append(where(node))
+            if path.relative_to(PKG).parts[0] == "pieces" and _literal_bounds(node):
+                found["literal range bounds in pieces"].append(where(node))
             if isinstance(node, ast.alias) and node.name == "_REGISTRY" and path.name != "_registry.py":
                 found["_REGISTRY outside _registry.py"].append(f"{path.relative_to(ROOT)} (imported)")
         for node in ast.walk(tree):
@@ -138,6 +142,12 @@ def scan():
     found = {k: sorted(set(v)) for k, v in found.items()}  # nested functions are walked twice
     found["import cycles"] = [" -> ".join(c) for c in cycles(graph)]
     return found
+
+
+def _literal_bounds(node) -> bool:
+    """A call of ``check_range`` with a number for ``low`` or ``high``."""
+    return (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "check_range"
+            and any(k.arg in ("low", "high") and isinstance(k.value, ast.Constant) for k in node.keywords))
 
 
 def _type_checking_only(node) -> bool:

@@ -10,7 +10,10 @@ is ``inf`` and is refused; ``beta2=1 - 1e-10`` is ``1.0`` and is outside
 
 Each hyperparameter's range lives once: `GENERIC` (the pieces, and any
 owner without its own entry; a piece module adds its new names with
-`register_range`), one table per family (`FAMILY`), and per-optimizer
+`register_range`, and a piece whose argument has another range than the
+generic one declares it under the piece's name with `register_ranges`; the
+pieces' own checks are `check_hyper` calls that read these, never literal
+bounds), one table per family (`FAMILY`), and per-optimizer
 overrides (`OWNER`), which each optimizer's `Declaration` gives
 (``ranges=``, in its family module). `declared_range(owner, name)` reads them
 most specific first. Construction (`check_hyper`, and the
@@ -57,7 +60,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Range", "check_bool", "check_value", "real_value", "check_hyper", "declared_range", "register_range", "stored_float32",
+__all__ = ["Range", "check_bool", "check_value", "real_value", "check_hyper", "declared_range", "register_range", "register_ranges", "stored_float32",
            "HyperName", "owner_of", "GENERIC", "FAMILY", "OWNER", "ANY", "NON_NEGATIVE", "POSITIVE", "NON_POSITIVE",
            "UNIT_HALF_OPEN", "UNIT_CLOSED", "UNIT_OPEN"]
 
@@ -252,6 +255,14 @@ def register_range(name: str, rng: Range, *, owner: str | None = None) -> None:
         GENERIC[name] = rng
     else:
         OWNER.setdefault(owner, {})[name] = rng
+
+
+def register_ranges(owner: str, ranges: dict[str, Range]) -> None:
+    """Declares the ranges of a piece's own arguments (``owner``: the piece's
+    name, as its checks pass it to `check_hyper`) where `GENERIC` has none
+    for a name, or another one."""
+    for name, rng in ranges.items():
+        register_range(name, rng, owner=owner)
 
 
 def check_bool(owner: str, name: str, value) -> bool:

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 
 from .._base import GradientTransformation, identity, transformation
 from .._elementwise import fusable
-from .._hyper import check_range, hyper_scalar
+from .._hyper import hyper_scalar
+from .._ranges import check_hyper
 from ._scaling import HyperState
 from ._segments import whole_buffers
 
@@ -23,7 +24,7 @@ def clip_by_value(clip_gradient: float | None, *, name: str = "clip_gradient") -
     """
     if clip_gradient is None or clip_gradient == 0:
         return identity()
-    check_range("clip_by_value", name, clip_gradient, low=0.0, low_open=True)
+    check_hyper("clip_by_value", "clip_gradient", clip_gradient, arg=name)
 
     def init(params):
         del params
@@ -50,7 +51,7 @@ def global_norm(tree, extra_args: dict | None = None) -> jax.Array:
 def clip_by_global_norm(max_norm: float, *, name: str = "max_norm") -> GradientTransformation:
     """Scales all updates by ``min(1, max_norm / (norm + 1e-8))``, ``norm`` the
     global L2 norm (as ``mxnet.gluon.utils.clip_global_norm``)."""
-    check_range("clip_by_global_norm", name, max_norm, low=0.0, low_open=True)
+    check_hyper("clip_by_global_norm", "max_norm", max_norm, arg=name)
 
     def init(params):
         del params

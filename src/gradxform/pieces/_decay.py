@@ -7,7 +7,8 @@ import jax
 
 from .._base import GradientTransformation, StepContext, context_value, transformation
 from .._spec import Fusion, declare
-from .._hyper import check_range, hyper_scalar
+from .._hyper import hyper_scalar
+from .._ranges import check_hyper
 from .._types import Hyper, PerLeaf
 from .._tree import leaf_values
 from ._step import Multiplier, per_leaf_multipliers
@@ -29,7 +30,7 @@ class DecayState(NamedTuple):
 
 def _decay(wd, wd_mult, name, add, who):
     if wd is not None:
-        check_range(who, name, wd, low=0.0)
+        check_hyper(who, "wd", wd, arg=name)
 
     def init(params):
         if wd is None:
@@ -87,7 +88,7 @@ def add_decoupled_weight_decay(wd: float | None = 0.0, *, name: str = "wd_lh") -
     ``wd=None`` uses each parameter's decay published by an earlier
     `provide_weight_decay` (MXNet signSGD decays with ``wd * wd_mult``)."""
     if wd is not None:
-        check_range("add_decoupled_weight_decay", name, wd, low=0.0)
+        check_hyper("add_decoupled_weight_decay", "wd", wd, arg=name)
 
     def init(params):
         del params

@@ -41,10 +41,10 @@ from .._base import CONTEXT_KEY, GradientTransformation, StepContext, run_inner,
 from .._spec import Fusion, declare
 from .._state_paths import find_states
 from ._segments import on_every_shard
-from .._hyper import check_range, hyper_scalar, register_check
+from .._hyper import hyper_scalar, register_check
 from .._types import Hyper, InnerState
 from .._domains import FLAG, NON_NEGATIVE_FINITE
-from .._ranges import Range
+from .._ranges import NON_NEGATIVE, POSITIVE, Range, check_hyper, register_ranges
 
 __all__ = [
     "GuardState", "SkipNonfiniteState", "LossScaleState", "NonFiniteError",
@@ -91,6 +91,10 @@ class LossScaleState(NamedTuple):
 register_check("growth_factor", low=1.0)
 register_check("backoff_factor", low=0.0, low_open=True, high=1.0)
 register_check("growth_interval", low=1.0)
+# dynamic_loss_scale's own arguments (read by its checks, `gradxform._ranges.check_hyper`)
+register_ranges("dynamic_loss_scale", {"init_scale": POSITIVE, "growth_interval": Range(low=1.0),
+                                       "backoff": Range(low=0.0, high=1.0, low_open=True),
+                                       "growth": Range(low=1.0), "min_scale": NON_NEGATIVE, "max_scale": POSITIVE})
 
 
 def _floating_leaves(trees):
@@ -306,15 +310,15 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
     `skip_nonfinite`: the gradients are always checked, before and after
     unscaling.
     """
-    check_range("dynamic_loss_scale", "init_scale", init_scale, low=0.0, low_open=True)
-    check_range("dynamic_loss_scale", "growth_interval", growth_interval, low=1)
+    check_hyper("dynamic_loss_scale", "init_scale", init_scale)
+    check_hyper("dynamic_loss_scale", "growth_interval", growth_interval)
     if int(growth_interval) != growth_interval:
         raise ValueError(f"dynamic_loss_scale(growth_interval=...): growth_interval must be an integer; "
                          f"got {growth_interval!r}.")
-    check_range("dynamic_loss_scale", "backoff", backoff, low=0.0, low_open=True, high=1.0)
-    check_range("dynamic_loss_scale", "growth", growth, low=1.0)
-    check_range("dynamic_loss_scale", "min_scale", min_scale, low=0.0, allow_none=True)
-    check_range("dynamic_loss_scale", "max_scale", max_scale, low=0.0, low_open=True, allow_none=True)
+    check_hyper("dynamic_loss_scale", "backoff", backoff)
+    check_hyper("dynamic_loss_scale", "growth", growth)
+    check_hyper("dynamic_loss_scale", "min_scale", min_scale, allow_none=True)
+    check_hyper("dynamic_loss_scale", "max_scale", max_scale, allow_none=True)
     if min_scale is not None and max_scale is not None and min_scale > max_scale:
         raise ValueError(f"dynamic_loss_scale(min_scale=..., max_scale=...): min_scale must be <= "
                          f"max_scale; got {min_scale!r} > {max_scale!r}.")

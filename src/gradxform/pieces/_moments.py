@@ -14,8 +14,8 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._elementwise import fusable
-from .._hyper import check_range, hyper_residual, hyper_scalar
-from .._ranges import UNIT_CLOSED, register_range
+from .._hyper import hyper_residual, hyper_scalar
+from .._ranges import UNIT_CLOSED, check_hyper, register_range
 from .._tree import full_like_params, once_per_value, zeros_like_params as _zeros
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, non_negative_if
@@ -48,7 +48,7 @@ class TraceState(NamedTuple):
 def trace(momentum: float, *, nesterov: bool = False, name: str = "momentum") -> GradientTransformation:
     """Heavy-ball momentum: ``m = momentum * m + u``; emits ``m``, or with
     ``nesterov=True`` (static) ``u + momentum * m`` (MXNet NAG)."""
-    check_range("trace", name, momentum, low=0.0, high=1.0)
+    check_hyper("trace", "momentum", momentum, arg=name)
 
     def init(params):
         return TraceState({name: hyper_scalar(momentum)}, _zeros(params))
@@ -66,7 +66,7 @@ def trace(momentum: float, *, nesterov: bool = False, name: str = "momentum") ->
 
 def ema(decay: float, *, name: str = "momentum") -> GradientTransformation:
     """Exponential moving average ``m = decay * m + (1 - decay) * u``; emits ``m``."""
-    check_range("ema", name, decay, low=0.0, high=1.0)
+    check_hyper("ema", "decay", decay, arg=name)
 
     def init(params):
         return TraceState({name: hyper_scalar(decay)}, _zeros(params))
@@ -144,8 +144,8 @@ def scale_by_lion(b1: float = 0.9, b2: float = 0.99, mu_dtype=None) -> GradientT
     ``1 - b`` in [1e-5, 1e-4]). ``mu`` has ``mu_dtype`` (static), or the
     parameters' dtype when None. The update keeps the incoming updates'
     dtype (a sign: exact in any float dtype)."""
-    check_range("scale_by_lion", "b1", b1, low=0.0, high=1.0)
-    check_range("scale_by_lion", "b2", b2, low=0.0, high=1.0)
+    check_hyper("scale_by_lion", "b1", b1)
+    check_hyper("scale_by_lion", "b2", b2)
     dtype = None if mu_dtype is None else jax.dtypes.canonicalize_dtype(mu_dtype)  # as optax
 
     def init(params):
@@ -203,9 +203,9 @@ def scale_by_adam_moments(beta1: float = 0.9, beta2: float = 0.999,
     No bias correction here: MXNet folds it into the learning rate, so it is
     the separate `bias_correction` piece.
     """
-    check_range("scale_by_adam_moments", "beta1", beta1, low=0.0, high=1.0, high_open=True)
-    check_range("scale_by_adam_moments", "beta2", beta2, low=0.0, high=1.0, high_open=True)
-    check_range("scale_by_adam_moments", "epsilon", epsilon, low=0.0, low_open=True)
+    check_hyper("scale_by_adam_moments", "beta1", beta1)
+    check_hyper("scale_by_adam_moments", "beta2", beta2)
+    check_hyper("scale_by_adam_moments", "epsilon", epsilon)
 
     def init(params):
         return MomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
@@ -225,8 +225,8 @@ def scale_by_adam_moments(beta1: float = 0.9, beta2: float = 0.999,
 def scale_by_rms(decay: float = 0.9, epsilon: float = 1e-8, *, name: str = "gamma1") -> GradientTransformation:
     """Tieleman & Hinton: ``n = (1-decay) u^2 + decay n;  emits u / sqrt(n + eps)``
     (epsilon inside the root)."""
-    check_range("scale_by_rms", name, decay, low=0.0, high=1.0)
-    check_range("scale_by_rms", "epsilon", epsilon, low=0.0, low_open=True)
+    check_hyper("scale_by_rms", "decay", decay, arg=name)
+    check_hyper("scale_by_rms", "epsilon", epsilon)
 
     def init(params):
         return TraceState({name: hyper_scalar(decay), "epsilon": hyper_scalar(epsilon)}, _zeros(params))
@@ -253,8 +253,8 @@ def scale_by_centered_rms(decay: float = 0.9, epsilon: float = 1e-8, *,
                           name: str = "gamma1") -> GradientTransformation:
     """Graves (2013): ``n = (1-d) u^2 + d n;  g = (1-d) u + d g;
     emits u / sqrt(n - g^2 + eps)``."""
-    check_range("scale_by_centered_rms", name, decay, low=0.0, high=1.0)
-    check_range("scale_by_centered_rms", "epsilon", epsilon, low=0.0, low_open=True)
+    check_hyper("scale_by_centered_rms", "decay", decay, arg=name)
+    check_hyper("scale_by_centered_rms", "epsilon", epsilon)
 
     def init(params):
         return CenteredRmsState({name: hyper_scalar(decay), "epsilon": hyper_scalar(epsilon)},
@@ -283,8 +283,8 @@ def infinity_norm_moments(state, updates):
 
 def scale_by_adamax(beta1: float = 0.9, beta2: float = 0.999) -> GradientTransformation:
     """Infinity norm: ``m = b1 m + (1-b1) u;  s = max(b2 s, |u|);  emits m / s``."""
-    check_range("scale_by_adamax", "beta1", beta1, low=0.0, high=1.0, high_open=True)
-    check_range("scale_by_adamax", "beta2", beta2, low=0.0, high=1.0, high_open=True)
+    check_hyper("scale_by_adamax", "beta1", beta1)
+    check_hyper("scale_by_adamax", "beta2", beta2)
 
     def init(params):
         return MomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2)},
@@ -302,7 +302,7 @@ def scale_by_adamax(beta1: float = 0.9, beta2: float = 0.999) -> GradientTransfo
 def scale_by_accumulated_squares(eps: float = 1e-7, *, initial: float = 0.0,
                                  name: str = "eps") -> GradientTransformation:
     """AdaGrad accumulator: ``h += u^2;  emits u / sqrt(h + eps)``; ``h`` starts at ``initial``."""
-    check_range("scale_by_accumulated_squares", name, eps, low=0.0)
+    check_hyper("scale_by_accumulated_squares", "eps", eps, arg=name)
 
     def init(params):
         return TraceState({name: hyper_scalar(eps)},
@@ -334,8 +334,8 @@ def bias_correction(beta1: float = 0.9, beta2: float | None = 0.999) -> Gradient
     """``u -> u * sqrt(1 - beta2^t) / (1 - beta1^t)`` (or ``u / (1 - beta1^t)``
     with ``beta2=None``, static), ``t`` each parameter's count from the step
     context. MXNet's Adam and Adamax apply this factor to the learning rate."""
-    check_range("bias_correction", "beta1", beta1, low=0.0, high=1.0, high_open=True)
-    check_range("bias_correction", "beta2", beta2, low=0.0, high=1.0, high_open=True, allow_none=True)
+    check_hyper("bias_correction", "beta1", beta1)
+    check_hyper("bias_correction", "beta2", beta2, allow_none=True)
 
     def init(params):
         del params

@@ -17,6 +17,7 @@ from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
+from .._ranges import NON_NEGATIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_hyper, register_ranges
 from .._tree import leaf_values, leaf_vector, map_unzip, zeros_like_params as _zeros
 from ._moments import MomentsState, TraceState, infinity_norm_moments
 from .._types import Hyper, ParamTree
@@ -28,6 +29,12 @@ __all__ = ["scale_by_infinity_norm", "RunningPowerState", "running_bias_correcti
 PUBLIC = ("averaged_sgd_step", "running_bias_correction", "scale_by_adadelta", "scale_by_infinity_norm",
           "scale_by_rprop", "scale_by_row_accumulated_squares")  # what gradxform.pieces re-exports
 
+# the pieces' own ranges where a name has none, or another, in `gradxform._ranges.GENERIC`
+register_ranges("scale_by_adadelta", {"rho": UNIT_CLOSED, "epsilon": NON_NEGATIVE})
+register_ranges("scale_by_rprop", {"etaminus": UNIT_OPEN, "etaplus": Range(low=1.0, low_open=True),
+                                   "step_size_min": NON_NEGATIVE})
+register_ranges("averaged_sgd_step", {"lambd": NON_NEGATIVE, "alpha": NON_NEGATIVE, "t0": NON_NEGATIVE})
+
 
 def _c(h, x):
     return h.astype(x.dtype)
@@ -36,9 +43,9 @@ def _c(h, x):
 def scale_by_infinity_norm(beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> GradientTransformation:
     """``m = b1 m + (1-b1) u;  s = max(b2 s, |u|);  emits m / (s + eps)``
     (``ApplyAdaMax``; `scale_by_adamax` is the same without ``eps``)."""
-    check_range("scale_by_infinity_norm", "beta1", beta1, low=0.0, high=1.0, high_open=True)
-    check_range("scale_by_infinity_norm", "beta2", beta2, low=0.0, high=1.0, high_open=True)
-    check_range("scale_by_infinity_norm", "eps", eps, low=0.0)
+    check_hyper("scale_by_infinity_norm", "beta1", beta1)
+    check_hyper("scale_by_infinity_norm", "beta2", beta2)
+    check_hyper("scale_by_infinity_norm", "eps", eps)
 
     def init(params):
         return MomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2), "eps": hyper_scalar(eps)},
@@ -66,7 +73,7 @@ def running_bias_correction(beta1: float) -> GradientTransformation:
     kernels that take ``beta1_power`` as an input (``ApplyAdaMax``), not the
     exact ``beta1^t`` of `bias_correction`. Shared by all parameters and
     advanced on every update."""
-    check_range("running_bias_correction", "beta1", beta1, low=0.0, high=1.0, high_open=True)
+    check_hyper("running_bias_correction", "beta1", beta1)
 
     def init(params):
         del params
@@ -96,8 +103,8 @@ def scale_by_adadelta(rho: float = 0.9, epsilon: float = 1e-6) -> GradientTransf
         d = sqrt(accum_update + eps) / sqrt(accum + eps) * u;   emits d
         accum_update = rho accum_update + (1 - rho) d^2
     """
-    check_range("scale_by_adadelta", "rho", rho, low=0.0, high=1.0)
-    check_range("scale_by_adadelta", "epsilon", epsilon, low=0.0)
+    check_hyper("scale_by_adadelta", "rho", rho)
+    check_hyper("scale_by_adadelta", "epsilon", epsilon)
 
     def init(params):
         return AdadeltaState({"rho": hyper_scalar(rho), "epsilon": hyper_scalar(epsilon)},
@@ -136,9 +143,10 @@ def scale_by_rprop(etaminus: float = 0.5, etaplus: float = 1.2, step_size_min: f
         u = 0 where s < 0;   emits -sign(u) * step;   prev = u
 
     (MindSpore ``nn.Rprop``; the learning rate is read only on the first update.)"""
-    check_range("scale_by_rprop", "etaminus", etaminus, low=0.0, high=1.0, low_open=True, high_open=True)
-    check_range("scale_by_rprop", "etaplus", etaplus, low=1.0, low_open=True)
-    check_range("scale_by_rprop", "step_size_min", step_size_min, low=0.0)
+    check_hyper("scale_by_rprop", "etaminus", etaminus)
+    check_hyper("scale_by_rprop", "etaplus", etaplus)
+    check_hyper("scale_by_rprop", "step_size_min", step_size_min)
+    # not a range of its own: bounded by the other argument
     check_range("scale_by_rprop", "step_size_max", step_size_max, low=step_size_min)
 
     def init(params):
@@ -191,9 +199,9 @@ def averaged_sgd_step(lambd: float = 1e-4, alpha: float = 0.75, t0: float = 1e6)
     ``eta`` and ``mu`` start at 0 and 1, per parameter. ``ax`` (the averaged
     weights, for evaluation) is in the state; the training weights are ``w``.
     """
-    check_range("averaged_sgd_step", "lambd", lambd, low=0.0)
-    check_range("averaged_sgd_step", "alpha", alpha, low=0.0)
-    check_range("averaged_sgd_step", "t0", t0, low=0.0)
+    check_hyper("averaged_sgd_step", "lambd", lambd)
+    check_hyper("averaged_sgd_step", "alpha", alpha)
+    check_hyper("averaged_sgd_step", "t0", t0)
 
     def init(params):
         n = jax.tree.structure(params).num_leaves
@@ -243,7 +251,7 @@ def scale_by_row_accumulated_squares(eps: float = 1e-5) -> GradientTransformatio
     A 1-D parameter has one row per element, a 0-d one a single row. The
     accumulator is not shaped like the parameter, so this piece is not
     elementwise (no `gradxform.fused`). (MXNet ``contrib.GroupAdaGrad``.)"""
-    check_range("scale_by_row_accumulated_squares", "eps", eps, low=0.0)
+    check_hyper("scale_by_row_accumulated_squares", "eps", eps)
 
     def init(params):
         return TraceState({"eps": hyper_scalar(eps)},

@@ -7,7 +7,8 @@ import jax
 
 from .._base import GradientTransformation, transformation
 from .._elementwise import fusable
-from .._hyper import check_range, hyper_scalar
+from .._hyper import hyper_scalar
+from .._ranges import check_hyper
 from .._types import Hyper
 
 __all__ = ["HyperState", "rescale", "scale", "unscale"]
@@ -25,7 +26,7 @@ def rescale(rescale_grad: float = 1.0, *, name: str = "rescale_grad") -> Gradien
     The factor is a hyperparameter named ``name`` in the state, so the Trainer
     (or `set_hyper`) changes it between steps without a recompile.
     """
-    check_range("rescale", name, rescale_grad)
+    check_hyper("rescale", "rescale_grad", rescale_grad, arg=name)
 
     def init(params):
         del params
@@ -42,7 +43,7 @@ def rescale(rescale_grad: float = 1.0, *, name: str = "rescale_grad") -> Gradien
 
 def unscale(loss_scale: float = 1.0, *, name: str = "loss_scale") -> GradientTransformation:
     """``u -> u / loss_scale`` (MindSpore's static ``loss_scale`` division)."""
-    check_range("unscale", name, loss_scale, low=0.0, low_open=True)
+    check_hyper("unscale", "loss_scale", loss_scale, arg=name)
 
     def init(params):
         del params

@@ -9,8 +9,8 @@ import numpy as np
 
 from .._base import CONTEXT_KEY, EmptyState, GradientTransformation, StepContext, chain, context_value, transformation
 from .._spec import Fusion, check_key, declare, spec_of
-from .._hyper import check_range, hyper_scalar
-from .._ranges import check_value
+from .._hyper import hyper_scalar
+from .._ranges import check_hyper, check_value
 from .._selectors import multipliers
 from .._state_paths import find_states, is_optax_placeholder, map_states, written_out
 from .._group_values import expand_groups, group_by_value, per_leaf_list, stepped_in_groups
@@ -189,7 +189,7 @@ def track_step(learning_rate: float, *, schedule: Callable | None = None, lr_mul
     ``[0, MAX_COUNT]`` is refused by an eager update and taken as the nearest
     end inside jit (where nothing can be refused).
     """
-    check_range("track_step", "learning_rate", learning_rate, low=0.0)
+    check_hyper("track_step", "learning_rate", learning_rate)
     check_value("track_step", "begin_num_update", begin_num_update, COUNT, as_stored=False)
     if read_lr not in ("after", "before"):
         raise ValueError(f"track_step(read_lr=...): must be 'after' or 'before'; got {read_lr!r}.")

@@ -14,12 +14,12 @@ import jax.numpy as jnp
 from .._base import GradientTransformation, LocalKey, StepContext, context_value, transformation
 from .._spec import Fusion, declare
 from .._elementwise import fusable
-from .._hyper import check_range, hyper_residual, hyper_scalar
+from .._hyper import hyper_residual, hyper_scalar
 from ._moments import adam_emas, one_minus_power
 from .._tree import leaf_values, leaf_vector, map_unzip, zeros_like_params as _zeros
 from ._segments import leaf_sq_norm
 from ._step import Multiplier, per_leaf_multipliers
-from .._ranges import NON_NEGATIVE, register_range
+from .._ranges import NON_NEGATIVE, check_hyper, register_range
 from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE, NON_NEGATIVE_FINITE
 
@@ -56,9 +56,9 @@ def scale_by_corrected_moments(beta1: float = 0.9, beta2: float = 0.999,
     `scale_by_adam_moments` followed by `bias_correction`: the correction
     divides ``v`` before ``eps`` is added, so the two differ where ``sqrt(v)``
     is comparable to ``eps`` (MXNet ``lamb_update_phase1``)."""
-    check_range("scale_by_corrected_moments", "beta1", beta1, low=0.0, high=1.0, high_open=True)
-    check_range("scale_by_corrected_moments", "beta2", beta2, low=0.0, high=1.0, high_open=True)
-    check_range("scale_by_corrected_moments", "epsilon", epsilon, low=0.0, low_open=True)
+    check_hyper("scale_by_corrected_moments", "beta1", beta1)
+    check_hyper("scale_by_corrected_moments", "beta2", beta2)
+    check_hyper("scale_by_corrected_moments", "epsilon", epsilon)
 
     def init(params):
         return CorrectedMomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
@@ -99,7 +99,7 @@ def scale_by_trust_ratio(lower_bound: float | None = None,
     that side open (static); a given bound is a hyperparameter."""
     bounds = {k: v for k, v in (("lower_bound", lower_bound), ("upper_bound", upper_bound)) if v is not None}
     for k, v in bounds.items():
-        check_range("scale_by_trust_ratio", k, v, low=0.0)
+        check_hyper("scale_by_trust_ratio", k, v)
 
     def init(params):
         del params
@@ -148,8 +148,8 @@ def provide_lars_ratio(eta: float = 0.001, eps: float = 0.0, *, key: LocalKey,
     context (`provide_weight_decay`). ``layers``: which parameters take the
     ratio (a multiplier spec resolved on the names at ``init``, 0 = no ratio;
     None: all). MXNet ``LARS`` (``multi_lars``) and You et al. 2017."""
-    check_range("provide_lars_ratio", "eta", eta, low=0.0)
-    check_range("provide_lars_ratio", "eps", eps, low=0.0)
+    check_hyper("provide_lars_ratio", "eta", eta)
+    check_hyper("provide_lars_ratio", "eps", eps)
 
     def init(params):
         return LarsRatioState({"eta": hyper_scalar(eta), "eps": hyper_scalar(eps)},
@@ -199,7 +199,7 @@ def trace_with_lr_ratio(momentum: float) -> GradientTransformation:
 
     ``lr`` is each parameter's learning rate from the step context; emits ``m``
     (MXNet ``LARS`` with ``momentum_correction``)."""
-    check_range("trace_with_lr_ratio", "momentum", momentum, low=0.0, high=1.0)
+    check_hyper("trace_with_lr_ratio", "momentum", momentum)
 
     def init(params):
         return LrRatioTraceState({"momentum": hyper_scalar(momentum)}, _zeros(params),
