@@ -119,7 +119,7 @@ def test_every_optimizer_has_one_writer_of_each_field(kwargs):
 
 
 def test_adjusted_rate_is_the_one_writer_of_a_plateau_and_group_rates():
-    plateau = S.ReduceOnPlateau(0.1, factor=0.5, patience=0)
+    plateau = S.PaddleReduceOnPlateau(0.1, factor=0.5, patience=0)
     tx = gx.create("paddle.sgd", learning_rate=plateau,
                    parameters=[{"params": ["a"], "learning_rate": 0.5}, {"params": ["b"]}])
     assert _writers(tx, "lr") == ["track_step"]
@@ -193,7 +193,7 @@ def test_lr_scheduler_is_a_thin_re_export():
 @pytest.mark.parametrize("sched, shift", [
     (S.FactorScheduler(step=2, factor=0.5, base_lr=1.0), 0),          # MXNet: num_update after the bump
     (S.ExponentialDecayLR(0.1, 0.5, 1), 1),                             # MindSpore: global_step before it
-    (S.StepDecay(0.5, step_size=2, gamma=0.1), 1),                      # Paddle: last_epoch before it
+    (S.PaddleStepDecay(0.5, step_size=2, gamma=0.1), 1),                      # Paddle: last_epoch before it
 ])
 def test_each_schedule_maps_the_update_count_to_its_own_index(sched, shift):
     counts = jnp.arange(1, 8)

@@ -311,7 +311,8 @@ def test_paddle_regularizers_clips_and_plateau_fuse_in_a_chain():
              ()]
     for extra in exact:
         # the plateau's rate piece takes track_step's place (one writer of lr)
-        rate = gradxform.schedules.ReduceOnPlateau(0.1, patience=1).piece() if not extra else pieces.track_step(0.1)
+        plateau = gradxform.schedules.PaddleReduceOnPlateau(0.1, patience=1)
+        rate = plateau.piece() if not extra else pieces.track_step(0.1)
         tx = gradxform.chain(rate, *extra, *body)
         args = {"loss": jnp.float32(1.0)}
         ref, _ = _run(tx, steps=4, extra=args)

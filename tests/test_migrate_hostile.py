@@ -350,8 +350,8 @@ def test_paddle_plateau_values_are_checked_on_load(field, value, match):
 
     import gradxform  # noqa: PLC0415
     from gradxform.migrate import MigrateError, from_paddle_state_dict  # noqa: PLC0415
-    from gradxform.schedules import ReduceOnPlateau  # noqa: PLC0415
-    tx = gradxform.create("paddle.sgd", learning_rate=ReduceOnPlateau(learning_rate=0.1))
+    from gradxform.schedules import PaddleReduceOnPlateau  # noqa: PLC0415
+    tx = gradxform.create("paddle.sgd", learning_rate=PaddleReduceOnPlateau(learning_rate=0.1))
     good = {"last_epoch": 3, "last_lr": 0.05, "best": 1.0, "num_bad_epochs": 1, "cooldown_counter": 0}
     from_paddle_state_dict({"LR_Scheduler": good}, {"w": jnp.zeros(2)}, tx)
     with pytest.raises(MigrateError, match=match):

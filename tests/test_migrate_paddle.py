@@ -37,7 +37,8 @@ def load(case):
 def make_tx(meta, **override):
     kw = dict(meta["kwargs"])
     if meta["lr_schedule"]:
-        kw["learning_rate"] = getattr(paddle_lr, meta["lr_schedule"]["type"])(**meta["lr_schedule"]["kwargs"])
+        spec = meta["lr_schedule"]
+        kw["learning_rate"] = getattr(paddle_lr, "Paddle" + spec["type"])(**spec["kwargs"])
     kw.update(override)
     return gx.create("paddle.asgd", **kw)
 
@@ -302,7 +303,7 @@ def test_a_scheduler_out_of_step_with_the_optimizer_warns_at_the_callers_line():
     # the other optimizers have no count of their own to disagree with
     sgd = os.path.join(FAMILY_FIX, "opt_sgd_l2_float_stepdecay.pdopt")
     assert read_paddle_state_dict(sgd)["LR_Scheduler"]["last_epoch"] == 10
-    tx = gx.paddle.sgd(learning_rate=paddle_lr.StepDecay(learning_rate=0.1, step_size=4, gamma=0.5))
+    tx = gx.paddle.sgd(learning_rate=paddle_lr.PaddleStepDecay(learning_rate=0.1, step_size=4, gamma=0.5))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert int(_step_state(from_paddle_state_dict(sgd, _family_params(), tx)).count) == 10
@@ -310,7 +311,7 @@ def test_a_scheduler_out_of_step_with_the_optimizer_warns_at_the_callers_line():
 
 @pytest.mark.parametrize("entry", [{}, {"last_lr": 0.1}, 5, "last_epoch"])
 def test_a_scheduler_entry_without_last_epoch_is_refused(entry):
-    tx = gx.paddle.sgd(learning_rate=paddle_lr.StepDecay(learning_rate=0.1, step_size=4))
+    tx = gx.paddle.sgd(learning_rate=paddle_lr.PaddleStepDecay(learning_rate=0.1, step_size=4))
     with pytest.raises(MigrateError, match="'LR_Scheduler' should be a scheduler state dict with 'last_epoch'"):
         from_paddle_state_dict({"LR_Scheduler": entry}, _family_params(), tx)
 
@@ -332,7 +333,7 @@ def test_a_plateau_state_before_its_first_metric_is_a_fresh_one():
     assert sd["LR_Scheduler"] == {"cooldown_counter": 0, "best": None, "num_bad_epochs": 0, "last_epoch": 0,
                                   "last_lr": 0.1}
     params = {"linear_0.w_0": jnp.zeros((3, 2)), "linear_0.b_0": jnp.zeros(2)}
-    tx = gx.paddle.momentum(learning_rate=gx.schedules.ReduceOnPlateau(learning_rate=0.1, patience=1, cooldown=2))
+    tx = gx.paddle.momentum(learning_rate=gx.schedules.PaddleReduceOnPlateau(learning_rate=0.1, patience=1, cooldown=2))
     fresh = {"last_lr": np.float32(0.1).item(), "best": 0.0, "has_best": 0, "num_bad_epochs": 0,
              "cooldown_counter": 0}
     assert _plateau(from_paddle_state_dict(path, params, tx)) == fresh == _plateau(tx.init(params))

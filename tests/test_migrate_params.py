@@ -30,7 +30,7 @@ from gradxform.migrate import (
     read_params,
     to_tree,
 )
-from gradxform.schedules import FactorScheduler, StepDecay
+from gradxform.schedules import FactorScheduler, PaddleStepDecay
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "fixtures", "params")
@@ -272,8 +272,9 @@ def _tx(fw, meta):
     if fw == "mxnet":   # Trainer.step(1): no rescale; mx.lr_scheduler.FactorScheduler(step=2, factor=0.5)
         return gx.create("adam", learning_rate=meta["lr"],
                          lr_scheduler=FactorScheduler(step=meta["step_size"], factor=meta["gamma"], base_lr=meta["lr"]))
-    if fw == "paddle":  # StepDecay stepped once per opt.step()
-        return gx.paddle.adam(learning_rate=StepDecay(meta["lr"], step_size=meta["step_size"], gamma=meta["gamma"]))
+    if fw == "paddle":  # PaddleStepDecay stepped once per opt.step()
+        return gx.paddle.adam(learning_rate=PaddleStepDecay(meta["lr"], step_size=meta["step_size"],
+                                                            gamma=meta["gamma"]))
     return gx.create("mindspore.adam", learning_rate=meta["learning_rate"])  # the learning-rate list
 
 

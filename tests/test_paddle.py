@@ -70,7 +70,7 @@ def test_asgd_transcription(kw, ref):
 
 def test_asgd_with_schedule_uses_completed_steps():
     w0, gs = setup()
-    sched = S.StepDecay(0.1, step_size=4, gamma=0.5)
+    sched = S.PaddleStepDecay(0.1, step_size=4, gamma=0.5)
     got, _ = run(P.asgd(sched, batch_num=3), w0, gs)
     want = asgd_ref(w0, gs, None, 3, lrs=[0.1 * 0.5 ** (m // 4) for m in range(12)])
     for k in want:
@@ -102,7 +102,7 @@ def paddle_plateau_lrs(losses, learning_rate, factor, patience, threshold=1e-4, 
 
 def test_asgd_reduce_on_plateau_needs_loss_and_drops_lr():
     w0, gs = setup()
-    rop = S.ReduceOnPlateau(0.05, factor=0.5, patience=1)
+    rop = S.PaddleReduceOnPlateau(0.05, factor=0.5, patience=1)
     # improves, stalls (one bad step is within patience, the second halves), improves again
     losses = [1.0, 0.9, 0.9, 0.95, 0.8, 0.8, 0.8, 0.8, 0.7, 0.69999, 0.7, 0.7]
     got, state = run(P.asgd(rop, batch_num=2), w0, gs, loss=[jnp.float32(l) for l in losses])
@@ -190,21 +190,21 @@ def test_plateau_defaults_and_bounds():
     # Paddle lr.py 1544-1556: factor=0.1, patience=10; 1562: factor >= 1.0 is a ValueError;
     # 1574: a learning rate that is not a float or int is a TypeError. patience and cooldown are
     # counts (ints >= 0; Paddle does not check them: gradxform refuses 1.5 and -1)
-    s = S.ReduceOnPlateau(0.1)
+    s = S.PaddleReduceOnPlateau(0.1)
     assert (s.factor, s.patience, s.cooldown) == (0.1, 10, 0)
-    S.ReduceOnPlateau(0.1, factor=0.99, patience=0, cooldown=0)
+    S.PaddleReduceOnPlateau(0.1, factor=0.99, patience=0, cooldown=0)
     for kw, exc in ((dict(factor=1.0), ValueError), (dict(learning_rate="0.1"), TypeError),
                     (dict(patience=1.5), TypeError), (dict(patience=-1), ValueError),
                     (dict(cooldown=1.5), TypeError), (dict(cooldown=-1), ValueError)):
         with pytest.raises(exc):
-            S.ReduceOnPlateau(**{"learning_rate": 0.1, **kw})
+            S.PaddleReduceOnPlateau(**{"learning_rate": 0.1, **kw})
 
 
 def test_plateau_state_counts_as_paddles():
     # Paddle lr.py 1650-1657: a cooldown step only counts down (cooldown_counter -= 1); best is set
     # after the first metric (PlateauState.has_best: int32 0/1); the rate piece alone (no step
     # context to publish a rate into) passes the updates through and still reads the loss
-    r = S.ReduceOnPlateau(0.1, patience=0, cooldown=2)
+    r = S.PaddleReduceOnPlateau(0.1, patience=0, cooldown=2)
     s = r.update_metric(r.init_state(), 1.0)
     assert int(s.has_best) == 1
     s = r.update_metric(s, 2.0)  # one bad epoch > patience 0: reduce, cooldown 2

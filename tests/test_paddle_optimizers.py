@@ -232,7 +232,7 @@ def test_get_lr_and_set_lr_follow_paddle():
     assert P.get_lr(P.set_lr(st, 0.2)) == pytest.approx(0.2)
     with pytest.raises(TypeError, match="set_lr"):
         P.set_lr(st, "0.1")
-    opt = P.momentum(S.StepDecay(0.1, step_size=2, gamma=0.5))
+    opt = P.momentum(S.PaddleStepDecay(0.1, step_size=2, gamma=0.5))
     sched = opt.init(p)
     with pytest.raises(RuntimeError, match="LRScheduler"):
         opt.set_lr(sched, 0.2)
@@ -241,7 +241,7 @@ def test_get_lr_and_set_lr_follow_paddle():
         lrs.append(opt.get_lr(sched))
         _, sched = opt.update(p, sched, p)
     np.testing.assert_allclose(lrs, [0.1, 0.1, 0.05, 0.05, 0.025], rtol=1e-6)
-    plateau = P.sgd(S.ReduceOnPlateau(0.1)).init(p)
+    plateau = P.sgd(S.PaddleReduceOnPlateau(0.1)).init(p)
     with pytest.raises(RuntimeError, match="LRScheduler"):
         P.set_lr(plateau, 0.2)
     assert P.get_lr(plateau) == pytest.approx(0.1)

@@ -74,7 +74,7 @@ def gradxform_run(meta, w0, grads):
     kw = dict(spec.get("kwargs", {}))
     if spec.get("lr_schedule"):
         s = spec["lr_schedule"]
-        kw["learning_rate"] = getattr(gx.schedules, s["type"])(**s["kwargs"])
+        kw["learning_rate"] = getattr(gx.schedules, "Paddle" + s["type"])(**s["kwargs"])
     if spec.get("weight_decay"):
         kw["weight_decay"] = gx.paddle.L2Decay(spec["weight_decay"]["coeff"])
     kw["parameters"] = [dict(g) for g in spec["groups"]]

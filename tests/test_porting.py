@@ -124,7 +124,7 @@ def test_untraceable_schedule_in_a_fused_trainer_and_the_updater():
         np.testing.assert_allclose(w, expect, rtol=1e-6)
 
 
-@pytest.mark.parametrize("make", [lambda: S.PiecewiseDecay([2, 4], [0.1, 0.01, 0.001]),
+@pytest.mark.parametrize("make", [lambda: S.PaddlePiecewiseDecay([2, 4], [0.1, 0.01, 0.001]),
                                   lambda: S.MultiFactorScheduler([2, 4], 0.1, base_lr=0.1)])
 def test_the_same_schedule_object_gives_the_same_lr_under_every_family(make):
     sched = make()
@@ -137,7 +137,7 @@ def test_the_same_schedule_object_gives_the_same_lr_under_every_family(make):
     got = {k: applied_lrs(tx, 7) for k, tx in runs.items()}
     # the framework's own reading: Paddle calls scheduler.step() after opt.step() (update k reads
     # last_epoch = k - 1); MXNet reads lr_scheduler(num_update = k)
-    if isinstance(sched, S.PiecewiseDecay):
+    if isinstance(sched, S.PaddlePiecewiseDecay):
         expect = [0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 0.001]
     else:
         expect = [0.1, 0.1, 0.01, 0.01, 0.001, 0.001, 0.001]

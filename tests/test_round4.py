@@ -118,7 +118,7 @@ def test_mindspore_and_paddle_constructors_refuse_odd_values(value, error):
     with pytest.raises((error, TypeError)):  # Paddle's own type check: float or int only
         plr.StepDecay(value, 2)
     with pytest.raises((error, TypeError)):
-        S.StepDecay(value, 2)
+        S.PaddleStepDecay(value, 2)
 
 
 @pytest.mark.parametrize("value", [HUGE, -2, 2.5, "3", 0.5 + 1j])
@@ -201,7 +201,7 @@ def test_trainer_files_at_the_last_count_load_back(tmp_path, fused):
 # -- item 5: every jitted schedule equals its framework's host value at every count ------------
 
 N = 30  # counts 0..N-1: every schedule below ends (or turns) before 20
-PADDLE = [  # (gradxform.schedules class, gradxform.paddle.lr class, args)
+PADDLE = [  # (gradxform.paddle.lr class, so gradxform.schedules.Paddle<class>, args)
     ("StepDecay", (0.1, 3, 0.5)), ("MultiStepDecay", (0.1, [2, 5, 9], 0.3)), ("ExponentialDecay", (0.1, 0.9)),
     ("NaturalExpDecay", (0.1, 0.2)), ("InverseTimeDecay", (0.1, 0.3)),
     ("PolynomialDecay", (0.1, 10, 0.0, 0.5)), ("PolynomialDecay", (0.1, 100, 0.0, 0.5)),
@@ -215,7 +215,7 @@ PADDLE = [  # (gradxform.schedules class, gradxform.paddle.lr class, args)
 
 @pytest.mark.parametrize("name, args", PADDLE, ids=[f"{n}{a}" for n, a in PADDLE])
 def test_paddle_schedules_jitted_equal_paddle_at_every_count(name, args):
-    jitted = getattr(S, name)(*args)
+    jitted = getattr(S, "Paddle" + name)(*args)
     host = getattr(plr, name)(*args)
     n = 100 + N if args == (0.1, 100, 0.0, 0.5) else 20 if name == "OneCycleLR" else N  # Paddle: no step 21
     f = jax.jit(lambda c: jitted.lr_for_update(c))
@@ -267,7 +267,7 @@ def test_mxnet_schedules_jitted_equal_mxnet_at_every_count(name, kw):
 
 
 def test_polynomial_decay_reaches_end_lr_under_jit():  # the case
-    sched = S.PolynomialDecay(0.1, 100, end_lr=0.0, power=0.5)
+    sched = S.PaddlePolynomialDecay(0.1, 100, end_lr=0.0, power=0.5)
     values = jax.jit(sched)(jnp.arange(95, 110))
     np.testing.assert_array_equal(np.asarray(values)[5:], 0.0)
     assert float(sched(jnp.int32(100))) == 0.0

@@ -37,7 +37,7 @@ def _dynamic_lr(fn, kw):
     """The gradxform schedule and the step it is read at, for ``dynamic_lr.<fn>(**kw)``."""
     kw = dict(kw)
     if fn == "piecewise_constant_lr":
-        return S.PiecewiseDecay(boundaries=kw["milestone"][:-1], values=kw["learning_rates"]), np.arange(
+        return S.PaddlePiecewiseDecay(boundaries=kw["milestone"][:-1], values=kw["learning_rates"]), np.arange(
             kw["milestone"][-1])
     n, per = kw.pop("total_step"), kw.pop("step_per_epoch")
     epochs = np.arange(n) // per
@@ -72,7 +72,7 @@ def test_mindspore_dynamic_lr_golden(key):
 def test_paddle_multiplicative_decay_golden():
     m = PD_META["MultiplicativeDecay"]
     assert m["kwargs"] == {"learning_rate": 0.5, "lr_lambda": "lambda e: 0.95"}
-    got = np.asarray(S.ExponentialDecay(0.5, gamma=0.95)(jnp.arange(41)))
+    got = np.asarray(S.PaddleExponentialDecay(0.5, gamma=0.95)(jnp.arange(41)))
     np.testing.assert_allclose(got, PD["MultiplicativeDecay"], **TOL)
 
 
@@ -81,7 +81,7 @@ def test_paddle_cosine_annealing_warm_restarts_golden():
     assert kw == {"learning_rate": 0.5, "T_0": 5, "T_mult": 2, "eta_min": 0.01}
     got, start, length = [], 0, kw["T_0"]
     while start < 41:
-        cycle = S.CosineAnnealingDecay(kw["learning_rate"], T_max=length, eta_min=kw["eta_min"])
+        cycle = S.PaddleCosineAnnealingDecay(kw["learning_rate"], T_max=length, eta_min=kw["eta_min"])
         steps = np.arange(start, min(start + length, 41)) - start
         got.extend(np.asarray(cycle(jnp.asarray(steps))).tolist())
         start, length = start + length, length * kw["T_mult"]

@@ -29,14 +29,15 @@ PD_META = json.loads(str(PD["meta"]))["entries"]
 PD_SKIP = {"MultiplicativeDecay", "CosineAnnealingWarmRestarts"}  # no class of their own: test_schedule_goldens_extra.py
 
 
-def _build(m):
+def _build(m, prefix=""):
+    """The schedule a golden records; ``prefix="Paddle"`` for Paddle's (`gradxform.schedules.Paddle<type>`)."""
     kw = dict(m["kwargs"])
     if m["type"] == "LambdaDecay":
         kw["lr_lambda"] = lambda e: 0.95 ** e  # the generator's lambda, recorded as text in meta
     for k, v in list(kw.items()):
         if isinstance(v, dict) and "type" in v:
-            kw[k] = _build(v)
-    return getattr(S, m["type"])(**kw)
+            kw[k] = _build(v, prefix)
+    return getattr(S, prefix + m["type"])(**kw)
 
 
 @pytest.mark.parametrize("key", sorted(k for k in MS_META if not k.startswith("dynamic_lr")))
@@ -49,7 +50,7 @@ def test_mindspore_schedule_golden(key):
 @pytest.mark.parametrize("key", sorted(k for k, m in PD_META.items()
                                        if m["type"] not in PD_SKIP and m["type"] != "ReduceOnPlateau"))
 def test_paddle_schedule_golden(key):
-    got = np.asarray(_build(PD_META[key])(jnp.arange(41)))
+    got = np.asarray(_build(PD_META[key], "Paddle")(jnp.arange(41)))
     np.testing.assert_allclose(got, PD[key], rtol=5e-6, atol=1e-9)
 
 
@@ -57,7 +58,7 @@ def test_paddle_schedule_golden(key):
 def test_paddle_reduce_on_plateau_golden(key):
     """ReduceOnPlateau_min_abs hits an exact float64 tie (loss 0.84 vs best 0.85 with
     abs threshold 0.01) that float32 resolves the other way; up to that step it agrees."""
-    rop = _build(PD_META[key])
+    rop = _build(PD_META[key], "Paddle")
     state, got = rop.init_state(), [rop.base_lr]
     update = jax.jit(rop.update_metric)
     for loss in PD["ReduceOnPlateau_losses"]:
@@ -122,7 +123,7 @@ def test_check_number_refuses(value, integer, error):
 
 def test_on_completed_steps_with_track_step():
     """The i-th update (count i after track_step's bump) uses sched(i - 1)."""
-    s = S.StepDecay(0.5, step_size=2, gamma=0.1)
+    s = S.PaddleStepDecay(0.5, step_size=2, gamma=0.1)
     tx = track_step(0.5, schedule=S.on_completed_steps(s))
     params = {"w": jnp.zeros(2)}
     state = tx.init(params)
@@ -140,13 +141,13 @@ def test_on_completed_steps_with_track_step():
     (lambda: S.CosineDecayLR(0.2, 0.1, 10), "max_lr"),
     (lambda: S.PolynomialDecayLR(0.1, 0.01, 4, power=0.0), "power"),
     (lambda: S.WarmUpLR(0.1, 0), "warmup_steps"),
-    (lambda: S.StepDecay(0.1, step_size=0), "step_size"),
-    (lambda: S.PiecewiseDecay([1, 2], [0.1]), "values"),
-    (lambda: S.LinearWarmup(0.1, 5, start_lr=0.2, end_lr=0.1), "end_lr"),
-    (lambda: S.OneCycleLR(0.1, 10, anneal_strategy="exp"), "anneal_strategy"),
-    (lambda: S.CyclicLR(0.1, 0.5, 0), "step_size_up"),
-    (lambda: S.ReduceOnPlateau(0.1, mode="avg"), "mode"),
-    (lambda: S.ReduceOnPlateau(0.1, factor=1.5), "factor"),
+    (lambda: S.PaddleStepDecay(0.1, step_size=0), "step_size"),
+    (lambda: S.PaddlePiecewiseDecay([1, 2], [0.1]), "values"),
+    (lambda: S.PaddleLinearWarmup(0.1, 5, start_lr=0.2, end_lr=0.1), "end_lr"),
+    (lambda: S.PaddleOneCycleLR(0.1, 10, anneal_strategy="exp"), "anneal_strategy"),
+    (lambda: S.PaddleCyclicLR(0.1, 0.5, 0), "step_size_up"),
+    (lambda: S.PaddleReduceOnPlateau(0.1, mode="avg"), "mode"),
+    (lambda: S.PaddleReduceOnPlateau(0.1, factor=1.5), "factor"),
 ])
 def test_schedule_arguments_checked_at_construction(make, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -332,28 +333,40 @@ def test_a_schedule_subclass_without_a_base_takes_its_first_rate():
 # (Paddle: ZeroDivisionError at the first get_lr), LinearLR's total_steps must be an int (Paddle's
 # annotation; it does not check).
 @pytest.mark.parametrize("make, error", [
-    (lambda: S.StepDecay(0.1, 1), None), (lambda: S.StepDecay(0.1, 0), "step_size"),
-    (lambda: S.StepDecay(0.1, 2.5), "step_size"),
-    (lambda: S.StepDecay(0.1, 2, gamma=1.0), "gamma"),
-    (lambda: S.MultiStepDecay(0.1, [3, 2, 5]), "milestones"), (lambda: S.MultiStepDecay(0.1, [3, 3]), "milestones"),
-    (lambda: S.MultiStepDecay(0.1, [3, 2]), "milestones"), (lambda: S.MultiStepDecay(0.1, [2], gamma=1.0), "gamma"),
-    (lambda: S.ExponentialDecay(0.1, 0.0), "gamma"), (lambda: S.ExponentialDecay(0.1, 1.0), "gamma"),
-    (lambda: S.PolynomialDecay(0.1, 1, power=0.5), None), (lambda: S.PolynomialDecay(0.1, 0), "decay_steps"),
-    (lambda: S.PolynomialDecay(0.1, 2.5), "decay_steps"), (lambda: S.PolynomialDecay(0.1, 4, power=0.0), "power"),
-    (lambda: S.CosineAnnealingDecay(0.1, 1), None), (lambda: S.CosineAnnealingDecay(0.1, 0), "T_max"),
-    (lambda: S.CosineAnnealingDecay(0.1, 2.5), "T_max"),
-    (lambda: S.LinearWarmup(0.1, 1, 0.0, 0.1), None), (lambda: S.LinearWarmup(0.1, 0, 0.0, 0.1), "warmup_steps"),
-    (lambda: S.LinearWarmup(0.1, 2.5, 0.0, 0.1), "warmup_steps"),
-    (lambda: S.LinearWarmup(0.1, 5, 0.1, 0.1), "end_lr"), (lambda: S.LinearWarmup("0.1", 5, 0.0, 0.1), "learning_rate"),
-    (lambda: S.LinearWarmup(True, 5, 0.0, 0.1), "learning_rate"),
-    (lambda: S.NoamDecay(1, 1), None), (lambda: S.NoamDecay(0, 10), "d_model"), (lambda: S.NoamDecay(64, 0), "warmup_steps"),
-    (lambda: S.OneCycleLR(0.1, 1, phase_pct=0.5), None), (lambda: S.OneCycleLR(0.1, 0), "total_steps"),
-    (lambda: S.OneCycleLR(0.1, 2.5), "total_steps"), (lambda: S.OneCycleLR(0.1, 10, phase_pct=1.01), "phase_pct"),
-    (lambda: S.OneCycleLR(0.1, 10, phase_pct=0.5, three_phase=True), "phase_pct"),
-    (lambda: S.CyclicLR(0.1, 0.5, 1, 1), None), (lambda: S.CyclicLR(0.1, 0.5, 5, 0), "step_size_down"),
-    (lambda: S.LinearLR(0.1, 1, start_factor=1.0, end_factor=0.0), None), (lambda: S.LinearLR(0.1, 0), "total_steps"),
-    (lambda: S.LinearLR(0.1, 2.5), "total_steps"), (lambda: S.LinearLR(0.1, 5, start_factor=0.0), "start_factor"),
-    (lambda: S.LinearLR(0.1, 5, start_factor=1.5), "start_factor"), (lambda: S.LinearLR(0.1, 5, end_factor=1.5), "end_factor"),
+    (lambda: S.PaddleStepDecay(0.1, 1), None), (lambda: S.PaddleStepDecay(0.1, 0), "step_size"),
+    (lambda: S.PaddleStepDecay(0.1, 2.5), "step_size"),
+    (lambda: S.PaddleStepDecay(0.1, 2, gamma=1.0), "gamma"),
+    (lambda: S.PaddleMultiStepDecay(0.1, [3, 2, 5]), "milestones"),
+    (lambda: S.PaddleMultiStepDecay(0.1, [3, 3]), "milestones"),
+    (lambda: S.PaddleMultiStepDecay(0.1, [3, 2]), "milestones"),
+    (lambda: S.PaddleMultiStepDecay(0.1, [2], gamma=1.0), "gamma"),
+    (lambda: S.PaddleExponentialDecay(0.1, 0.0), "gamma"), (lambda: S.PaddleExponentialDecay(0.1, 1.0), "gamma"),
+    (lambda: S.PaddlePolynomialDecay(0.1, 1, power=0.5), None),
+    (lambda: S.PaddlePolynomialDecay(0.1, 0), "decay_steps"),
+    (lambda: S.PaddlePolynomialDecay(0.1, 2.5), "decay_steps"),
+    (lambda: S.PaddlePolynomialDecay(0.1, 4, power=0.0), "power"),
+    (lambda: S.PaddleCosineAnnealingDecay(0.1, 1), None), (lambda: S.PaddleCosineAnnealingDecay(0.1, 0), "T_max"),
+    (lambda: S.PaddleCosineAnnealingDecay(0.1, 2.5), "T_max"),
+    (lambda: S.PaddleLinearWarmup(0.1, 1, 0.0, 0.1), None),
+    (lambda: S.PaddleLinearWarmup(0.1, 0, 0.0, 0.1), "warmup_steps"),
+    (lambda: S.PaddleLinearWarmup(0.1, 2.5, 0.0, 0.1), "warmup_steps"),
+    (lambda: S.PaddleLinearWarmup(0.1, 5, 0.1, 0.1), "end_lr"),
+    (lambda: S.PaddleLinearWarmup("0.1", 5, 0.0, 0.1), "learning_rate"),
+    (lambda: S.PaddleLinearWarmup(True, 5, 0.0, 0.1), "learning_rate"),
+    (lambda: S.PaddleNoamDecay(1, 1), None),
+    (lambda: S.PaddleNoamDecay(0, 10), "d_model"),
+    (lambda: S.PaddleNoamDecay(64, 0), "warmup_steps"),
+    (lambda: S.PaddleOneCycleLR(0.1, 1, phase_pct=0.5), None), (lambda: S.PaddleOneCycleLR(0.1, 0), "total_steps"),
+    (lambda: S.PaddleOneCycleLR(0.1, 2.5), "total_steps"),
+    (lambda: S.PaddleOneCycleLR(0.1, 10, phase_pct=1.01), "phase_pct"),
+    (lambda: S.PaddleOneCycleLR(0.1, 10, phase_pct=0.5, three_phase=True), "phase_pct"),
+    (lambda: S.PaddleCyclicLR(0.1, 0.5, 1, 1), None), (lambda: S.PaddleCyclicLR(0.1, 0.5, 5, 0), "step_size_down"),
+    (lambda: S.PaddleLinearLR(0.1, 1, start_factor=1.0, end_factor=0.0), None),
+    (lambda: S.PaddleLinearLR(0.1, 0), "total_steps"),
+    (lambda: S.PaddleLinearLR(0.1, 2.5), "total_steps"),
+    (lambda: S.PaddleLinearLR(0.1, 5, start_factor=0.0), "start_factor"),
+    (lambda: S.PaddleLinearLR(0.1, 5, start_factor=1.5), "start_factor"),
+    (lambda: S.PaddleLinearLR(0.1, 5, end_factor=1.5), "end_factor"),
 ])
 def test_paddle_schedule_bounds(make, error):
     if error is None:
@@ -364,12 +377,12 @@ def test_paddle_schedule_bounds(make, error):
 
 
 def test_paddle_schedule_defaults_and_base_are_paddles():
-    """Every default of a Paddle schedule class is that of `gradxform.paddle.lr`'s class of the
-    same name, whose signatures `test_paddle_lr.test_surface_is_paddles` pins to Paddle 3.3.1;
-    PiecewiseDecay's base (the value `set_hyper(learning_rate=...)` rescales from) is values[0]."""
+    """Every default of a Paddle schedule class (``Paddle<Name>``) is that of `gradxform.paddle.lr`'s
+    ``<Name>``, whose signatures `test_paddle_lr.test_surface_is_paddles` pins to Paddle 3.3.1;
+    PaddlePiecewiseDecay's base (the value `set_hyper(learning_rate=...)` rescales from) is values[0]."""
     for name in ("StepDecay", "MultiStepDecay", "PolynomialDecay", "CosineAnnealingDecay", "NoamDecay",
                  "OneCycleLR", "CyclicLR", "LinearLR"):
         theirs = inspect.signature(getattr(LR, name)).parameters
-        for k, p in inspect.signature(getattr(S, name)).parameters.items():
+        for k, p in inspect.signature(getattr(S, "Paddle" + name)).parameters.items():
             assert p.default == theirs[k].default, (name, k)
-    assert S.PiecewiseDecay([2, 4], [0.3, 0.2, 0.1]).base_lr == 0.3
+    assert S.PaddlePiecewiseDecay([2, 4], [0.3, 0.2, 0.1]).base_lr == 0.3

@@ -21,10 +21,10 @@ def run_jitted(tx, w0: dict, gs: list[dict]):
 
 
 def paddle_schedule(meta: dict):
-    """The `gradxform.schedules` Paddle scheduler a golden's ``{"type", "kwargs"}`` records (nested
+    """The `gradxform.schedules` Paddle schedule (``Paddle<type>``) a golden's ``{"type", "kwargs"}`` records (nested
     schedulers, e.g. LinearWarmup's ``learning_rate``, included)."""
     kw = dict(meta["kwargs"])
     for k, v in list(kw.items()):
         if isinstance(v, dict) and "type" in v:
             kw[k] = paddle_schedule(v)
-    return getattr(S, meta["type"])(**kw)
+    return getattr(S, "Paddle" + meta["type"])(**kw)

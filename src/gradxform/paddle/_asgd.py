@@ -91,7 +91,7 @@ def asgd(learning_rate=0.001, batch_num=1, parameters=None, weight_decay=None, g
       learning_rate: a number >= 0, a list / 1-D array, a
         `gradxform.schedules` schedule (Paddle's ``paddle.optimizer.lr`` ones,
         indexed by updates completed, as Paddle's ``scheduler.step()`` after
-        each ``optimizer.step()``), or a `gradxform.schedules.ReduceOnPlateau`
+        each ``optimizer.step()``), or a `gradxform.schedules.PaddleReduceOnPlateau`
         (then ``update`` needs ``loss=``).
       batch_num: int > 0, the number of stored gradients (static).
       parameters: Paddle's (see `gradxform.paddle._common`).

@@ -27,7 +27,7 @@ other key is a ValueError.
 
 The learning rate: a number, or a `gradxform.schedules` Paddle schedule,
 read at the number of ``optimizer.step()`` calls done (Paddle's user calls
-``scheduler.step()`` after ``opt.step()``), or a `ReduceOnPlateau` (then
+``scheduler.step()`` after ``opt.step()``), or a `PaddleReduceOnPlateau` (then
 ``update`` needs ``loss=``), or a Paddle scheduler object
 (`gradxform.paddle.lr`), stepped by the user and read by each update
 when it runs, inside the user's jit too (`gradxform.schedules._held`).
@@ -59,7 +59,7 @@ from ..pieces.internal import with_master_weights
 from ..schedules.internal import DynamicLR, as_schedule, check_number, holds_its_rate
 from ._clip import Clip, group_clip
 from ._bind import bind_parameters
-from ._plateau import PlateauState, ReduceOnPlateau
+from ._plateau import PaddleReduceOnPlateau, PlateauState
 from ._regularizer import Decay, as_regularizer, group_regularization
 from .._types import Hyper, PerLeaf
 from .._domains import FINITE
@@ -160,7 +160,7 @@ def _selection(owner, i, sel):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PaddleOptions(Setup):
     """Paddle's ``Optimizer`` arguments: parameter groups, regularizer, clip, plateau."""
-    plateau: ReduceOnPlateau | None
+    plateau: PaddleReduceOnPlateau | None
     groups: tuple
     explicit: bool              # parameters= was given: unnamed leaves are not optimized
     weight_decay: Decay | None
@@ -269,7 +269,7 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
     plateau = sched = host = None
     if holds_its_rate(learning_rate):  # gradxform.paddle.lr: each update reads it (schedules._held.HeldRate)
         host = learning_rate
-    if isinstance(learning_rate, ReduceOnPlateau):
+    if isinstance(learning_rate, PaddleReduceOnPlateau):
         plateau, base = learning_rate, learning_rate.base_lr
     else:
         base, sched = as_schedule(owner, learning_rate, DynamicLR)
@@ -396,7 +396,7 @@ def get_lr(state, tx: Any = None) -> float | jax.Array:
     (without the group ratios): the number, a Paddle scheduler object's
     ``scheduler()`` (what it holds now; pass ``tx``), the schedule at the number of
     steps done (``tx``, the optimizer, carries the schedule: pass it, or call
-    ``tx.get_lr(state)``), or `ReduceOnPlateau`'s current value."""
+    ``tx.get_lr(state)``), or `PaddleReduceOnPlateau`'s current value."""
     if getattr(tx, "lr_scheduler", None) is not None:  # Paddle: what the scheduler holds now
         return float(tx.lr_scheduler())
     plateau = find_states(state, PlateauState)

@@ -133,7 +133,7 @@ class Optimizer:
         """One update: ``params, state <- apply(tx.update(grads, state, params))``,
         jitted once (rates come from the state or the held scheduler, so a
         new rate does not retrace). ``extra_args``: ``loss=`` for a
-        `ReduceOnPlateau` learning rate. With an ``nnx.Module`` bound, its
+        `PaddleReduceOnPlateau` learning rate. With an ``nnx.Module`` bound, its
         parameters are updated in place (as ``nnx.Optimizer.update``)."""
         if grads is None:
             raise TypeError(f"optimizer.step(): {_JAX_GRADS}.")
@@ -250,7 +250,7 @@ class Optimizer:
     @property
     def _learning_rate(self):
         """The scheduler object (``gradxform.paddle.lr``), the gradxform schedule
-        or `ReduceOnPlateau` given as ``learning_rate``, else the number now
+        or `PaddleReduceOnPlateau` given as ``learning_rate``, else the number now
         (``set_lr`` changes it), as Paddle's ``optimizer._learning_rate``."""
         if self.tx.lr_scheduler is not None:
             return self.tx.lr_scheduler
@@ -313,7 +313,7 @@ class Optimizer:
 
     def _scheduler_state(self):
         """``LR_Scheduler``: the scheduler object's ``state_dict()``; for a
-        gradxform schedule or ReduceOnPlateau, their position in Paddle's keys."""
+        gradxform schedule or PaddleReduceOnPlateau, their position in Paddle's keys."""
         if self.tx.lr_scheduler is not None:
             return self.tx.lr_scheduler.state_dict()
         count = int(find_states(self.state, StepState)[0].count)

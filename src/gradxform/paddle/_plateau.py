@@ -1,8 +1,8 @@
-"""Paddle's ``ReduceOnPlateau``: a learning rate driven by the loss, so a stateful adjuster of the
-Paddle family's rate rather than a function of the step count (re-exported by `gradxform.schedules`,
-where Paddle users look for ``paddle.optimizer.lr`` classes). Its comparison and its reduction,
-`is_better` and `reduced`, are also the rule of Paddle's own object on the host
-(`gradxform.paddle.lr.ReduceOnPlateau`)."""
+"""Paddle's ``ReduceOnPlateau`` in the graph (`PaddleReduceOnPlateau`): a learning rate driven by the
+loss, so a stateful adjuster of the Paddle family's rate rather than a function of the step count
+(re-exported by `gradxform.schedules` beside the other in-graph Paddle schedules, whence its
+``Paddle`` prefix). Its comparison and its reduction, `is_better` and `reduced`, are also the rule of
+Paddle's own object on the host (`gradxform.paddle.lr.ReduceOnPlateau`, which a ported script steps)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -18,7 +18,7 @@ from ..schedules.internal import JAX32, Ops, check_number
 from .._types import Hyper
 from .._domains import COUNT, FINITE, FLAG, NON_NEGATIVE_FINITE
 
-__all__ = ["ReduceOnPlateau", "PlateauState", "is_better", "reduced"]
+__all__ = ["PaddleReduceOnPlateau", "PlateauState", "is_better", "reduced"]
 
 F32 = jnp.float32
 
@@ -49,8 +49,8 @@ class PlateauState(NamedTuple):
                "cooldown_counter": COUNT}
 
 
-class ReduceOnPlateau:
-    """Paddle ReduceOnPlateau. It needs the loss, so it is not a function of the
+class PaddleReduceOnPlateau:
+    """Paddle's ReduceOnPlateau, in the graph. It needs the loss, so it is not a function of the
     step count: it adjusts the rate `track_step` computes (`adjuster`, run by
     `gradxform.pieces.adjusted_rate`), taking the loss as the extra argument
     ``loss=`` of ``update`` and giving every leaf its current value; `piece`
@@ -73,7 +73,7 @@ class ReduceOnPlateau:
 
     def __init__(self, learning_rate, mode="min", factor=0.1, patience=10, threshold=1e-4,
                  threshold_mode="rel", cooldown=0, min_lr=0.0, epsilon=1e-8):
-        owner = "ReduceOnPlateau"
+        owner = "PaddleReduceOnPlateau"
         mode = str(mode).lower()
         if mode not in ("min", "max"):
             raise ValueError(f"{owner}(mode=...): must be 'min' or 'max'; got {mode!r}.")
@@ -124,12 +124,12 @@ class ReduceOnPlateau:
         def adjust(lr, count, updates, state, extra_args):
             del count, updates
             if "loss" not in extra_args or extra_args["loss"] is None:
-                raise ValueError("ReduceOnPlateau needs the loss: call update(grads, state, params, "
+                raise ValueError("PaddleReduceOnPlateau needs the loss: call update(grads, state, params, "
                                  "loss=loss_value).")
             lr = jax.tree.map(lambda l: jnp.broadcast_to(state.last_lr, jnp.shape(l)), lr)
             return lr, self.update_metric(state, extra_args["loss"])
 
-        return RateAdjuster("ReduceOnPlateau", init, adjust)
+        return RateAdjuster("PaddleReduceOnPlateau", init, adjust)
 
     def piece(self, track: GradientTransformation | None = None) -> GradientTransformation:
         """The chainable rate piece: ``track`` (default ``track_step`` from

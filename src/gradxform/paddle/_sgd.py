@@ -109,7 +109,7 @@ def sgd(learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None,
 
     Args (Paddle's, see `gradxform.paddle._common` for the shared ones):
       learning_rate: a number >= 0, a `gradxform.schedules` Paddle schedule
-        or `ReduceOnPlateau`. parameters: None, names, or Paddle group dicts.
+        or `PaddleReduceOnPlateau`. parameters: None, names, or Paddle group dicts.
       weight_decay: None, a float (L2), `L1Decay` / `L2Decay`.
       grad_clip: None or a `ClipGradByGlobalNorm` / `ClipGradByNorm` / `ClipGradByValue`.
       multi_precision: float32 master weights for float16/bfloat16 parameters

@@ -377,7 +377,7 @@ class MultiplicativeDecay(LRScheduler):
 
 class ReduceOnPlateau(LRScheduler):
     """Paddle's ReduceOnPlateau object: ``step(metrics)`` after each evaluation (the in-graph
-    piece is `gradxform.schedules.ReduceOnPlateau`). Paddle's rule, cooldown included::
+    piece is `gradxform.schedules.PaddleReduceOnPlateau`). Paddle's rule, cooldown included::
 
         if cooldown_counter > 0: cooldown_counter -= 1
         else:

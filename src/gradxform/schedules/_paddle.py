@@ -1,12 +1,18 @@
 """Paddle's ``paddle.optimizer.lr`` schedulers (3.x) as pure vectorised
 functions of ``last_epoch`` (``step``: how many times ``scheduler.step()``
-ran, i.e. updates completed), (ReduceOnPlateau, a stateful piece, lives in `gradxform.paddle._plateau`).
+ran, i.e. updates completed); ReduceOnPlateau, a stateful piece, lives in
+`gradxform.paddle._plateau`.
+
+The classes carry a ``Paddle`` prefix (`PaddleStepDecay`, ...) because they
+are the in-graph versions of Paddle's formulas, stepped once per update,
+while Paddle's own stateful objects, which a ported script steps itself,
+keep Paddle's names in `gradxform.paddle.lr` (``gradxform.paddle.lr.StepDecay``).
 
 Paddle computes in Python float64 and hands the optimizer a float32; here
 the closed forms are evaluated in float32 (agreement ~1e-6 relative).
 Recursive Paddle formulas (CosineAnnealingDecay) are replaced by their
-closed form, which Paddle itself uses for ``step(epoch)``. ``LambdaDecay``'s
-and ``CyclicLR``'s user functions must accept a jax array.
+closed form, which Paddle itself uses for ``step(epoch)``. ``PaddleLambdaDecay``'s
+and ``PaddleCyclicLR``'s user functions must accept a jax array.
 
 Each formula is written once, as a function of the step over an array
 namespace (`Ops`): `JAX32` here (float32, vectorised, inside jit) and
@@ -25,12 +31,12 @@ import numpy as np
 
 from ._common import Schedule, check_number
 
-__all__ = ["StepDecay", "MultiStepDecay", "ExponentialDecay", "NaturalExpDecay", "InverseTimeDecay",
-           "PolynomialDecay", "PiecewiseDecay", "CosineAnnealingDecay", "LinearWarmup", "NoamDecay",
-           "LambdaDecay", "OneCycleLR", "CyclicLR", "LinearLR", "Ops", "JAX32", "HOST64", "step_decay",
-           "multi_step_decay", "exponential_decay", "natural_exp_decay", "inverse_time_decay", "polynomial_decay",
-           "piecewise_decay", "cosine_annealing", "linear_warmup", "noam_decay", "one_cycle_phases", "one_cycle",
-           "cyclic_scale_fn", "cyclic", "linear_lr"]
+__all__ = ["PaddleStepDecay", "PaddleMultiStepDecay", "PaddleExponentialDecay", "PaddleNaturalExpDecay",
+           "PaddleInverseTimeDecay", "PaddlePolynomialDecay", "PaddlePiecewiseDecay", "PaddleCosineAnnealingDecay",
+           "PaddleLinearWarmup", "PaddleNoamDecay", "PaddleLambdaDecay", "PaddleOneCycleLR", "PaddleCyclicLR",
+           "PaddleLinearLR", "Ops", "JAX32", "HOST64", "step_decay", "multi_step_decay", "exponential_decay",
+           "natural_exp_decay", "inverse_time_decay", "polynomial_decay", "piecewise_decay", "cosine_annealing",
+           "linear_warmup", "noam_decay", "one_cycle_phases", "one_cycle", "cyclic_scale_fn", "cyclic", "linear_lr"]
 
 F32 = jnp.float32
 
@@ -167,77 +173,77 @@ def _lr(owner, learning_rate):
     return float(learning_rate)
 
 
-class StepDecay(Schedule):
+class PaddleStepDecay(Schedule):
     """``lr * gamma ** (step // step_size)``."""
 
     def __init__(self, learning_rate, step_size, gamma=0.1):
-        self.base_lr = _lr("StepDecay", learning_rate)
-        check_number("StepDecay", "step_size", step_size, low=0, low_open=True, integer=True)
-        check_number("StepDecay", "gamma", gamma, high=1.0, high_open=True)
+        self.base_lr = _lr("PaddleStepDecay", learning_rate)
+        check_number("PaddleStepDecay", "step_size", step_size, low=0, low_open=True, integer=True)
+        check_number("PaddleStepDecay", "gamma", gamma, high=1.0, high_open=True)
         self.step_size, self.gamma = step_size, float(gamma)
 
     def value(self, step):
         return step_decay(step, self.base_lr, self.step_size, self.gamma, JAX32)
 
 
-class MultiStepDecay(Schedule):
+class PaddleMultiStepDecay(Schedule):
     """``lr * gamma ** (number of milestones <= step)``."""
 
     def __init__(self, learning_rate, milestones, gamma=0.1):
-        self.base_lr = _lr("MultiStepDecay", learning_rate)
+        self.base_lr = _lr("PaddleMultiStepDecay", learning_rate)
         if not isinstance(milestones, (list, tuple)):
-            raise TypeError(f"MultiStepDecay(milestones=...): must be a list or tuple; got {milestones!r}.")
+            raise TypeError(f"PaddleMultiStepDecay(milestones=...): must be a list or tuple; got {milestones!r}.")
         if not all(a < b for a, b in zip(milestones, milestones[1:])):
-            raise ValueError(f"MultiStepDecay(milestones=...): must be increasing; got {milestones!r}.")
-        check_number("MultiStepDecay", "gamma", gamma, high=1.0, high_open=True)
+            raise ValueError(f"PaddleMultiStepDecay(milestones=...): must be increasing; got {milestones!r}.")
+        check_number("PaddleMultiStepDecay", "gamma", gamma, high=1.0, high_open=True)
         self.milestones, self.gamma = list(milestones), float(gamma)
 
     def value(self, step):
         return multi_step_decay(step, self.base_lr, self.milestones, self.gamma, JAX32)
 
 
-class ExponentialDecay(Schedule):
+class PaddleExponentialDecay(Schedule):
     """``lr * gamma ** step``."""
 
     def __init__(self, learning_rate, gamma):
-        self.base_lr = _lr("ExponentialDecay", learning_rate)
-        check_number("ExponentialDecay", "gamma", gamma, low=0.0, low_open=True, high=1.0, high_open=True)
+        self.base_lr = _lr("PaddleExponentialDecay", learning_rate)
+        check_number("PaddleExponentialDecay", "gamma", gamma, low=0.0, low_open=True, high=1.0, high_open=True)
         self.gamma = float(gamma)
 
     def value(self, step):
         return exponential_decay(step, self.base_lr, self.gamma, JAX32)
 
 
-class NaturalExpDecay(Schedule):
+class PaddleNaturalExpDecay(Schedule):
     """``lr * exp(-gamma * step)``."""
 
     def __init__(self, learning_rate, gamma):
-        self.base_lr = _lr("NaturalExpDecay", learning_rate)
-        check_number("NaturalExpDecay", "gamma", gamma, low=0.0)
+        self.base_lr = _lr("PaddleNaturalExpDecay", learning_rate)
+        check_number("PaddleNaturalExpDecay", "gamma", gamma, low=0.0)
         self.gamma = float(gamma)
 
     def value(self, step):
         return natural_exp_decay(step, self.base_lr, self.gamma, JAX32)
 
 
-class InverseTimeDecay(Schedule):
+class PaddleInverseTimeDecay(Schedule):
     """``lr / (1 + gamma * step)``."""
 
     def __init__(self, learning_rate, gamma):
-        self.base_lr = _lr("InverseTimeDecay", learning_rate)
-        check_number("InverseTimeDecay", "gamma", gamma)
+        self.base_lr = _lr("PaddleInverseTimeDecay", learning_rate)
+        check_number("PaddleInverseTimeDecay", "gamma", gamma)
         self.gamma = float(gamma)
 
     def value(self, step):
         return inverse_time_decay(step, self.base_lr, self.gamma, JAX32)
 
 
-class PolynomialDecay(Schedule):
+class PaddlePolynomialDecay(Schedule):
     """``(lr - end_lr) * (1 - t / T) ** power + end_lr``; ``t = min(step, decay_steps)``,
     or with ``cycle`` ``T = decay_steps * ceil(step / decay_steps)`` (1 cycle at step 0)."""
 
     def __init__(self, learning_rate, decay_steps, end_lr=0.0001, power=1.0, cycle=False):
-        owner = "PolynomialDecay"
+        owner = "PaddlePolynomialDecay"
         self.base_lr = _lr(owner, learning_rate)
         check_number(owner, "decay_steps", decay_steps, low=0, low_open=True, integer=True)
         check_number(owner, "power", power, low=0.0, low_open=True)
@@ -248,13 +254,13 @@ class PolynomialDecay(Schedule):
         return polynomial_decay(step, self.base_lr, self.decay_steps, self.end_lr, self.power, self.cycle, JAX32)
 
 
-class PiecewiseDecay(Schedule):
+class PaddlePiecewiseDecay(Schedule):
     """``values[i]`` for the first ``i`` with ``step < boundaries[i]``, else the last value.
     ``base_lr`` is ``values[0]``."""
 
     def __init__(self, boundaries, values):
         if len(values) != len(boundaries) + 1:
-            raise ValueError(f"PiecewiseDecay(values=...): needs len(boundaries) + 1 values; got "
+            raise ValueError(f"PaddlePiecewiseDecay(values=...): needs len(boundaries) + 1 values; got "
                              f"{len(values)} values for {len(boundaries)} boundaries.")
         self.boundaries, self.values = list(boundaries), [float(v) for v in values]
         self.base_lr = self.values[0]
@@ -263,27 +269,27 @@ class PiecewiseDecay(Schedule):
         return piecewise_decay(step, self.boundaries, self.values, JAX32)
 
 
-class CosineAnnealingDecay(Schedule):
+class PaddleCosineAnnealingDecay(Schedule):
     """``eta_min + (lr - eta_min) (1 + cos(pi * step / T_max)) / 2`` (Paddle's closed form;
     its recursive ``get_lr`` gives the same values)."""
 
     def __init__(self, learning_rate, T_max, eta_min=0.0):  # noqa: N803 (Paddle's name)
-        self.base_lr = _lr("CosineAnnealingDecay", learning_rate)
-        check_number("CosineAnnealingDecay", "T_max", T_max, low=0, low_open=True, integer=True)
-        check_number("CosineAnnealingDecay", "eta_min", eta_min)
+        self.base_lr = _lr("PaddleCosineAnnealingDecay", learning_rate)
+        check_number("PaddleCosineAnnealingDecay", "T_max", T_max, low=0, low_open=True, integer=True)
+        check_number("PaddleCosineAnnealingDecay", "eta_min", eta_min)
         self.T_max, self.eta_min = T_max, float(eta_min)
 
     def value(self, step):
         return cosine_annealing(step, self.base_lr, self.T_max, self.eta_min, JAX32)
 
 
-class LinearWarmup(Schedule):
+class PaddleLinearWarmup(Schedule):
     """Linear from ``start_lr`` to ``end_lr`` over ``warmup_steps``, then
     ``learning_rate`` (a number, or a schedule evaluated at ``step - warmup_steps``).
     ``base_lr`` is ``end_lr``."""
 
     def __init__(self, learning_rate, warmup_steps, start_lr, end_lr):
-        owner = "LinearWarmup"
+        owner = "PaddleLinearWarmup"
         if not isinstance(learning_rate, (int, float, Schedule)) or isinstance(learning_rate, bool):
             raise TypeError(f"{owner}(learning_rate=...): must be a number or a schedule; got {learning_rate!r}.")
         check_number(owner, "warmup_steps", warmup_steps, low=0, low_open=True, integer=True)
@@ -303,41 +309,41 @@ class LinearWarmup(Schedule):
         return jnp.where(step < self.warmup_steps, warm, after)
 
 
-class NoamDecay(Schedule):
+class PaddleNoamDecay(Schedule):
     """``lr * d_model ** -0.5 * min(step ** -0.5, warmup_steps ** -1.5 * step)`` (``step ** -0.5``
     read as 1 at step 0)."""
 
     def __init__(self, d_model, warmup_steps, learning_rate=1.0):
-        check_number("NoamDecay", "d_model", d_model, low=0, low_open=True)
-        check_number("NoamDecay", "warmup_steps", warmup_steps, low=0, low_open=True)
+        check_number("PaddleNoamDecay", "d_model", d_model, low=0, low_open=True)
+        check_number("PaddleNoamDecay", "warmup_steps", warmup_steps, low=0, low_open=True)
         self.d_model, self.warmup_steps = d_model, warmup_steps
-        self.base_lr = _lr("NoamDecay", learning_rate)
+        self.base_lr = _lr("PaddleNoamDecay", learning_rate)
 
     def value(self, step):
         return noam_decay(step, self.base_lr, self.d_model, self.warmup_steps, JAX32)
 
 
-class LambdaDecay(Schedule):
+class PaddleLambdaDecay(Schedule):
     """``lr * lr_lambda(step)``; ``lr_lambda`` must work on a jax array."""
 
     def __init__(self, learning_rate, lr_lambda: Callable):
         if not callable(lr_lambda):
-            raise TypeError(f"LambdaDecay(lr_lambda=...): must be callable; got {lr_lambda!r}.")
-        self.base_lr, self.lr_lambda = _lr("LambdaDecay", learning_rate), lr_lambda
+            raise TypeError(f"PaddleLambdaDecay(lr_lambda=...): must be callable; got {lr_lambda!r}.")
+        self.base_lr, self.lr_lambda = _lr("PaddleLambdaDecay", learning_rate), lr_lambda
 
     def value(self, step):
         return F32(self.base_lr) * jnp.asarray(self.lr_lambda(step), F32)
 
 
-class OneCycleLR(Schedule):
-    """Paddle OneCycleLR: from ``max_learning_rate / divide_factor`` up to the max over
+class PaddleOneCycleLR(Schedule):
+    """Paddle's OneCycleLR: from ``max_learning_rate / divide_factor`` up to the max over
     ``phase_pct * total_steps - 1`` steps, then down to ``end_learning_rate`` (three_phase:
     back to the initial value first), cos or linear annealing. Past ``total_steps``
     Paddle raises; here the value stays at the end of the last phase. ``base_lr`` is the max."""
 
     def __init__(self, max_learning_rate, total_steps, divide_factor=25.0, end_learning_rate=0.0001,
                  phase_pct=0.3, anneal_strategy="cos", three_phase=False):
-        owner = "OneCycleLR"
+        owner = "PaddleOneCycleLR"
         check_number(owner, "max_learning_rate", max_learning_rate, low=0.0)
         check_number(owner, "end_learning_rate", end_learning_rate, low=0.0)
         check_number(owner, "total_steps", total_steps, low=0, low_open=True, integer=True)
@@ -356,13 +362,13 @@ class OneCycleLR(Schedule):
         return one_cycle(step, self._steps, self._sizes, self._lrs, self.anneal_strategy, JAX32)
 
 
-class CyclicLR(Schedule):
-    """Paddle CyclicLR (triangular, triangular2, exp_range or a custom ``scale_fn``).
+class PaddleCyclicLR(Schedule):
+    """Paddle's CyclicLR (triangular, triangular2, exp_range or a custom ``scale_fn``).
     ``base_lr`` is ``base_learning_rate``."""
 
     def __init__(self, base_learning_rate, max_learning_rate, step_size_up, step_size_down=None,
                  mode="triangular", exp_gamma=1.0, scale_fn=None, scale_mode="cycle"):
-        owner = "CyclicLR"
+        owner = "PaddleCyclicLR"
         check_number(owner, "base_learning_rate", base_learning_rate, low=0.0)
         check_number(owner, "max_learning_rate", max_learning_rate, low=0.0)
         check_number(owner, "step_size_up", step_size_up, low=0, low_open=True)
@@ -389,14 +395,14 @@ class CyclicLR(Schedule):
                       lambda x: jnp.asarray(self.scale_fn(x), F32), self.scale_mode, JAX32)
 
 
-class LinearLR(Schedule):
+class PaddleLinearLR(Schedule):
     """``lr * (start_factor + (end_factor - start_factor) * min(step, total_steps) / total_steps)``."""
 
     def __init__(self, learning_rate, total_steps, start_factor=1.0 / 3, end_factor=1.0):
-        self.base_lr = _lr("LinearLR", learning_rate)
-        check_number("LinearLR", "total_steps", total_steps, low=0, low_open=True, integer=True)
-        check_number("LinearLR", "start_factor", start_factor, low=0.0, low_open=True, high=1.0)
-        check_number("LinearLR", "end_factor", end_factor, low=0.0, high=1.0)
+        self.base_lr = _lr("PaddleLinearLR", learning_rate)
+        check_number("PaddleLinearLR", "total_steps", total_steps, low=0, low_open=True, integer=True)
+        check_number("PaddleLinearLR", "start_factor", start_factor, low=0.0, low_open=True, high=1.0)
+        check_number("PaddleLinearLR", "end_factor", end_factor, low=0.0, high=1.0)
         self.total_steps, self.start_factor, self.end_factor = total_steps, float(start_factor), float(end_factor)
 
     def value(self, step):
