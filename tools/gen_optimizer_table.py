@@ -2,8 +2,10 @@
 
 One row per name in ``gradxform.registered_names()``: the name to pass to
 ``gradxform.create``, the first line of the factory's docstring (the rule and
-the framework function it follows), its default learning rate, and the file
-that implements it.
+the framework function it follows), its default learning rate, what its
+`gradxform.Declaration` says (whether ``gradxform.migrate`` continues a run
+from the framework's saved state; whether goldens recorded by the framework
+check it, or why not), and the file that implements it.
 
     python tools/gen_optimizer_table.py            # print the table
     python tools/gen_optimizer_table.py --write    # replace it in README.md
@@ -73,7 +75,18 @@ def _where(factory) -> str:
     return f"[`{rel}`]({rel})"
 
 
-def rows() -> list[tuple[str, str, str, str, str]]:
+def _declared(name: str) -> tuple[str, str]:
+    """(resumes from the framework's file, framework goldens) as the declaration says."""
+    import gradxform  # noqa: PLC0415
+
+    decl = gradxform.declaration(name)
+    if decl is None:
+        return "-", "-"
+    goldens = "yes" if decl.no_goldens is None else "no: " + decl.no_goldens.split(":", 1)[0]
+    return ("yes" if decl.migrates else "no"), goldens.replace("|", "\\|")
+
+
+def rows() -> list[tuple[str, ...]]:
     import gradxform  # noqa: PLC0415
 
     out = []
@@ -81,13 +94,14 @@ def rows() -> list[tuple[str, str, str, str, str]]:
         family, short = name.split(".", 1)
         f = _factory(name)
         call = f"`{short}`, `{name}`" if family == "mxnet" else f"`{name}`"
-        out.append((family, call, _first_line(f), _default_lr(f), _where(f)))
+        out.append((family, call, _first_line(f), _default_lr(f), *_declared(name), _where(f)))
     return out
 
 
 def table() -> str:
-    lines = ["| family | `create(...)` name | rule and source (docstring) | default lr | defined in |",
-             "|---|---|---|---|---|"]
+    lines = ["| family | `create(...)` name | rule and source (docstring) | default lr | resumes from the framework's "
+             "file | framework goldens | defined in |",
+             "|---|---|---|---|---|---|---|"]
     lines += [f"| {' | '.join(r)} |" for r in rows()]
     families = sorted({r[0] for r in rows()})
     lines.append("")
