@@ -6,6 +6,7 @@ does depend on the backend's fusion decisions (XLA:CPU emits one loop per
 output buffer, XLA:GPU fuses siblings), so CPU and GPU figures differ.
 
     python benchmarks/bench_bytes.py [--layers 4] [--width 512] [--names mxnet.adam,paddle.adamw]
+    python benchmarks/bench_bytes.py --shapes resnet50,gpt2   # fused fed trees on real models' shapes
 
 Each optimizer is built as ``tests/cases.py`` builds it (its sensible options:
 momentum on, weight decay 1e-3) on a tree of ``--layers`` dense layers
@@ -25,7 +26,9 @@ whose output is as large as a kernel, per kernel (how many passes over the
 parameters XLA:CPU makes). ``temp``: XLA temporaries (MiB).
 Extra rows: a plain ``create('adam')`` (wd 0, a runtime hyperparameter) beside
 optax.adam, and ``gradxform.fused`` fed ordinary trees (``max_leaf_size`` None
-and 2**16) and ``fused.packed``. Not a test: nothing here asserts.
+and 2**16) and ``fused.packed``. ``--shapes`` measures only Adam per leaf, ``fused`` fed trees
+(``max_leaf_size`` None, 1024, 2**16) and optax.adam on the shapes of `bench_step.py`'s sets
+(ResNet-50: 161 leaves, 25.6 M parameters; GPT-2 small). Not a test: nothing here asserts.
 """
 from __future__ import annotations
 
@@ -33,10 +36,12 @@ import argparse
 import os
 import re
 import sys
+import warnings
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -156,7 +161,11 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--names", default=None, help="comma list of registered names (default: all)")
     ap.add_argument("--no-extra", action="store_true", help="skip the plain adam and fused rows")
+    ap.add_argument("--shapes", default=None, help="comma list of bench_step.py sets (resnet50, gpt2): "
+                    "fused fed trees on those shapes instead of the table")
     args = ap.parse_args(argv)
+    if args.shapes:
+        return shapes_rows(args.shapes.split(","))
     names = args.names.split(",") if args.names else gradxform.registered_names()
     n = args.layers * (args.width + 1) * args.width
     print(f"jax {jax.__version__}, optax {optax.__version__}, {jax.default_backend()}; {args.layers} dense layers "
@@ -179,6 +188,30 @@ def main(argv=None):
                       ("  the same, max_leaf_size=2**16", gradxform.fused(adam, max_leaf_size=2**16)),
                       ("fused.packed(create('adam'))", gradxform.fused.packed(adam))]:
         row(label, measure(tx, args, apply=gradxform.apply_updates), measure(adam, args))
+
+
+def shapes_rows(sets) -> None:
+    """Bytes per parameter of Adam fed ordinary trees of a real model's shapes."""
+    from bench_step import SETS  # noqa: PLC0415
+
+    adam = gradxform.create("adam", learning_rate=1e-3)
+    for name in sets:
+        shapes = SETS[name]()
+        params = {k: jnp.zeros(s, jnp.float32) for k, s in shapes.items()}
+        grads = {k: jnp.full(s, 1e-3, jnp.float32) for k, s in shapes.items()}
+        n = sum(x.size for x in jax.tree.leaves(params))
+        print(f"{name}: {len(shapes)} leaves, {n / 1e6:.1f} M float32 parameters; bytes per parameter")
+        for label, tx, apply in [("create('adam') per leaf", adam, optax.apply_updates),
+                                 ("fused(tx) fed trees", gradxform.fused(adam), gradxform.apply_updates),
+                                 ("  max_leaf_size=1024", gradxform.fused(adam, max_leaf_size=1024),
+                                  gradxform.apply_updates),
+                                 ("  max_leaf_size=2**16", gradxform.fused(adam, max_leaf_size=2**16),
+                                  gradxform.apply_updates),
+                                 ("optax.adam", optax.adam(1e-3), optax.apply_updates)]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # fused's own warning about trees: this row measures it
+                _, _, compiled = compiled_costs(tx, params, grads, apply=apply)
+            print(f"  {label:26s} {figures(compiled, (1,))['bytes'] / n:7.1f}", flush=True)
 
 
 if __name__ == "__main__":

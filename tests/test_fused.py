@@ -494,3 +494,30 @@ def test_not_fusable_names_its_reason():
     assert gradxform.fused.why_not_fused(tx) == ["needs the whole tree at once (k=3)"]
     with pytest.raises(ValueError, match="whole tree"):
         gradxform.fused(tx, strict=True)
+
+
+def test_fed_trees_a_layout_packing_large_leaves_warns_and_names_the_fast_paths():
+    """Fed ordinary trees, every step concatenates the packed leaves and slices them back (712 bytes
+    a parameter on ResNet-50's shapes against 48 per leaf, benchmarks/bench_bytes.py --shapes): the
+    update says so, and names the paths that avoid it; the numbers are the per-leaf ones either way."""
+    import warnings
+    from gradxform._fused import TREE_PACK_LIMIT
+    big = TREE_PACK_LIMIT + 1
+    params = {"k": jnp.ones((big,)), "b": jnp.ones((3,))}
+    grads = jax.tree.map(lambda x: 0.1 * x, params)
+    tx = gradxform.create("adam", learning_rate=0.1)
+    want, _ = tx.update(grads, tx.init(params), params)
+    ftx = gradxform.fused(tx)
+    state = ftx.init(params)
+    with pytest.warns(UserWarning, match=rf"packs leaves of up to {big} elements.*fused\.ravel\(params, state\)"
+                                         r".*max_leaf_size=1024.*use tx itself"):
+        got, _ = ftx.update(grads, state, params)
+    _assert_same(want, got)
+    quiet = [gradxform.fused(tx, max_leaf_size=1024), gradxform.fused(tx)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet[0].update(grads, quiet[0].init(params), params)  # the large leaf is a buffer of its own
+        flat = gradxform.fused.ravel(params, state)  # flat buffers: nothing to concatenate
+        ftx.update(gradxform.fused.ravel(grads, state), state, flat)
+        small = {"a": jnp.ones((TREE_PACK_LIMIT,)), "b": jnp.ones((3,))}
+        quiet[1].update(small, quiet[1].init(small), small)
