@@ -12,7 +12,6 @@ import gradxform as gx
 from gradxform._ranges import Range, declared_range
 from goldens_io import GOLDENS
 
-pytestmark = pytest.mark.unit
 
 DECLARED = gx.declarations()
 

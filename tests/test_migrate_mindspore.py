@@ -1,10 +1,14 @@
 """gradxform.migrate.from_mindspore_checkpoint against checkpoints written by MindSpore 2.10.0.
 
-Fixtures (tests/fixtures/mindspore/<case>/, written with the real MindSpore): the
-optimizer saved with ``ms.save_checkpoint(opt, 'opt.ckpt')`` after k=5 steps, the
-gradients of all n=10 steps and the parameters after each. We load the checkpoint,
-feed the recorded gradients of steps k..n-1 and compare with MindSpore's parameters
-after every step: float32 rtol 1e-5 (atol 1e-6 for entries near zero).
+Fixtures (tests/fixtures/mindspore/<case>/, written with the real MindSpore by
+tools/mindspore_migration_fixtures.py): the optimizer saved with
+``ms.save_checkpoint(opt, 'opt.ckpt')`` after k=5 steps, the gradients of all n=10 steps
+and the parameters after each. We load the checkpoint, feed the recorded gradients of
+steps k..n-1 and compare with MindSpore's parameters after every step: float32 rtol 1e-5
+(atol 1e-6 for entries near zero). Cases: Adam (and a learning-rate list), AdamWeightDecay,
+Momentum, RMSProp (centered), Adagrad, FTRL, AdaMax, Adadelta, Rprop, ASGD and AdaFactor
+(relative step; fixed lr without a first moment); the later five also hold MindSpore's state
+after step n-1 (``final_<tag>``), which the state we reach must equal.
 """
 import binascii
 import glob
@@ -26,11 +30,15 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "min
 CASES = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(ROOT, "*", "opt.ckpt")))
 # MindSpore class -> gradxform registry name
 NAMES = {"Adam": "mindspore.adam", "AdamWeightDecay": "mindspore.adam_weight_decay", "FTRL": "mindspore.ftrl",
-         "RMSProp": "mindspore.rmsprop", "Adagrad": "mindspore.adagrad", "Momentum": "mindspore.momentum"}
+         "RMSProp": "mindspore.rmsprop", "Adagrad": "mindspore.adagrad", "Momentum": "mindspore.momentum",
+         "AdaMax": "mindspore.adamax", "Adadelta": "mindspore.adadelta", "Rprop": "mindspore.rprop",
+         "ASGD": "mindspore.asgd", "AdaFactor": "mindspore.adafactor"}
+# arguments MindSpore takes as tuples, which the fixture's JSON holds as lists
+TUPLES = ("etas", "step_sizes", "eps")
 
 
 def test_fixtures_present():
-    assert len(CASES) >= 6, CASES
+    assert len(CASES) >= 13 and {"adamax", "adadelta", "rprop", "asgd", "adafactor"} <= set(CASES), CASES
 
 
 def load(case):
@@ -39,7 +47,8 @@ def load(case):
 
 
 def make_tx(meta, **override):
-    return gx.create(NAMES[meta["optimizer"]], **dict(meta["kwargs"], **override))
+    kw = {k: tuple(v) if k in TUPLES and isinstance(v, list) else v for k, v in meta["kwargs"].items()}
+    return gx.create(NAMES[meta["optimizer"]], **dict(kw, **override))
 
 
 def ckpt(case):
@@ -56,17 +65,44 @@ def assert_params(z, meta, t, params):
                                    err_msg=f"step {t}, {n}")
 
 
-@pytest.mark.parametrize("case", CASES)
-def test_resume_matches_mindspore(case):
-    z, meta = load(case)
+def resume(z, meta, source, check=True):
+    """The params and state after steps k..n-1 from ``source`` (a checkpoint), checking
+    the params against MindSpore's after every step unless ``check`` is False."""
     k, tx = meta["k"], make_tx(meta)
     params = params_at(z, meta, k - 1)
-    state = from_mindspore_checkpoint(ckpt(case), params, tx)
+    state = from_mindspore_checkpoint(source, params, tx)
     for t in range(k, meta["n"]):
         g = {n: jnp.asarray(z[f"g_{t}_{n}"]) for n in meta["names"]}
         updates, state = tx.update(g, state, params)
         params = gx.apply_updates(params, updates)
-        assert_params(z, meta, t, params)
+        if check:
+            assert_params(z, meta, t, params)
+    return params, state
+
+
+def final_state(z, meta):
+    """What the reader makes of MindSpore's state after step n-1 (``final_<tag>``), or None."""
+    final = {k[len("final_"):]: z[k] for k in z.files if k.startswith("final_")}
+    if not final:
+        return None
+    final.update({n: z[f"p_{meta['n'] - 1}_{n}"] for n in meta["names"]})
+    return from_mindspore_checkpoint(io.BytesIO(_encode(final)), params_at(z, meta, meta["n"] - 1), make_tx(meta))
+
+
+def states_close(a, b):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(la) == len(lb) and all(np.shape(x) == np.shape(y) and np.allclose(np.asarray(x, np.float64),
+                                                                                   np.asarray(y, np.float64),
+                                                                                   rtol=1e-5, atol=1e-6)
+                                      for x, y in zip(la, lb))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_resume_matches_mindspore(case):
+    z, meta = load(case)
+    _, state = resume(z, meta, ckpt(case))
+    want = final_state(z, meta)  # every slot, those that never reach the weights (ASGD's ax) too
+    assert want is None or states_close(state, want), case
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -382,17 +418,29 @@ def test_the_weights_are_optional_and_checked_when_present():
 
 
 def test_no_supported_state_names_the_prefixes_found():
-    """A checkpoint of weights only (values.ckpt) has no state prefix: 'none'. MindSpore AdaFactor
-    (adafactor.ckpt, written by MindSpore: afactor_step, exp_avg.<p>, exp_avg_sq_row_<p>, ...) is not
-    migrated: its prefixes are named, AdaFactor's step among them."""
+    """A checkpoint of weights only (values.ckpt) has no state prefix: 'none'; one whose prefixes make
+    no optimizer's set (Rprop's prev without its step_size) names them; both list what is read.
+    MindSpore AdaFactor (adafactor.ckpt, written by MindSpore for the reader tests: afactor_step,
+    exp_avg.<p>, exp_avg_sq_row_<p>, ...) is read as AdaFactor: into AdaFactor's state, and for
+    another tx the message says what the file holds."""
     _, meta = reader_expected()
     tx = gx.create("mindspore.momentum", learning_rate=0.1, momentum=0.9)
-    with pytest.raises(MigrateError, match=r"state prefixes found: none\); supported: Momentum"):
+    supported = (r"supported: Momentum, SGD, Adam, LazyAdam, AdamOffload, AdamWeightDecay, Lamb, FTRL, Adagrad, "
+                 r"ProximalAdagrad, RMSProp, AdaMax, Adadelta, Rprop, ASGD, AdaFactor\.$")
+    with pytest.raises(MigrateError, match=r"state prefixes found: none\); " + supported):
         from_mindspore_checkpoint(os.path.join(READER, "values.ckpt"), {"t.float32.v": jnp.zeros(3)}, tx)
+    half = _encode({"global_step": np.array([1], np.int32), "prev.w": np.ones(3, np.float32)})
+    with pytest.raises(MigrateError, match=r"state prefixes found: \['prev'\]\); " + supported):
+        from_mindspore_checkpoint(io.BytesIO(half), {"w": jnp.zeros(3)}, gx.create("mindspore.rprop"))
     assert "afactor_step" in meta["adafactor_tags"] and "exp_avg_sq_row_weight" in meta["adafactor_tags"]
     params = {"weight": jnp.zeros((3, 4)), "bias": jnp.zeros(3)}
-    with pytest.raises(MigrateError, match=r"state prefixes found: \['afactor_step', 'exp_avg'\]\)"):
+    with pytest.raises(MigrateError, match=r"the checkpoint holds AdaFactor state"):
         from_mindspore_checkpoint(os.path.join(READER, "adafactor.ckpt"), params, tx)
+    state = from_mindspore_checkpoint(os.path.join(READER, "adafactor.ckpt"), params, gx.create("mindspore.adafactor"))
+    got = read_mindspore_checkpoint(os.path.join(READER, "adafactor.ckpt"))
+    af = state[-1]
+    assert np.array_equal(af.exp_avg_sq_row["weight"], got["exp_avg_sq_row_weight"]) and af.exp_avg_sq_row["bias"] == ()
+    assert np.array_equal(af.exp_avg_sq["bias"], got["exp_avg_sq_bias"]) and af.exp_avg_sq["weight"] == ()
 
 
 def test_missing_state_names_both_names():
@@ -466,3 +514,158 @@ def test_a_beta_power_is_one_number():
         from_mindspore_checkpoint(with_power(0.5), params, tx)
     with pytest.raises(MigrateError, match="cannot reshape array of size 2"):
         from_mindspore_checkpoint(with_power([0.9 ** 5, 0.5]), params, tx)
+
+
+# -- AdaMax, Adadelta, Rprop, ASGD, AdaFactor (issue 24's optimizers with CPU kernels) --
+
+def _entries(z, meta):
+    return {t: np.array(z["ckpt_" + t]) for t in meta["ckpt_entries"] if "ckpt_" + t in z.files}
+
+
+def _state_groups(meta):
+    """The checkpoint's state tags by prefix ('moment1.', 'mu_', 'exp_avg_sq_row_', ...); a tag of
+    no parameter (beta1_power, afactor_step) is a group of its own; the hyperparameters are left out."""
+    groups: dict = {}
+    for t in meta["ckpt_entries"]:
+        if t in meta["names"] or t in ("global_step", "learning_rate", "momentum"):  # not state
+            continue
+        owner = next((n for n in meta["names"] if t.endswith(n) and t != n), None)
+        groups.setdefault(t[:-len(owner)] if owner else t, []).append(t)
+    return groups
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_state_entry_is_read(case):
+    """Each group of state entries ('accum_update.<p>', 'mu_<p>', 'beta1_power', ...) zeroed in the
+    checkpoint is refused, or the resumed run leaves MindSpore's weights (or, where the fixture has
+    it, MindSpore's final state): no entry is read and then dropped, or left at its initial value."""
+    z, meta = load(case)
+    entries = _entries(z, meta)
+    want_params, want_state = params_at(z, meta, meta["n"] - 1), final_state(z, meta)
+    tried = 0
+    for prefix, tags in sorted(_state_groups(meta).items()):
+        if not any(np.any(entries[t] != 0) for t in tags):
+            continue  # zero already (AdaFactor's placeholders, its shared 'Parameter$1' without beta1)
+        tried += 1
+        zeroed = dict(entries, **{t: np.zeros_like(entries[t]) for t in tags})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a zero beta power is warned about
+            try:
+                params, state = resume(z, meta, io.BytesIO(_encode(zeroed)), check=False)
+            except MigrateError:
+                continue
+        same = all(np.allclose(params[n], want_params[n], rtol=1e-5, atol=1e-6) for n in meta["names"])
+        assert not (same and (want_state is None or states_close(state, want_state))), (case, prefix)
+    assert tried, case
+
+
+@pytest.mark.parametrize("case, tag, value, match", [
+    ("adamax", "moment2.dense1.weight", np.zeros((4, 3), np.float32),
+     r"'moment2.dense1.weight' has shape \(4, 3\) but parameter 'dense1.weight' has shape \(3, 4\)"),
+    ("adamax", "beta1_power", np.array([0.5, 0.5], np.float32), "cannot reshape array of size 2"),
+    ("adamax", "beta1_power", np.array([1.5], np.float32), "RunningPowerState.beta1_power"),
+    ("adadelta", "accum_update.dense2.bias", np.zeros(3, np.float32),
+     r"'accum_update.dense2.bias' has shape \(3,\) but parameter 'dense2.bias' has shape \(2,\)"),
+    ("adadelta", "accum.dense2.bias", -np.ones(2, np.float32), "AdadeltaState.accum must be in"),
+    ("rprop", "step_size.dense1.bias", np.zeros((3, 1), np.float32), r"'step_size.dense1.bias' has shape \(3, 1\)"),
+    ("rprop", "step_size.dense1.bias", -np.ones(3, np.float32), "RpropState.step_size must be in"),
+    ("asgd", "mu_dense1.weight", np.ones(1, np.float32),
+     (r"'mu_dense1.weight' has shape \(1,\) but parameter 'dense1.weight' has shape \(3, 4\), so "
+      r"'mu_dense1.weight' needs \(\)")),
+    ("asgd", "eta_dense2.bias", np.ones(2, np.float32), r"'eta_dense2.bias' has shape \(2,\)"),
+    ("asgd", "mu_dense1.bias", np.array(1.5, np.float32), "AveragedState.mu must be in"),
+    ("asgd", "ax_.dense1.weight", np.zeros(12, np.float32), r"'ax_.dense1.weight' has shape \(12,\)"),
+    ("adafactor", "exp_avg_sq_row_dense1.weight", np.zeros(4, np.float32),
+     (r"'exp_avg_sq_row_dense1.weight' has shape \(4,\) but parameter 'dense1.weight' has shape \(3, 4\), so "
+      r"'exp_avg_sq_row_dense1.weight' needs \(3,\)")),
+    ("adafactor", "exp_avg_sq_col_dense2.weight", np.zeros(2, np.float32), r"needs \(3,\)"),
+    ("adafactor", "exp_avg_sq_dense1.bias", np.zeros(1, np.float32), r"needs \(3,\)"),
+    ("adafactor", "exp_avg.dense1.weight", np.zeros(3, np.float32), r"'exp_avg.dense1.weight' has shape \(3,\)"),
+    ("adafactor", "exp_avg_sq_row_dense1.bias", np.array([0.5], np.float32),
+     (r"'exp_avg_sq_row_dense1.bias' is .* but parameter 'dense1.bias' \(shape \(3,\)\) does not use that "
+      r"slot, where MindSpore keeps a \(1,\) zero")),
+    ("adafactor", "exp_avg_sq_dense2.weight", np.zeros(2, np.float32), "does not use that slot"),
+    ("adafactor", "exp_avg_sq_col_dense2.bias", np.array(0.0, np.float32), "does not use that slot"),
+    ("adafactor_lr_nobeta1", "exp_avg_sq_col_dense1.bias", np.array([np.nan], np.float32), "does not use that slot"),
+    ("adafactor", "afactor_step", np.array([4.0], np.float32), r"'afactor_step' is 4.0 but global_step is 5"),
+])
+def test_a_slot_that_does_not_fit_is_refused(case, tag, value, match):
+    """A state entry of another shape than MindSpore gives it (a parameter's, one number for ASGD's
+    mu and eta, a row or a column for AdaFactor's factors), a value no run reaches, a nonzero where
+    AdaFactor keeps its (1,) zero placeholder, or an afactor_step that is not global_step."""
+    z, meta = load(case)
+    entries = _entries(z, meta)
+    assert tag in entries
+    with pytest.raises(MigrateError, match=match):
+        from_mindspore_checkpoint(io.BytesIO(_encode(dict(entries, **{tag: value}))), params_at(z, meta, 4),
+                                  make_tx(meta))
+
+
+def test_adafactor_without_its_step_is_refused():
+    z, meta = load("adafactor")
+    entries = {t: a for t, a in _entries(z, meta).items() if t != "afactor_step"}
+    with pytest.raises(MigrateError, match=r"has no 'afactor_step' \(AdaFactor's step count"):
+        from_mindspore_checkpoint(io.BytesIO(_encode(entries)), params_at(z, meta, 4), make_tx(meta))
+
+
+@pytest.mark.parametrize("case, name, kw, holds", [
+    ("adamax", "mindspore.adam", {"learning_rate": 0.01}, "AdaMax"),
+    ("adam", "mindspore.adamax", {"learning_rate": 0.01}, "Adam / LazyAdam"),
+    ("adadelta", "mindspore.adagrad", {"learning_rate": 0.05}, "Adadelta"),
+    ("adagrad", "mindspore.adadelta", {"learning_rate": 0.05}, "Adagrad / ProximalAdagrad"),
+    ("rprop", "mindspore.momentum", {"learning_rate": 0.1, "momentum": 0.9}, "Rprop"),
+    ("asgd", "mindspore.sgd", {"learning_rate": 0.1}, "ASGD"),
+    ("adafactor", "mindspore.adamax", {"learning_rate": 0.01}, "AdaFactor"),
+])
+def test_each_kind_is_told_apart(case, name, kw, holds):
+    """AdaMax (moment1, moment2 and one beta1_power) is not read as Adam, nor Adam (two beta powers) as
+    AdaMax; Adadelta (accum beside accum_update) not as Adagrad, nor Adagrad as Adadelta; each tx of
+    another optimizer is told which one the file holds."""
+    z, meta = load(case)
+    with pytest.raises(MigrateError, match=f"the checkpoint holds {holds}"):
+        from_mindspore_checkpoint(ckpt(case), params_at(z, meta, 4), gx.create(name, **kw))
+
+
+def test_adafactor_first_moment_follows_beta1():
+    """MindSpore keeps exp_avg.<p> only with beta1 > 0: a file with them for a tx with beta1=0, and one
+    without them for a tx with beta1 > 0, are refused saying so."""
+    z, meta = load("adafactor")
+    with pytest.raises(MigrateError, match=r"has exp_avg.<parameter> entries, a first moment \(the run's beta1 > 0\), "
+                                           r"where tx keeps none; build tx with the run's hyperparameters"):
+        from_mindspore_checkpoint(ckpt("adafactor"), params_at(z, meta, 4), make_tx(meta, beta1=0.0))
+    z, meta = load("adafactor_lr_nobeta1")
+    assert "Parameter$1" in meta["ckpt_entries"]  # MindSpore's one shared zero in place of exp_avg
+    with pytest.raises(MigrateError, match=r"has no exp_avg.<parameter> entries, which tx keeps: a first moment "
+                                           r"\(tx's beta1 > 0; a run with beta1=0 keeps none\)"):
+        from_mindspore_checkpoint(ckpt("adafactor_lr_nobeta1"), params_at(z, meta, 4), make_tx(meta, beta1=0.9))
+
+
+def test_asgd_mu_and_eta_are_checked_against_tx():
+    """ASGD's per-parameter mu (1 / max(1, t - t0)) and eta (lr / (1 + lambd lr t)^alpha) are restored as
+    saved; when tx's t0, lambd or alpha give other values after global_step steps, a warning says so."""
+    z, meta = load("asgd")
+    params = params_at(z, meta, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state = from_mindspore_checkpoint(ckpt("asgd"), params, make_tx(meta))
+    avg = state[-1]
+    np.testing.assert_array_equal(avg.mu, [z[f"ckpt_mu_{n}"] for n in sorted(meta["names"])])
+    np.testing.assert_array_equal(avg.eta, [z[f"ckpt_eta_{n}"] for n in sorted(meta["names"])])
+    with pytest.warns(UserWarning, match=r"mu is 0.3333333 in the checkpoint but tx's t0=1 gives 0.25 after 5"):
+        from_mindspore_checkpoint(ckpt("asgd"), params, make_tx(meta, t0=1.0))
+    with pytest.warns(UserWarning, match=r"eta is 0.04993762 in the checkpoint but tx's lambd=0.1, alpha=0.5"):
+        from_mindspore_checkpoint(ckpt("asgd"), params, make_tx(meta, lambd=0.1))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_convert_run_keeps_every_state_entry_out_of_the_weights(case):
+    """The optimizer checkpoint holds the network's weights too: `convert_run` reads them as the
+    parameters and every state entry as state, whatever its prefix's separator ('moment1.<p>',
+    ASGD's 'mu_<p>' / 'eta_<p>', AdaFactor's 'exp_avg_sq_row_<p>'): nothing is left as a buffer."""
+    from gradxform.migrate import convert_run
+    z, meta = load(case)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # hyperparameter mismatch notes (a list learning rate)
+        run = convert_run("mindspore", ckpt(case), ckpt(case), make_tx(meta))
+    assert sorted(run["params"]) == sorted(meta["names"])
+    assert [b for b in run["buffers"] if not b.startswith("Parameter$")] == []

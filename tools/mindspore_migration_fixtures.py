@@ -3,7 +3,9 @@
 
 Run with the MindSpore venv (never imported by tests):
 
-    /work/venvs/mindspore/bin/python tools/mindspore_migration_fixtures.py
+    /work/venvs/mindspore/bin/python tools/mindspore_migration_fixtures.py [case ...]
+
+Naming cases writes only those (FAILURES.json is rewritten only by a run of all of them).
 
 For each case: a tiny network (Dense 4->3, Dense 3->2), gradients fed directly to the optimizer
 (`opt(grads)`), K=5 steps, then `ms.save_checkpoint(opt, <case>/opt.ckpt)` (the optimizer Cell: it
@@ -16,6 +18,8 @@ tests/fixtures/mindspore/<case>/
                       g_<t>_<name>    gradient of step t (t = 0..n-1)
                       p_<t>_<name>    params after step t
                       ckpt_<tag>      what ms.load_checkpoint returns for every tag (for reader tests)
+                      final_<tag>     every state tag after step n-1 (cases written since the AdaMax,
+                                      Adadelta, Rprop, ASGD and AdaFactor ones were added)
 A migration test: read opt.ckpt -> JAX state, run steps K..n-1 with g_<t>, compare to p_<t>.
 """
 import json
@@ -56,6 +60,16 @@ CASES = {
     "ftrl": ("FTRL", dict(learning_rate=0.05, l2=0.01)),
     "lamb": ("Lamb", dict(learning_rate=0.01, weight_decay=0.01)),
     "adamweightdecay": ("AdamWeightDecay", dict(learning_rate=0.01, weight_decay=0.01)),
+    # the five with CPU kernels that issue 24 added (tags: beta1_power, accum_update.<p>, ...)
+    "adamax": ("AdaMax", dict(learning_rate=0.01, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.01)),
+    "adadelta": ("Adadelta", dict(learning_rate=0.5, rho=0.8, epsilon=1e-4, weight_decay=0.01)),
+    "rprop": ("Rprop", dict(learning_rate=0.02, etas=(0.4, 1.5), step_sizes=(1e-3, 0.05), weight_decay=0.01)),
+    # t0=2: mu = 1/(t - 2) from step 3 on, so ax is an average (not the weights) when saved
+    "asgd": ("ASGD", dict(learning_rate=0.05, lambd=0.01, alpha=0.5, t0=2.0, weight_decay=0.01)),
+    # relative_step: the lr follows afactor_step; factored weights, unfactored biases
+    "adafactor": ("AdaFactor", dict(decay_rate=0.7, beta1=0.8, weight_decay=0.01)),
+    "adafactor_lr_nobeta1": ("AdaFactor", dict(learning_rate=0.01, relative_step=False, beta1=0.0,
+                                               clip_threshold=0.5)),
 }
 
 
@@ -86,6 +100,11 @@ def run_case(case, cls, kw):
             out["p_%d_%s" % (t, n_)] = p.asnumpy().copy()
         if t == K - 1:
             ms.save_checkpoint(opt, os.path.join(tmpd, "opt.ckpt"))
+    # the state after the last step (slots that never reach the weights, as ASGD's ax, are compared too)
+    ms.save_checkpoint(opt, os.path.join(tmpd, "final.ckpt"))
+    for tag, v in ms.load_checkpoint(os.path.join(tmpd, "final.ckpt")).items():
+        if not isinstance(v, str) and tag not in names:
+            out["final_" + tag] = v.asnumpy()
     # what the official loader sees, so a protobuf-only reader can be tested against it
     loaded = ms.load_checkpoint(os.path.join(tmpd, "opt.ckpt"))
     entries = {}

@@ -30,14 +30,15 @@ import numpy as np
 from .._tree import param_names
 from .._warn import warn_at_caller
 from ..mindspore._adam import AmsgradState, BetaPowerState, LambState
+from ..mindspore._adafactor import AdaFactorState
 from ..mindspore._adaptive import AccumState, MindSporeFtrlState, RMSPropState
 from ..mindspore._momentum import SGDMomentumState
-from ..pieces.internal import MomentsState, TraceState
+from ..pieces.internal import AdadeltaState, AveragedState, MomentsState, RpropState, RunningPowerState, TraceState
 from ..pieces.internal import StepState
 from ._errors import refuse_unmigratable, short
 from ._ndarray import Budget
 from ._pickle import _BUDGET_FACTOR, _BUDGET_SLACK, MigrateError, read_bytes
-from ._state import Slot, at_boundary, checked_count, fill_state, tree_hyper, warn_hyper_mismatch
+from ._state import Slot, at_boundary, checked_count, fill_state, has_slot, tree_hyper, warn_hyper_mismatch
 
 __all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint"]
 
@@ -165,36 +166,96 @@ def read_mindspore_checkpoint(fname) -> dict[str, object]:
 # ---------------------------------------------------------------------------
 # Checkpoint entries -> gradxform state
 # ---------------------------------------------------------------------------
+# Where MindSpore keeps a (1,) zero for a slot a parameter does not use (AdaFactor's factors of a
+# vector, its full second moment of a matrix), gradxform keeps nothing, ``()``: a shape function
+# gives the file's shape of a parameter's entry, or None for such a placeholder.
+def _factored_row(shape):
+    return shape[:-1] if len(shape) > 1 else None
+
+
+def _factored_col(shape):
+    return shape[:-2] + shape[-1:] if len(shape) > 1 else None
+
+
+def _unfactored(shape):
+    return shape if len(shape) <= 1 else None
+
+
+def _per_parameter_scalar(shape):
+    return ()
+
+
+def _slot(spec) -> Slot:
+    return spec[0] if isinstance(spec, tuple) and not isinstance(spec, Slot) else spec
+
+
 class _Kind:
-    def __init__(self, name, slots, optional=(), scalars=()):
-        self.name, self.slots, self.optional, self.scalars = name, slots, tuple(optional), tuple(scalars)
+    """One optimizer's layout. ``slots``: a tag prefix, separator included ('moment1.', 'mu_'), ->
+    the `Slot` each parameter's entry fills (or ``(Slot, shape function)`` when the entry is not
+    shaped like its parameter). ``optional``: ``{prefix: (slot, what the file's entries hold, what
+    tx's slot holds)}``, entries a run keeps or not with its hyperparameters, as tx keeps the slot.
+    ``whole``: a tag -> the `Slot` the one number fills (when present). ``needs``/``without``:
+    tags that tell it apart from a kind with the same prefixes (all present / none present).
+    ``steps``: tags holding the step count again, checked against ``global_step``."""
+
+    def __init__(self, name, slots, whole=None, needs=(), without=(), optional=None, steps=()):
+        self.name, self.slots, self.whole = name, dict(slots), dict(whole or {})
+        self.needs, self.without, self.steps = tuple(needs), tuple(without), tuple(steps)
+        self.optional = dict(optional or {})
 
     @property
     def prefixes(self):
         return tuple(self.slots)
 
+    def fits(self, present, tags):
+        return set(self.prefixes) <= present and all(t in tags for t in self.needs) and \
+            not any(t in tags for t in self.without)
 
-# Tried in order: the first kind whose required prefixes all occur in the file.
+
+_BETA_POWERS = {"beta1_power": Slot(BetaPowerState, "beta1_power"),
+                "beta2_power": Slot(BetaPowerState, "beta2_power")}
+# Tried in order: the first kind that fits (its prefixes, ``needs`` and ``without``): AdaMax before
+# Adam (the same moment1/moment2, one beta power), Adadelta before Adagrad (accum beside accum_update).
 _KINDS = (
-    _Kind("Adam (amsgrad)", {"moment1": Slot(AmsgradState, "mu"), "moment2": Slot(AmsgradState, "nu"),
-                             "vhat": Slot(AmsgradState, "vhat")}, scalars=("beta1_power", "beta2_power")),
-    _Kind("Adam / LazyAdam / AdamOffload", {"moment1": Slot(MomentsState, "mu"),
-                                            "moment2": Slot(MomentsState, "nu")},
-          scalars=("beta1_power", "beta2_power")),
-    _Kind("AdamWeightDecay", {"adam_m": Slot(MomentsState, "mu"), "adam_v": Slot(MomentsState, "nu")}),
-    _Kind("Lamb", {"lamb_m": Slot(LambState, "mu"), "lamb_v": Slot(LambState, "nu")}),
-    _Kind("FTRL", {"moments": Slot(MindSporeFtrlState, "accum"), "linear": Slot(MindSporeFtrlState, "linear")}),
-    _Kind("Momentum", {"moments": Slot(TraceState, "trace", "momentum")}, scalars=("momentum",)),
-    _Kind("SGD", {"accum": Slot(SGDMomentumState, "accum"), "stat": Slot(SGDMomentumState, "stat")},
-          scalars=("momentum",)),
-    _Kind("Adagrad / ProximalAdagrad", {"accum": Slot(AccumState, "accum")}),
-    _Kind("RMSProp (centered)", {"mean_square": Slot(RMSPropState, "mean_square"),
-                                 "mean_grad": Slot(RMSPropState, "mean_grad"),
-                                 "moment": Slot(RMSPropState, "moment")}),
-    _Kind("RMSProp", {"mean_square": Slot(RMSPropState, "mean_square"),
-                      "moment": Slot(RMSPropState, "moment")}),
+    _Kind("Adam (amsgrad)", {"moment1.": Slot(AmsgradState, "mu"), "moment2.": Slot(AmsgradState, "nu"),
+                             "vhat.": Slot(AmsgradState, "vhat")}, whole=_BETA_POWERS),
+    _Kind("AdaMax", {"moment1.": Slot(MomentsState, "mu"), "moment2.": Slot(MomentsState, "nu")},
+          whole={"beta1_power": Slot(RunningPowerState, "beta1_power")}, needs=("beta1_power",),
+          without=("beta2_power",)),
+    _Kind("Adam / LazyAdam / AdamOffload", {"moment1.": Slot(MomentsState, "mu"),
+                                            "moment2.": Slot(MomentsState, "nu")}, whole=_BETA_POWERS),
+    _Kind("AdamWeightDecay", {"adam_m.": Slot(MomentsState, "mu"), "adam_v.": Slot(MomentsState, "nu")}),
+    _Kind("Lamb", {"lamb_m.": Slot(LambState, "mu"), "lamb_v.": Slot(LambState, "nu")}),
+    _Kind("FTRL", {"moments.": Slot(MindSporeFtrlState, "accum"), "linear.": Slot(MindSporeFtrlState, "linear")}),
+    _Kind("Momentum", {"moments.": Slot(TraceState, "trace", "momentum")}),
+    _Kind("SGD", {"accum.": Slot(SGDMomentumState, "accum"), "stat.": Slot(SGDMomentumState, "stat")}),
+    _Kind("Adadelta", {"accum.": Slot(AdadeltaState, "accum"), "accum_update.": Slot(AdadeltaState, "accum_update")}),
+    _Kind("Adagrad / ProximalAdagrad", {"accum.": Slot(AccumState, "accum")}),
+    _Kind("RMSProp (centered)", {"mean_square.": Slot(RMSPropState, "mean_square"),
+                                 "mean_grad.": Slot(RMSPropState, "mean_grad"),
+                                 "moment.": Slot(RMSPropState, "moment")}),
+    _Kind("RMSProp", {"mean_square.": Slot(RMSPropState, "mean_square"),
+                      "moment.": Slot(RMSPropState, "moment")}),
+    _Kind("Rprop", {"prev.": Slot(RpropState, "prev"), "step_size.": Slot(RpropState, "step_size")}),
+    # mindspore/nn/optim/asgd.py: Parameter(name='mu_' + p.name), 'eta_' + p.name (one float32 each),
+    # self._parameters.clone(prefix='ax_') ('ax_.' + p.name)
+    _Kind("ASGD", {"ax_.": Slot(AveragedState, "ax"), "mu_": (Slot(AveragedState, "mu"), _per_parameter_scalar),
+                   "eta_": (Slot(AveragedState, "eta"), _per_parameter_scalar)}),
+    # mindspore/nn/optim/adafactor.py: 'exp_avg_sq_row_' + p.name etc.; exp_avg.<p> only with beta1 > 0
+    # (else one shared unnamed zero, 'Parameter$1', which nothing reads); afactor_step: float32 (1,)
+    _Kind("AdaFactor", {"exp_avg_sq_row_": (Slot(AdaFactorState, "exp_avg_sq_row"), _factored_row),
+                        "exp_avg_sq_col_": (Slot(AdaFactorState, "exp_avg_sq_col"), _factored_col),
+                        "exp_avg_sq_": (Slot(AdaFactorState, "exp_avg_sq"), _unfactored)},
+          optional={"exp_avg.": (Slot(AdaFactorState, "exp_avg"), "a first moment (the run's beta1 > 0)",
+                                 "a first moment (tx's beta1 > 0; a run with beta1=0 keeps none)")},
+          steps=("afactor_step",)),
 )
-_ALL_PREFIXES = sorted({p for k in _KINDS for p in k.prefixes} | {"exp_avg", "afactor_step"})
+# every state entry's prefix, its separator included: '<prefix><parameter name>' is a slot of that
+# parameter ('moment1.' + 'dense1.weight', 'mu_' + 'dense1.weight'); `read_mindspore_params` and
+# `convert_run` read them too
+_PREFIXES = sorted({p for k in _KINDS for p in (*k.prefixes, *k.optional)})
+_SUPPORTED = ("Momentum, SGD, Adam, LazyAdam, AdamOffload, AdamWeightDecay, Lamb, FTRL, Adagrad, ProximalAdagrad, "
+              "RMSProp, AdaMax, Adadelta, Rprop, ASGD, AdaFactor")
 
 
 def _ms_name(gname: str, names: dict, tags) -> str:
@@ -203,7 +264,8 @@ def _ms_name(gname: str, names: dict, tags) -> str:
     if gname in tags or "/" not in gname:
         return gname
     dotted = gname.replace("/", ".")  # nested dicts: 'dense1/weight' -> 'dense1.weight'
-    return dotted if any(t.endswith("." + dotted) or t == dotted for t in tags) else gname
+    # 'exp_avg.dense1.weight', and 'mu_dense1.weight' (ASGD, AdaFactor: a prefix without a dot)
+    return dotted if any(t.endswith(("." + dotted, "_" + dotted)) or t == dotted for t in tags) else gname
 
 
 @at_boundary(WHO)
@@ -213,13 +275,24 @@ def from_mindspore_checkpoint(fname, params, tx, names=None):
     checkpoint of its optimizer (``ms.save_checkpoint(opt, path)``, or a
     training checkpoint that includes the optimizer's parameters).
 
+    Reads Momentum, SGD, Adam, LazyAdam, AdamOffload, AdamWeightDecay, Lamb,
+    FTRL, Adagrad, ProximalAdagrad, RMSProp, AdaMax, Adadelta, Rprop, ASGD
+    and AdaFactor (not LARS or THOR: refused before the file is read).
     Restores the per-parameter slots (``moment1.<p>``/``moment2.<p>``,
     ``moments.<p>``, ``accum.<p>``, ``stat.<p>``, ``linear.<p>``,
     ``mean_square.<p>``, ``mean_grad.<p>``, ``moment.<p>``, ``adam_m.<p>``,
-    ``adam_v.<p>``, ``vhat.<p>``, ``lamb_m.<p>``, ``lamb_v.<p>``) and the step
-    count from ``global_step``, which positions a learning-rate list or
-    schedule and Adam's bias correction (``beta1_power``/``beta2_power`` are
-    checked against ``beta^global_step``).
+    ``adam_v.<p>``, ``vhat.<p>``, ``lamb_m.<p>``, ``lamb_v.<p>``,
+    ``accum_update.<p>``, ``prev.<p>``, ``step_size.<p>``, ASGD's
+    ``ax_.<p>``, ``mu_<p>`` and ``eta_<p>``, AdaFactor's ``exp_avg.<p>``,
+    ``exp_avg_sq_row_<p>``, ``exp_avg_sq_col_<p>`` and ``exp_avg_sq_<p>``,
+    whose (1,) zero in a slot a parameter does not use is checked and
+    read as gradxform's ``()``) and the step count from ``global_step``,
+    which positions a learning-rate list or schedule and Adam's bias
+    correction (``beta1_power``/``beta2_power`` are checked against
+    ``beta^global_step``; AdaMax's running ``beta1_power`` is restored;
+    AdaFactor's ``afactor_step`` must equal ``global_step``; ASGD's
+    ``mu``/``eta`` are checked against tx's ``t0``, ``lambd``, ``alpha``:
+    a warning when they differ).
 
     Args:
       fname: the ``.ckpt`` path (or a binary file object).
@@ -247,37 +320,41 @@ def _fill(ckpt, params, tx, state0, names):
     leaves = jax.tree.leaves(params)
     tags = set(ckpt)
     msn = [_ms_name(g, names, tags) for g in gnames]
-    present = {p for p in _ALL_PREFIXES for t in tags if t.startswith(p + ".")}
-    if any(t.startswith(("exp_avg_sq_", "afactor_step")) for t in tags):
-        present.add("afactor_step")  # AdaFactor: not supported, reported below
-    kind = next((k for k in _KINDS if set(k.prefixes) <= present), None)
+    present = {p for p in _PREFIXES for t in tags if t.startswith(p)}
+    kind = next((k for k in _KINDS if k.fits(present, tags)), None)
     if kind is None:
-        found = sorted(present) or "none"
+        found = sorted({p.rstrip(".") for p in present}) or "none"
         raise MigrateError(f"{WHO}: no supported optimizer state in the checkpoint (state prefixes found: "
-                           f"{found}); supported: Momentum, SGD, Adam, LazyAdam, AdamOffload, "
-                           "AdamWeightDecay, Lamb, FTRL, Adagrad, ProximalAdagrad, RMSProp.")
+                           f"{found}); supported: {_SUPPORTED}.")
+    slots = dict(kind.slots)
+    for prefix, (slot, in_file, in_tx) in kind.optional.items():  # read where tx keeps the slot
+        if has_slot(state0, params, slot) != (prefix in present) and \
+                any(has_slot(state0, params, _slot(v)) for v in kind.slots.values()):  # tx is this kind
+            raise MigrateError(f"{WHO}: the checkpoint's {kind.name} state has "
+                               + (f"{prefix}<parameter> entries, {in_file}, where tx keeps none"
+                                  if prefix in present else f"no {prefix}<parameter> entries, which tx keeps: {in_tx}")
+                               + "; build tx with the run's hyperparameters.")
+        if prefix in present:
+            slots[prefix] = slot
     # Every state entry must belong to one of our parameters, and each parameter must have all.
-    known = {f"{p}.{m}" for p in kind.prefixes for m in msn}
+    known = {p + m for p in (*kind.prefixes, *kind.optional) for m in msn} | set(msn)
     for t in sorted(tags):
-        if any(t.startswith(p + ".") for p in kind.prefixes) and t not in known:
+        if t not in known and any(t.startswith(p) for p in (*kind.prefixes, *kind.optional)):
             raise MigrateError(f"{WHO}: the checkpoint has {t!r}, a {kind.name} state for a parameter that "
                                "is not in params (or is named differently: pass names={gradxform name: "
                                "MindSpore name}).")
     per_leaf = {}
-    for prefix, slot in kind.slots.items():
+    for prefix, spec in slots.items():
+        slot, shape_of = (spec, None) if isinstance(spec, Slot) else spec
         vals = []
         for g, m, leaf in zip(gnames, msn, leaves):
-            tag = f"{prefix}.{m}"
+            tag = prefix + m
             if tag not in ckpt:
                 raise MigrateError(f"{WHO}: the checkpoint has no {tag!r} for parameter {g!r}"
                                    + (" (MindSpore name)" if m == g else f" (MindSpore name {m!r})") + ".")
-            a = ckpt[tag]
-            if not isinstance(a, np.ndarray) or a.shape != tuple(np.shape(leaf)):
-                raise MigrateError(f"{WHO}: {tag!r} has shape {getattr(a, 'shape', None)} but parameter {g!r} "
-                                   f"has shape {tuple(np.shape(leaf))}; was the checkpoint saved for other "
-                                   "parameters?")
-            vals.append(a)
-        per_leaf[slot] = vals
+            vals.append(_entry(ckpt[tag], tag, g, tuple(np.shape(leaf)), shape_of))
+        if any(v is not None for v in vals):  # all placeholders: the slot keeps nothing to write
+            per_leaf[slot] = vals
     for g, m, leaf in zip(gnames, msn, leaves):  # the weights themselves, when saved alongside
         a = ckpt.get(m)
         if isinstance(a, np.ndarray) and a.shape != tuple(np.shape(leaf)):
@@ -288,9 +365,20 @@ def _fill(ckpt, params, tx, state0, names):
     step = checked_count(np.asarray(ckpt["global_step"]), f"{WHO}: global_step")
     whole = {Slot(StepState, "leaf_counts"): np.full((len(gnames),), step, np.int32),
              Slot(StepState, "count"): np.asarray(step, np.int32)}
-    for key in kind.scalars:  # Adam's float32 beta powers, kept as MindSpore keeps them (issue 15 item 7)
-        if key.endswith("_power") and isinstance(ckpt.get(key), np.ndarray):
-            whole[Slot(BetaPowerState, key)] = np.asarray(ckpt[key], np.float32).reshape(())
+    for tag, slot in kind.whole.items():  # beta powers: one float32, kept as MindSpore keeps it (issue 15 item 7)
+        if tag in ckpt:
+            if not isinstance(ckpt[tag], np.ndarray):
+                raise MigrateError(f"{WHO}: {tag!r} is text in the checkpoint; MindSpore keeps a number there.")
+            whole[slot] = np.asarray(ckpt[tag], np.float32).reshape(())
+    for tag in kind.steps:  # AdaFactor's own float32 count: gradxform's AdaFactor reads global_step's
+        a = ckpt.get(tag)
+        if not isinstance(a, np.ndarray) or a.size != 1 or a.dtype.kind not in "iuf":
+            raise MigrateError(f"{WHO}: the checkpoint has {'no' if a is None else 'a malformed'} {tag!r} "
+                               f"({kind.name}'s step count, one number beside global_step).")
+        if float(a.reshape(-1)[0]) != float(np.float32(step)):
+            raise MigrateError(f"{WHO}: {tag!r} is {float(a.reshape(-1)[0])!r} but global_step is {step}; "
+                               f"MindSpore advances both on every update, and gradxform's {kind.name} counts "
+                               "with the one step count, so the two must agree.")
     hint = f"the checkpoint holds {kind.name} state; was tx made with gradxform.create('mindspore.<that>', ...)?"
     new_state = fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
     expected = {}
@@ -300,7 +388,25 @@ def _fill(ckpt, params, tx, state0, names):
             expected[key] = float(v)
     warn_hyper_mismatch(new_state, expected, WHO)
     _check_beta_powers(ckpt, new_state, step)
+    if kind.name == "ASGD":
+        _check_asgd(ckpt, new_state, step, [f"eta_{m}" for m in msn], [f"mu_{m}" for m in msn])
     return new_state
+
+
+def _entry(a, tag, g, shape, shape_of):
+    """The array for parameter ``g`` (of ``shape``) from ``a``, the checkpoint's ``tag``; None for
+    MindSpore's (1,) zero in a slot the parameter does not use (gradxform keeps ``()``)."""
+    want = shape if shape_of is None else shape_of(shape)
+    if want is None:
+        if not (isinstance(a, np.ndarray) and a.shape == (1,) and a.dtype.kind in "iuf" and a[0] == 0):
+            raise MigrateError(f"{WHO}: {tag!r} is {short(a)} but parameter {g!r} (shape {shape}) does not use "
+                               "that slot, where MindSpore keeps a (1,) zero; the file is corrupt.")
+        return None
+    if not isinstance(a, np.ndarray) or a.shape != want:
+        need = "" if shape_of is None else f", so {tag!r} needs {want}"
+        raise MigrateError(f"{WHO}: {tag!r} has shape {getattr(a, 'shape', None)} but parameter {g!r} has shape "
+                           f"{shape}{need}; was the checkpoint saved for other parameters?")
+    return a
 
 
 def _check_beta_powers(ckpt, state, step):
@@ -314,3 +420,24 @@ def _check_beta_powers(ckpt, state, step):
         if not np.isclose(have, want, rtol=1e-4, atol=1e-12):
             warn_at_caller(f"{WHO}: {b}_power is {have:.7g} in the checkpoint but tx's {b}={hyper[b]:g} "
                            f"gives {want:.7g} after {step} steps; tx's {b} differs from the run's.")
+
+
+def _check_asgd(ckpt, state, step, eta_tags, mu_tags):
+    """ASGD's per-parameter ``mu = 1 / max(1, t - t0)`` and, with one fixed learning rate,
+    ``eta = lr / (1 + lambd lr t)^alpha`` after ``t`` = global_step steps: a warning naming the
+    hyperparameters when tx's give other values than the file holds (tx's differ from the run's)."""
+    h = tree_hyper(state)
+    if step == 0 or not {"t0", "lambd", "alpha"} <= set(h):
+        return
+    mu = np.array([float(ckpt[t]) for t in mu_tags])
+    want = 1.0 / max(1.0, step - h["t0"])
+    if not np.allclose(mu, want, rtol=1e-4, atol=0):
+        warn_at_caller(f"{WHO}: ASGD's mu is {mu[0]:.7g} in the checkpoint but tx's t0={h['t0']:g} gives "
+                       f"{want:.7g} after {step} steps; tx's t0 differs from the run's.")
+    eta, lr = np.array([float(ckpt[t]) for t in eta_tags]), ckpt.get("learning_rate")
+    if isinstance(lr, np.ndarray) and lr.ndim == 0 and eta.size and np.all(eta == eta[0]):  # one fixed lr
+        want = float(lr) / (1.0 + h["lambd"] * float(lr) * step) ** h["alpha"]
+        if not np.isclose(eta[0], want, rtol=1e-4, atol=0):
+            warn_at_caller(f"{WHO}: ASGD's eta is {eta[0]:.7g} in the checkpoint but tx's lambd={h['lambd']:g}, "
+                           f"alpha={h['alpha']:g} give {want:.7g} after {step} steps at the file's learning rate; "
+                           "tx's lambd or alpha differs from the run's.")

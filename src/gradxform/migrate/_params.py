@@ -38,7 +38,7 @@ from ._pickle import (
     read_bytes,
     safe_loads,
 )
-from ._mindspore import _ALL_PREFIXES, read_mindspore_checkpoint
+from ._mindspore import _PREFIXES, read_mindspore_checkpoint
 from ._state import at_boundary
 
 __all__ = [
@@ -168,8 +168,8 @@ def read_paddle_params(fname) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------
 # MindSpore: the .ckpt protobuf
 # ---------------------------------------------------------------------------
-_MS_OPTIMIZER_SCALARS = ("global_step", "learning_rate", "beta1_power", "beta2_power", "current_iterator_step",
-                         "last_overflow_iterator_step", "epoch_num", "step_num")
+_MS_OPTIMIZER_SCALARS = ("global_step", "learning_rate", "momentum", "beta1_power", "beta2_power", "afactor_step",
+                         "current_iterator_step", "last_overflow_iterator_step", "epoch_num", "step_num")
 
 
 @at_boundary("read_mindspore_params")
@@ -189,10 +189,8 @@ def read_mindspore_params(fname, *, optimizer_entries: bool = False) -> dict[str
     arrays = {k: v for k, v in ckpt.items() if isinstance(v, np.ndarray) and v.dtype.kind != "U"}
     if optimizer_entries:
         return arrays
-    slots = tuple(p + "." for p in _ALL_PREFIXES)
-
     def is_slot(tag):
-        return tag in _MS_OPTIMIZER_SCALARS or any(tag.startswith(p) and tag[len(p):] in arrays for p in slots)
+        return tag in _MS_OPTIMIZER_SCALARS or any(tag.startswith(p) and tag[len(p):] in arrays for p in _PREFIXES)
 
     return {k: v for k, v in arrays.items() if not is_slot(k)}
 

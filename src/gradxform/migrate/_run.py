@@ -16,7 +16,7 @@ from .._registry import registered_names
 from ._errors import FRAMEWORKS, MigrateError, frameworkless_message
 from ._gluon import from_gluon_states, read_gluon_states
 from ._mindspore import (
-    _ALL_PREFIXES,
+    _PREFIXES,
     from_mindspore_checkpoint,
     read_mindspore_checkpoint,
 )
@@ -107,7 +107,7 @@ def convert_run(framework: str, params_file, state_file, tx, out=None, *, traina
         arrays = read_mindspore_params(params_file)
         ckpt = read_mindspore_checkpoint(state_file)
         if trainable is None:
-            slotted = [n for n in arrays if any(p + "." + n in ckpt for p in _ALL_PREFIXES)]
+            slotted = [n for n in arrays if any(p + n in ckpt for p in _PREFIXES)]
             order = slotted or [n for n in arrays if n in ckpt]
         else:
             order = list(trainable)

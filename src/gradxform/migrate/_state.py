@@ -47,8 +47,18 @@ def _matches(node, slot: Slot, treedef, per_leaf: bool) -> bool:
         if not isinstance(hyper, dict) or slot.key not in hyper:
             return False
     if per_leaf:  # a tree shaped like the parameters, or a declared per-leaf vector
-        return jax.tree.structure(getattr(node, slot.field)) == treedef or \
-            is_leaf_vector(node, slot.field, treedef.num_leaves)
+        field = getattr(node, slot.field)
+        if jax.tree.structure(field) == treedef or is_leaf_vector(node, slot.field, treedef.num_leaves):
+            return True
+        # a field whose unused leaves hold nothing, () (`placeholder_fields`: AdaFactor's factors of a
+        # vector): the parameters' structure down to each leaf's array or ()
+        if slot.field in getattr(type(node), "placeholder_fields", ()):
+            try:
+                return all((isinstance(x, tuple) and not x) or hasattr(x, "shape")
+                           for x in treedef.flatten_up_to(field))
+            except (ValueError, TypeError):
+                return False
+        return False
     return True
 
 

@@ -20,7 +20,7 @@ __all__ = ["adafactor", "AdaFactorState"]
 # weight_decay in [0, 1) (check_float_range INC_LEFT); beta1 in [0, 1) and eps > 0 as the
 # seed's Raises (MindSpore's code checks only beta1 >= 0, eps >= 0; 0 = no first moment)
 DECLARED = (  # registered as 'mindspore.<name>' by the family's __init__ (gradxform._registry.Declaration)
-    Declaration('adafactor', classes=('AdaFactor',),
+    Declaration('adafactor', classes=('AdaFactor',), migrates=True,
                 ranges={"beta1": UNIT_HALF_OPEN, "weight_decay": UNIT_HALF_OPEN, "epsilon1": POSITIVE,
                         "epsilon2": POSITIVE}),
 )

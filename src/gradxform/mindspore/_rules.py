@@ -20,12 +20,13 @@ from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range
 __all__ = ["adamax", "adadelta", "rprop", "asgd"]
 # their constructors' checks (MindSpore's _checkparam), per optimizer
 DECLARED = (  # registered as 'mindspore.<name>' by the family's __init__ (gradxform._registry.Declaration)
-    Declaration('adamax', classes=('AdaMax',), ranges={"eps": POSITIVE}),
-    Declaration('adadelta', classes=('Adadelta',), ranges={"rho": UNIT_CLOSED, "epsilon": NON_NEGATIVE}),
-    Declaration('rprop', classes=('Rprop',),
+    Declaration('adamax', classes=('AdaMax',), ranges={"eps": POSITIVE}, migrates=True),
+    Declaration('adadelta', classes=('Adadelta',), ranges={"rho": UNIT_CLOSED, "epsilon": NON_NEGATIVE},
+                migrates=True),
+    Declaration('rprop', classes=('Rprop',), migrates=True,
                 ranges={"etaminus": UNIT_OPEN, "etaplus": Range(low=1.0, low_open=True), "step_size_min": NON_NEGATIVE,
                         "step_size_max": NON_NEGATIVE}),
-    Declaration('asgd', classes=('ASGD',),
+    Declaration('asgd', classes=('ASGD',), migrates=True,
                 ranges={"lambd": NON_NEGATIVE, "alpha": NON_NEGATIVE, "t0": NON_NEGATIVE}),
 )
 
