@@ -80,3 +80,18 @@ def test_declaration_resolves_names_as_create_does():
     assert gx.declaration("SGD") is DECLARED["mxnet.sgd"]
     with pytest.raises(ValueError, match="Cannot find optimizer 'paddle.adamz'"):
         gx.declaration("paddle.adamz")
+
+
+def test_a_users_optimizer_under_a_declared_name_has_no_declaration():
+    """`register` over a family's name replaces the optimizer: gradxform no longer declares it
+    (a reader then refuses it, the table shows '-'); restored afterwards for the other tests."""
+    from gradxform import _registry
+    key = "neutral.lion"
+    old, decl = _registry._REGISTRY[key], _registry._DECLARED[key]
+    try:
+        with pytest.warns(UserWarning, match="'neutral.lion' is being overridden"):
+            gx.register("lion", family="neutral")(lambda **kw: gx.identity())
+        assert gx.declaration(key) is None and key not in gx.declarations()
+    finally:
+        _registry._REGISTRY[key], _registry._DECLARED[key] = old, decl
+    assert gx.declaration(key) is decl

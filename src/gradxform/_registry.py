@@ -60,8 +60,9 @@ class Declaration:
     Each family module lists its optimizers in ``DECLARED``, a tuple of these;
     `register_family` registers them, ``tools/gen_exports.py`` re-exports
     their factories and classes, `declared_range` reads their ranges, the
-    `gradxform.migrate` readers their ``migrates``, and the tests their
-    ``goldens``. Nothing else names an optimizer.
+    `gradxform.migrate` readers their ``migrates``, the README's table and
+    the tests all of it (``no_goldens`` too). No other list of the
+    optimizers exists.
 
     name: the factory's name in its module, registered as ``family.name``.
     classes: the framework's class names that build it, defined in the same
@@ -116,6 +117,8 @@ def register(name=None, *, family: str = DEFAULT_FAMILY):
             warnings.warn(f"register: {key!r} is being overridden by {factory.__module__}."
                           f"{factory.__qualname__}.", UserWarning, stacklevel=2)
         _REGISTRY[key] = factory
+        if old is not None and old is not factory:
+            _DECLARED.pop(key, None)  # a user's own optimizer under that name: gradxform declares nothing of it
         _NAMES.setdefault(factory, key)
         return factory
 
