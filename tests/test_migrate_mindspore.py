@@ -669,3 +669,55 @@ def test_convert_run_keeps_every_state_entry_out_of_the_weights(case):
         run = convert_run("mindspore", ckpt(case), ckpt(case), make_tx(meta))
     assert sorted(run["params"]) == sorted(meta["names"])
     assert [b for b in run["buffers"] if not b.startswith("Parameter$")] == []
+
+
+@pytest.mark.parametrize("shape", [(5,), (4, 5), (3, 4, 5), (3, 3, 4, 5)])
+def test_adafactor_entry_shapes_are_the_states_for_every_rank(shape):
+    """The file's shape of each AdaFactor entry (MindSpore: row ``shape[:-1]``, column
+    ``shape[:-2] + shape[-1:]``, the full moment of a vector) is the shape gradxform's state keeps,
+    or None where the state keeps ``()`` and the file a (1,) placeholder: the fixtures' Dense
+    weights are 2-D, a convolution's kernel is 4-D."""
+    from gradxform.migrate._mindspore import _factored_col, _factored_row, _unfactored
+    state = gx.create("mindspore.adafactor").init({"w": jnp.zeros(shape)})[-1]
+    for fn, field in ((_factored_row, "exp_avg_sq_row"), (_factored_col, "exp_avg_sq_col"),
+                      (_unfactored, "exp_avg_sq")):
+        kept = getattr(state, field)["w"]
+        assert fn(shape) == (None if isinstance(kept, tuple) else kept.shape), (field, shape)
+
+
+def test_an_adafactor_step_of_two_numbers_is_refused():
+    z, meta = load("adafactor")
+    entries = dict(_entries(z, meta), afactor_step=np.array([5.0, 7.0], np.float32))
+    with pytest.raises(MigrateError, match=r"a malformed 'afactor_step'"):
+        from_mindspore_checkpoint(io.BytesIO(_encode(entries)), params_at(z, meta, 4), make_tx(meta))
+
+
+def test_asgd_checks_eta_only_where_one_fixed_rate_made_it():
+    """eta depends on the learning rate: it is checked against tx's lambd and alpha only for a
+    file with one fixed rate and one eta for all parameters. A rate list in the file, or parameters
+    with etas of their own (a group's rate), are read without a check; mu's check follows t0
+    wherever t - t0 falls (t0=4 after 5 steps: 1 / max(1, 1) = 1)."""
+    z, meta = load("asgd")
+    params = params_at(z, meta, 4)
+    base = _entries(z, meta)
+    first = f"eta_{sorted(meta['names'])[0]}"
+    for entries in (dict(base, learning_rate=np.full((10,), 0.05, np.float32)),
+                    dict(base, **{first: base[first] * np.float32(1.5)})):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            from_mindspore_checkpoint(io.BytesIO(_encode(entries)), params, make_tx(meta))
+    with pytest.warns(UserWarning, match=r"mu is 0.3333333 in the checkpoint but tx's t0=4 gives 1 after 5"):
+        from_mindspore_checkpoint(ckpt("asgd"), params, make_tx(meta, t0=4.0))
+
+
+def test_an_asgd_checkpoint_saved_before_any_update_reads_without_a_warning():
+    """Before its first update MindSpore's ASGD holds mu = 1 and eta = 0 (asgd.py: not the formula's
+    lr): nothing to check against tx at global_step 0."""
+    z, meta = load("asgd")
+    entries = {t: (np.ones_like(a) if t.startswith("mu_") else np.zeros_like(a) if t.startswith("eta_") else a)
+               for t, a in _entries(z, meta).items()}
+    entries["global_step"] = np.zeros((1,), np.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state = from_mindspore_checkpoint(io.BytesIO(_encode(entries)), params_at(z, meta, 4), make_tx(meta))
+    assert not np.asarray(state[-1].eta).any()

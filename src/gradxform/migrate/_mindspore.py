@@ -186,7 +186,7 @@ def _per_parameter_scalar(shape):
 
 
 def _slot(spec) -> Slot:
-    return spec[0] if isinstance(spec, tuple) and not isinstance(spec, Slot) else spec
+    return spec if isinstance(spec, Slot) else spec[0]
 
 
 class _Kind:
@@ -329,7 +329,7 @@ def _fill(ckpt, params, tx, state0, names):
     slots = dict(kind.slots)
     for prefix, (slot, in_file, in_tx) in kind.optional.items():  # read where tx keeps the slot
         if has_slot(state0, params, slot) != (prefix in present) and \
-                any(has_slot(state0, params, _slot(v)) for v in kind.slots.values()):  # tx is this kind
+                has_slot(state0, params, _slot(next(iter(kind.slots.values())))):  # tx is this kind
             raise MigrateError(f"{WHO}: the checkpoint's {kind.name} state has "
                                + (f"{prefix}<parameter> entries, {in_file}, where tx keeps none"
                                   if prefix in present else f"no {prefix}<parameter> entries, which tx keeps: {in_tx}")
@@ -375,8 +375,8 @@ def _fill(ckpt, params, tx, state0, names):
         if not isinstance(a, np.ndarray) or a.size != 1 or a.dtype.kind not in "iuf":
             raise MigrateError(f"{WHO}: the checkpoint has {'no' if a is None else 'a malformed'} {tag!r} "
                                f"({kind.name}'s step count, one number beside global_step).")
-        if float(a.reshape(-1)[0]) != float(np.float32(step)):
-            raise MigrateError(f"{WHO}: {tag!r} is {float(a.reshape(-1)[0])!r} but global_step is {step}; "
+        if float(a.item()) != float(np.float32(step)):
+            raise MigrateError(f"{WHO}: {tag!r} is {float(a.item())!r} but global_step is {step}; "
                                f"MindSpore advances both on every update, and gradxform's {kind.name} counts "
                                "with the one step count, so the two must agree.")
     hint = f"the checkpoint holds {kind.name} state; was tx made with gradxform.create('mindspore.<that>', ...)?"
@@ -427,7 +427,7 @@ def _check_asgd(ckpt, state, step, eta_tags, mu_tags):
     ``eta = lr / (1 + lambd lr t)^alpha`` after ``t`` = global_step steps: a warning naming the
     hyperparameters when tx's give other values than the file holds (tx's differ from the run's)."""
     h = tree_hyper(state)
-    if step == 0 or not {"t0", "lambd", "alpha"} <= set(h):
+    if step == 0:  # MindSpore's eta starts at 0, not at the formula's lr
         return
     mu = np.array([float(ckpt[t]) for t in mu_tags])
     want = 1.0 / max(1.0, step - h["t0"])
