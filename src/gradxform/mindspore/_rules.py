@@ -6,7 +6,9 @@ Sources: ``mindspore/nn/optim/adamax.py`` (``P.ApplyAdaMax``),
 Python over MindSpore ops). Each runs ``decay_weight -> gradients_centralization
 -> scale_grad`` first and reads the learning rate before ``global_step`` is
 incremented (`gradxform.mindspore._common`). All four have CPU kernels in
-MindSpore 2.10, so each has goldens (tools/mindspore_new_goldens.py).
+MindSpore 2.10, so each has goldens (tools/mindspore_new_goldens.py) and
+continues from a MindSpore checkpoint (`gradxform.migrate.from_mindspore_checkpoint`,
+checked against MindSpore runs in tests/fixtures/mindspore).
 """
 from __future__ import annotations
 
