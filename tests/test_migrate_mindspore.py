@@ -668,7 +668,10 @@ def test_convert_run_keeps_every_state_entry_out_of_the_weights(case):
         warnings.simplefilter("ignore")  # hyperparameter mismatch notes (a list learning rate)
         run = convert_run("mindspore", ckpt(case), ckpt(case), make_tx(meta))
     assert sorted(run["params"]) == sorted(meta["names"])
-    assert [b for b in run["buffers"] if not b.startswith("Parameter$")] == []
+    # AdaFactor with beta1=0 saves one shared unnamed zero ('Parameter$1', adafactor.py's exp_avg when
+    # unused): MindSpore's auto-name, which a network's own unnamed parameter could also carry
+    left = {b: a for b, a in run["buffers"].items() if b.startswith("Parameter$") and not np.any(a)}
+    assert sorted(run["buffers"]) == sorted(left)
 
 
 @pytest.mark.parametrize("shape", [(5,), (4, 5), (3, 4, 5), (3, 3, 4, 5)])
