@@ -43,7 +43,7 @@ from jax.tree_util import DictKey, GetAttrKey, SequenceKey
 
 from ._group_values import GroupValues
 
-__all__ = ["hyper_difference", "NOT_PARAMS", "former_names", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path",
+__all__ = ["hyper_difference", "shaped_like", "NOT_PARAMS", "former_names", "is_optax_placeholder", "per_leaf_fields_unmarked", "find_states", "get_path",
            "is_state", "map_param_shaped", "map_param_trees", "map_states",
            "replace_fields", "state_paths", "with_fields", "with_optional_like", "written_out"]
 
@@ -141,7 +141,7 @@ def replace_fields(state, edits: Mapping[KeyPath, Mapping[str, Any]]):
     return map_states(fn, state)
 
 
-def _shaped_like(treedef):
+def shaped_like(treedef):
     """Whether a subtree has the parameters' structure: exactly, or with
     ``()`` at the leaves whose slot holds nothing (MindSpore AdaFactor's
     factors of a vector; `map_param_trees` hands those on as ``()``)."""
@@ -166,7 +166,7 @@ def map_param_trees(fn: Callable, treedef, tree, *rest):
     ``treedef`` replaced by ``fn(subtree, *matching subtrees of rest)``;
     everything else (counters, scalars) is kept from ``tree``. A leaf whose
     slot holds nothing reaches ``fn`` as ``()``."""
-    like = _shaped_like(treedef)
+    like = shaped_like(treedef)
     return jax.tree.map(lambda x, *r: fn(x, *r) if like(x) else x, tree, *rest, is_leaf=like)
 
 

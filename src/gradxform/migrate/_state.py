@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._domains import MAX_COUNT, domain_error
-from .._state_paths import get_path, is_leaf_vector, replace_fields, state_paths
+from .._state_paths import get_path, is_leaf_vector, replace_fields, shaped_like, state_paths
 from .._tree import param_names
 from .._files import PathTypeError
 from .._ranges import Range, check_value
@@ -46,19 +46,11 @@ def _matches(node, slot: Slot, treedef, per_leaf: bool) -> bool:
         hyper = getattr(node, "hyper", None)
         if not isinstance(hyper, dict) or slot.key not in hyper:
             return False
-    if per_leaf:  # a tree shaped like the parameters, or a declared per-leaf vector
+    if per_leaf:  # a tree shaped like the parameters (with () where a leaf's slot holds nothing:
+        # AdaFactor's factors of a vector), or a declared per-leaf vector
         field = getattr(node, slot.field)
-        if jax.tree.structure(field) == treedef or is_leaf_vector(node, slot.field, treedef.num_leaves):
-            return True
-        # a field whose unused leaves hold nothing, () (`placeholder_fields`: AdaFactor's factors of a
-        # vector): the parameters' structure down to each leaf's array or ()
-        if slot.field in getattr(type(node), "placeholder_fields", ()):
-            try:
-                return all((isinstance(x, tuple) and not x) or hasattr(x, "shape")
-                           for x in treedef.flatten_up_to(field))
-            except (ValueError, TypeError):
-                return False
-        return False
+        return jax.tree.structure(field) == treedef or is_leaf_vector(node, slot.field, treedef.num_leaves) \
+            or shaped_like(treedef)(field)
     return True
 
 
