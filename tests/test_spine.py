@@ -105,6 +105,7 @@ def test_no_closure_reads_in_gradxform():
     assert found["closure reads"] == []
     assert found["locals() calls"] == []  # a factory passes its arguments on by name
     assert found["literal range bounds in pieces"] == []  # a piece's check reads its declared range
+    assert found["optimizers finished outside Setup.build"] == []  # one builder, the families' hooks
 
 
 @pytest.mark.parametrize("wrap", ["fused", "packed"])

@@ -97,7 +97,8 @@ def scan():
     modules = {module_name(f): f for f in files}
     found = {"closure reads": [], "__signature__ assignments": [], "_REGISTRY outside _registry.py": [],
              "gradxform imports inside functions": [], "owner names written by hand in the families": [],
-             "locals() calls": [], "literal range bounds in pieces": []}
+             "locals() calls": [], "literal range bounds in pieces": [],
+             "optimizers finished outside Setup.build": []}
     names = registered()
     families = {n.split(".", 1)[0] for n in names}  # the registry's: mxnet, mindspore, paddle, neutral
     graph: dict[str, set] = {m: set() for m in modules}
@@ -124,6 +125,8 @@ def scan():
                 found["_REGISTRY outside _registry.py"].append(where(node))
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "locals":
                 found["locals() calls"].append(where(node))
+            if path.relative_to(PKG).parts[0] in families and _builds_by_hand(node):
+                found["optimizers finished outside Setup.build"].append(where(node))
             if path.relative_to(PKG).parts[0] == "pieces" and _literal_bounds(node):
                 found["literal range bounds in pieces"].append(where(node))
             if isinstance(node, ast.alias) and node.name == "_REGISTRY" and path.name != "_registry.py":
@@ -148,6 +151,16 @@ def _literal_bounds(node) -> bool:
     """A call of ``check_range`` with a number for ``low`` or ``high``."""
     return (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "check_range"
             and any(k.arg in ("low", "high") and isinstance(k.value, ast.Constant) for k in node.keywords))
+
+
+def _builds_by_hand(node) -> bool:
+    """A family module that finishes an optimizer itself (``finalize(...)``,
+    ``o.finish(...)``) or defines a ``build`` of its own, instead of passing its
+    rule to the one builder (`gradxform._optimizer.Setup.build`)."""
+    if isinstance(node, ast.Call):
+        f = node.func
+        return getattr(f, "id", None) == "finalize" or getattr(f, "attr", None) == "finish"
+    return isinstance(node, ast.FunctionDef) and node.name == "build"
 
 
 def _type_checking_only(node) -> bool:

@@ -1,15 +1,16 @@
-"""What every framework optimizer is built from: the shared `Setup` (name,
-base learning rate and schedule, the step counter), and what wraps its chain
+"""What every framework optimizer is built from: `Setup`, the one builder its
+family's options configure (name, base learning rate and schedule, the step
+counter, the family's hooks), and what wraps its chain
 (`finalize`): float32 master weights or the float16 warning, the non-finite
 guard when asked for, and the argument checks of `gradxform._errors.validated`."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable, ClassVar
 
 import jax
 
-from ._base import GradientTransformation, transformation
+from ._base import GradientTransformation, chain, transformation
 from ._errors import validated
 from ._hyper import tag_owner
 from ._state_paths import is_optax_placeholder, per_leaf_fields_unmarked
@@ -25,34 +26,82 @@ __all__ = ["Setup", "finalize", "guard", "guarded"]
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Setup:
-    """The construction every family shares, configured from its keywords.
+    """The one builder of every framework optimizer, configured from its keywords.
+
+    Every optimizer is ``build(*body)``: its rule's pieces (``body``) between
+    what its family puts around every rule::
+
+        presented(finish(selected(chain(step, *before_rule, *rule(body)))))
 
     A family's options class (`gradxform.mxnet._common.MXNetOptions`,
     `gradxform.mindspore._common.MSOptions`, `gradxform.paddle._common.PaddleOptions`)
-    subclasses it with its own pieces (MXNet's rescale, clip and multiplied
-    decay; MindSpore's groups, decay filter and loss scale; Paddle's parameter
-    groups, regularizers and clips), which each rule places in its
-    framework's order. Everything a family does not decide is here, once:
+    is its profile: the data it decides for all of its optimizers (the
+    float16 warning's text, whether master weights hold the rule only) and
+    the hooks, each the identity here:
 
-    * `track`: the step counter and learning rate (`gradxform.pieces.track_step`);
-    * `finish`: the wrapping of the finished chain (`finalize`: master weights
-      or the float16 warning, ``skip_nonfinite``, validation, donation).
+    * `step`: the chain's one writer of the learning rate (`track_step`, then
+      MindSpore's group rates or Paddle's plateau and group ratios);
+    * `before_rule`: pieces every rule of the family starts with (Paddle's clip and
+      regularizer; MXNet and MindSpore rules place theirs in the body, in the
+      order each of the framework's kernels applies them);
+    * `rule`: the body as the chain holds it (Paddle: one sub-chain, under
+      float32 master weights with ``multi_precision``);
+    * `selected`: leaves no parameter group names stay as they are;
+    * `presented`: what the caller gets (Paddle's `PaddleOptimizer` with
+      ``get_lr``; MindSpore's schedules remembered for ``get_lr``).
+
+    What no family decides is here, once: the step counter and learning rate
+    (`gradxform.pieces.track_step`), and `finish` (`finalize`: master weights
+    or the float16 warning, ``skip_nonfinite``, validation, donation).
     """
     owner: str                       # "mxnet.adam": messages, declared hyperparameter ranges
     learning_rate: float             # base learning rate (a schedule's base)
     schedule: Callable | None = None
     multi_precision: bool = False
     skip_nonfinite: bool = False
+    read_lr: str = "after"           # track_step: the schedule read after (or before) the count moves
 
-    def track(self, *, lr_mult=None, begin_num_update: int = 0, read_lr: str = "after") -> GradientTransformation:
+    #: the text float16/bfloat16 parameters without ``multi_precision`` warn with
+    fp16_warning: ClassVar[str] = FP16_WARNING
+    #: master weights already hold part of the chain (`rule`), so `finish` adds none
+    master_weights_inside: ClassVar[bool] = False
+
+    def build(self, *body: GradientTransformation, **profile) -> Any:
+        """The optimizer whose rule is ``body``; ``profile``: fields this one
+        optimizer sets otherwise than its family (``read_lr='before'``,
+        ``skip_nonfinite=``, MXNet's ``warn_as='SGD'``, Paddle's
+        ``regularize_kinds=()``)."""
+        o = dataclasses.replace(self, **profile) if profile else self
+        return o.presented(o.finish(o.selected(chain(o.step(), *o.before_rule(), *o.rule(body)))))
+
+    # -- the family's hooks ---------------------------------------------------
+    def step(self) -> GradientTransformation:
+        return self.track()
+
+    def before_rule(self) -> tuple[GradientTransformation, ...]:
+        return ()
+
+    def rule(self, body: tuple[GradientTransformation, ...]) -> tuple[GradientTransformation, ...]:
+        return body
+
+    def selected(self, tx: GradientTransformation) -> GradientTransformation:
+        return tx
+
+    def presented(self, tx: GradientTransformation) -> Any:
+        return tx
+
+    def warning(self) -> str:
+        return self.fp16_warning
+
+    # -- what every family shares ---------------------------------------------
+    def track(self, *, lr_mult=None, begin_num_update: int = 0) -> GradientTransformation:
         return track_step(self.learning_rate, schedule=self.schedule, lr_mult=lr_mult,
-                          begin_num_update=begin_num_update, read_lr=read_lr)
+                          begin_num_update=begin_num_update, read_lr=self.read_lr)
 
-    def finish(self, tx: GradientTransformation, *, fp16_warning: str = FP16_WARNING,
-               master_weights_inside: bool = False, skip_nonfinite: bool | None = None) -> GradientTransformation:
-        return finalize(tx, multi_precision=self.multi_precision,
-                        skip_nonfinite=self.skip_nonfinite if skip_nonfinite is None else skip_nonfinite,
-                        fp16_warning=fp16_warning, owner=self.owner, master_weights_inside=master_weights_inside)
+    def finish(self, tx: GradientTransformation) -> GradientTransformation:
+        return finalize(tx, multi_precision=self.multi_precision, skip_nonfinite=self.skip_nonfinite,
+                        fp16_warning=self.warning(), owner=self.owner,
+                        master_weights_inside=self.master_weights_inside)
 
 
 def finalize(tx: GradientTransformation, *, multi_precision: bool = False,

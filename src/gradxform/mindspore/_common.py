@@ -105,6 +105,7 @@ class MSOptions(Setup):
     def grouped(self) -> bool:
         return self.specs is not None
 
+    # -- the family's hooks (`Setup.build`) -----------------------------------
     def step(self) -> GradientTransformation:
         """`track_step` (the default lr), then the per-group lr override: one
         rate piece (`adjusted_rate`), the chain's one writer of ``lr``."""
@@ -129,9 +130,12 @@ class MSOptions(Setup):
         """``decay_weight -> gradients_centralization -> scale_grad``."""
         return chain(self.decay(decay_filter=decay_filter), self.centralize(), self.unscale())
 
-    def build(self, *body: GradientTransformation) -> GradientTransformation:
-        return remember(self.finish(unselected_frozen(self.owner, self.specs, self.order, chain(self.step(), *body))),
-                        self)  # get_lr(optimizer, state) reads the schedules
+    def selected(self, tx: GradientTransformation) -> GradientTransformation:
+        """Parameters no group lists keep their values (`unselected_frozen`)."""
+        return unselected_frozen(self.owner, self.specs, self.order, tx)
+
+    def presented(self, tx: GradientTransformation) -> GradientTransformation:
+        return remember(tx, self)  # get_lr(optimizer, state) reads the schedules
 
 
 def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=None, *,

@@ -34,7 +34,7 @@ import dataclasses
 import math
 from typing import Any, Callable, Mapping
 
-from .._base import GradientTransformation, chain
+from .._base import GradientTransformation
 from .._hyper import check_range
 from .._ranges import check_flag, check_hyper
 from .._registry import registered_name
@@ -114,6 +114,7 @@ class MXNetOptions(Setup):
     wd_mult: Any
     param_idx2name: Any
     param_dict: Any = None
+    warn_as: str | None = None   # the class name MXNet's float16 warning gives (SGD, LBSGD, NAG)
 
     # -- per-parameter multipliers --------------------------------------------
     def _resolver(self, mapping: Mapping[Any, float] | Callable[[str], float] | None, module_rule: bool, what: str):
@@ -150,11 +151,17 @@ class MXNetOptions(Setup):
 
         return resolve
 
-    # -- the pieces every rule shares ------------------------------------------
-    def step(self, read_lr: str = "after") -> GradientTransformation:
+    # -- the family's hooks (`Setup.build`) -----------------------------------
+    def step(self) -> GradientTransformation:
         return self.track(lr_mult=self._resolver(self.lr_mult, False, "lr_mult"),
-                          begin_num_update=self.begin_num_update, read_lr=read_lr)
+                          begin_num_update=self.begin_num_update)
 
+    def warning(self) -> str:
+        """MXNet's float16 warning; SGD, LBSGD and NAG put their class name in it (``warn_as``)."""
+        return FP16_WARNING.replace("of the optimizer", f"of the {self.warn_as} optimizer") if self.warn_as \
+            else FP16_WARNING
+
+    # -- the pieces every rule shares ------------------------------------------
     def rescale(self) -> GradientTransformation:
         return rescale(self.rescale_grad)
 
@@ -170,15 +177,6 @@ class MXNetOptions(Setup):
 
     def provide_wd(self) -> GradientTransformation:
         return provide_weight_decay(self.wd, wd_mult=self._resolver(self.wd_mult, True, "wd_mult"))
-
-    def build(self, *body: GradientTransformation, read_lr: str = "after",
-              warn_as: str | None = None) -> GradientTransformation:
-        """``chain(step, *body)``, under float32 master weights when
-        ``multi_precision``; otherwise float16 parameters warn as in MXNet
-        (``warn_as``: the class name MXNet's SGD, LBSGD and NAG put in that warning)."""
-        warning = FP16_WARNING.replace("of the optimizer", f"of the {warn_as} optimizer") if warn_as \
-            else FP16_WARNING
-        return self.finish(chain(self.step(read_lr), *body), fp16_warning=warning)
 
 
 def parse_options(factory, learning_rate, *, wd, rescale_grad, clip_gradient, lr_scheduler, multi_precision,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from .._base import GradientTransformation, chain, transformation
+from .._base import GradientTransformation, transformation
 from .._optimizer import Setup
 from .._ranges import check_bool, check_hyper
 from .._registry import Declaration, registered_name
@@ -72,7 +72,7 @@ def lion(learning_rate=1e-4, b1=0.9, b2=0.99, mu_dtype=None, weight_decay=1e-3, 
     rule = scale_by_lion(b1, b2, mu_dtype)
     setup = Setup(owner=owner, learning_rate=base, schedule=schedule, multi_precision=multi_precision,
                   skip_nonfinite=skip_nonfinite)
-    return setup.finish(chain(setup.track(), rule, _decay(owner, weight_decay, mask), scale_by_lr()))
+    return setup.build(rule, _decay(owner, weight_decay, mask), scale_by_lr())
 
 
 def _decay(owner: str, weight_decay, mask) -> GradientTransformation:

@@ -160,12 +160,15 @@ def _selection(owner, i, sel):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PaddleOptions(Setup):
     """Paddle's ``Optimizer`` arguments: parameter groups, regularizer, clip, plateau."""
+    fp16_warning = PADDLE_FP16_WARNING
+    master_weights_inside = True   # `rule`: they hold the rule only
     plateau: PaddleReduceOnPlateau | None
     groups: tuple
     explicit: bool              # parameters= was given: unnamed leaves are not optimized
     weight_decay: Decay | None
     grad_clip: Clip | None
     lr_scheduler: Any = None    # a Paddle LRScheduler object, read by each update (schedules._held)
+    regularize_kinds: tuple = ("l1", "l2")   # the regularizers the chain applies before the rule
     # the arrays parameters= gave (`_face.Bound`): build returns the stateful `_face.Optimizer`
     bound: Any = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -224,19 +227,23 @@ class PaddleOptions(Setup):
         return group_regularization([g.reg for g in self.groups], self.slots, default=self.weight_decay,
                                     kinds=kinds)
 
-    def build(self, *rule: GradientTransformation, regularize_kinds=("l1", "l2"),
-              skip_nonfinite: bool = False) -> GradientTransformation:
-        """``step -> clip -> regularize -> rule`` (the rule on float32 master
-        weights under multi_precision), leaves no group names left untouched."""
-        inner = chain(*rule, needs=("lr", "count", "mask"))
-        if self.multi_precision:
-            inner = with_master_weights(inner)
-        tx = chain(self.step(), self.clip(), self.regularize(regularize_kinds) if regularize_kinds else identity(),
-                   inner)
-        if self.explicit:
-            tx = only_slotted(tx, _group_slots)
-        tx = self.finish(tx, master_weights_inside=True, skip_nonfinite=skip_nonfinite,
-                         fp16_warning=PADDLE_FP16_WARNING)
+    # -- the family's hooks (`Setup.build`) -----------------------------------
+    def before_rule(self) -> tuple[GradientTransformation, ...]:
+        """Each group's clip, then its regularizer (``regularize_kinds``: the
+        kinds the rule leaves to it; none, an AdamW, decays in its own rule)."""
+        return (self.clip(), self.regularize(self.regularize_kinds) if self.regularize_kinds else identity())
+
+    def rule(self, body: tuple[GradientTransformation, ...]) -> tuple[GradientTransformation, ...]:
+        """The rule as one sub-chain, on float32 master weights under
+        ``multi_precision`` (after clip and regularizer, as Paddle's kernels)."""
+        inner = chain(*body, needs=("lr", "count", "mask"))
+        return (with_master_weights(inner) if self.multi_precision else inner,)
+
+    def selected(self, tx: GradientTransformation) -> GradientTransformation:
+        """With ``parameters=``, leaves no entry names are not optimized."""
+        return only_slotted(tx, _group_slots) if self.explicit else tx
+
+    def presented(self, tx: GradientTransformation) -> Any:
         pair = PaddleOptimizer.of(tx, self.schedule, self.lr_scheduler)
         return pair if self.bound is None else self.bound.face(pair, self.bound, self)
 
