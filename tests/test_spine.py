@@ -108,6 +108,17 @@ def test_no_closure_reads_in_gradxform():
     assert found["optimizers finished outside Setup.build"] == []  # one builder, the families' hooks
 
 
+@pytest.mark.parametrize("source, by_hand", [
+    ("setup.finish(chain(setup.track(), rule))", True),   # what Lion did before the one builder
+    ("finalize(tx, multi_precision=True)", True),
+    ("class MyOptions(Setup):\n    def build(self, *body):\n        return body", True),
+    ("o.build(o.rescale(), o.clip(), scale_by_lr())", False),
+])
+def test_the_builder_count_sees_an_optimizer_finished_by_hand(source, by_hand):
+    import ast
+    assert any(spine_check._builds_by_hand(n) for n in ast.walk(ast.parse(source))) is by_hand
+
+
 @pytest.mark.parametrize("wrap", ["fused", "packed"])
 def test_the_fused_path_leaves_a_callers_context_untouched(wrap):
     # the layout reaches the chain in a context of its own; a caller's
