@@ -135,18 +135,32 @@ def test_check_keys_skips_what_it_cannot_check():
         check_keys(NAMES, {"typo": 0.0}, "lr_mult")
 
 
-def _slots(groups):
+def _slots(groups, **kw):
     return assign_slots(NAMES, groups, unmatched=lambda gid, s: f"unmatched {gid}",
-                        overlap=lambda n, a, b: f"overlap {n} {a} {b}").tolist()
+                        overlap=lambda n, a, b: f"overlap {n} {a} {b}", **kw).tolist()
 
 
 def test_assign_slots_unselected_is_minus_one_and_overlap_with_group_zero():
     assert _slots([(0, "head/*"), (1, ".*weight")]) == [-1, 1, 0, 0]
-    assert _slots([(0, lambda n: False)]) == [-1, -1, -1, -1]  # a predicate may select nothing
     with pytest.raises(ValueError, match="unmatched 1"):
         _slots([(0, "head/*"), (1, "nothing/*")])
     with pytest.raises(ValueError, match="overlap head/bias 0 1"):
         _slots([(0, "head/*"), (1, "*/bias")])
+
+
+def test_assign_slots_refuses_a_predicate_that_selects_nothing():
+    # MindSpore refuses an empty group; a predicate written for dotted names selects nothing here
+    with pytest.raises(ValueError, match="unmatched 1"):
+        _slots([(0, "head/*"), (1, lambda x: "head.bias" in x.name)])
+    with pytest.raises(ValueError, match="unmatched 0"):
+        _slots([(0, lambda n: False)])
+    assert _slots([(0, "head/*"), (1, lambda x: x.name.endswith("weight"))]) == [-1, 1, 0, 0]
+
+
+def test_assign_slots_checks_nothing_without_names():
+    # optax's params placeholder: no names to select from, nothing refused
+    assert assign_slots([], [(0, lambda n: False), (1, "typo")], unmatched=lambda *a: "unmatched",
+                        overlap=lambda *a: "overlap").tolist() == []
 
 
 def test_multipliers_default_callable_and_bounds():

@@ -201,13 +201,21 @@ def assign_slots(names: Sequence[str], groups: Iterable[tuple[int, Any]], *,
     ``groups``: ``(id, selection)`` pairs in order, a selection being anything
     `Selector` takes, or a `Selector`. ``unmatched(id, selection)`` and
     ``overlap(name, first_id, second_id)`` give the ValueError message for a
-    selection that is not a predicate and selects nothing, and for a name
-    that two groups select (each framework words them its own way)."""
+    selection that selects nothing, and for a name that two groups select
+    (each framework words them its own way).
+
+    A selection that selects nothing is refused, a predicate too: MindSpore
+    refuses an empty group (``'group params must not be empty'``), and a
+    predicate written for a framework's dotted names (``'dense1.bias' in
+    x.name``) selects nothing among gradxform's ``'dense1/bias'``: a typo, not
+    an intent. (Paddle's explicit group of no parameters, ``'params': []``, is
+    not passed here: it selects nothing by construction.)"""
     slot = np.full(len(names), -1, np.int32)
     for gid, selection in groups:
         sel = Selector.of(selection)
         hits = np.flatnonzero(sel.select(list(names))).tolist()
-        if not hits and not sel.is_predicate and names:  # no names: optax's params placeholder
+        # no names: optax's params placeholder (nothing to select from)
+        if not hits and names:
             raise ValueError(unmatched(gid, selection))
         for i in hits:
             if slot[i] >= 0:

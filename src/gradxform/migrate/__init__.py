@@ -6,7 +6,9 @@ Each reader returns a state for a gradxform optimizer ``tx`` (made with
 
 * `from_gluon_states`: Gluon ``Trainer.save_states`` / Module ``.states`` (MXNet 1.x);
 * `from_mindspore_checkpoint`: a MindSpore ``.ckpt`` of the optimizer (protobuf);
-* `from_paddle_state_dict`: Paddle ASGD ``opt.state_dict()`` or its ``.pdopt`` file.
+* `from_paddle_state_dict`: a Paddle ``opt.state_dict()`` or its ``.pdopt`` file (every
+  optimizer of `gradxform.paddle` whose declaration migrates: SGD, Momentum, Adam, AdamW,
+  Adamax, Adagrad, Adadelta, RMSProp, Lamb, NAdam, RAdam, Rprop, ASGD).
 
 No framework is needed, and no file is unpickled without an allow-list (see
 `UnsafePickleError`). Every problem (a missing or extra entry, a shape that

@@ -25,6 +25,7 @@ import math
 from functools import lru_cache
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .._tree import param_names
@@ -32,13 +33,14 @@ from .._warn import warn_at_caller
 from ..mindspore._adam import AmsgradState, BetaPowerState, LambState
 from ..mindspore._adafactor import AdaFactorState
 from ..mindspore._adaptive import AccumState, MindSporeFtrlState, RMSPropState
+from ..mindspore._get_lr import options_of
 from ..mindspore._momentum import SGDMomentumState
 from ..pieces.internal import AdadeltaState, AveragedState, MomentsState, RpropState, RunningPowerState, TraceState
 from ..pieces.internal import StepState
 from ._errors import refuse_unmigratable, short
 from ._ndarray import Budget
 from ._pickle import _BUDGET_FACTOR, _BUDGET_SLACK, MigrateError, read_bytes
-from ._state import Slot, at_boundary, checked_count, fill_state, has_slot, tree_hyper, warn_hyper_mismatch
+from ._state import SET_BY_CALLER, Slot, at_boundary, checked_count, fill_state, has_slot, tree_hyper
 
 __all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint"]
 
@@ -381,16 +383,90 @@ def _fill(ckpt, params, tx, state0, names):
                                "with the one step count, so the two must agree.")
     hint = f"the checkpoint holds {kind.name} state; was tx made with gradxform.create('mindspore.<that>', ...)?"
     new_state = fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
-    expected = {}
-    for key in ("learning_rate", "momentum"):
-        v = ckpt.get(key)
-        if isinstance(v, np.ndarray) and v.ndim == 0:
-            expected[key] = float(v)
-    warn_hyper_mismatch(new_state, expected, WHO)
+    _warn_run_mismatch(ckpt, tx, new_state)
     _check_beta_powers(ckpt, new_state, step)
     if kind.name == "ASGD":
         _check_asgd(ckpt, new_state, step, [f"eta_{m}" for m in msn], [f"mu_{m}" for m in msn])
     return new_state
+
+
+def _describe(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, np.ndarray):
+        head = ", ".join(f"{x:g}" for x in v[:3])
+        return f"a list of {v.size} [{head}{', ...' if v.size > 3 else ''}]"
+    return f"a schedule ({type(v).__name__})"
+
+
+def _tx_rate(schedule, base):
+    """tx's rate: a float (fixed), the list's values as a float32 array (as the base rescales them:
+    exactly the list at the base it was built with), or the schedule object."""
+    if schedule is None:
+        return float(base)
+    values = getattr(schedule, "values", None)
+    if isinstance(values, np.ndarray):
+        scale = 1.0 if not schedule.base_lr else float(base) / float(schedule.base_lr)
+        return np.asarray(values * np.float32(scale), np.float32)
+    return schedule
+
+
+def _same(tx_rate, file_rate) -> bool:
+    """Whether tx gives the file's rates: equal numbers, or equal rates for each update of the
+    file's list (a number is the same rate at every update; a schedule is read at those updates)."""
+    if isinstance(tx_rate, float) and isinstance(file_rate, float):
+        return bool(np.isclose(tx_rate, np.float32(file_rate), rtol=1e-6, atol=0))
+    if isinstance(file_rate, float):
+        if not isinstance(tx_rate, np.ndarray):
+            return False  # a schedule against a fixed rate
+        file_rate = np.full(tx_rate.shape, file_rate, np.float32)
+    if isinstance(tx_rate, float):
+        tx_rate = np.full(file_rate.shape, tx_rate, np.float32)
+    elif not isinstance(tx_rate, np.ndarray):  # a schedule: its rates for the file's updates
+        try:
+            tx_rate = np.asarray(tx_rate.lr_for_update(jnp.arange(1, file_rate.size + 1)), np.float32)
+        except Exception:  # noqa: BLE001 - a schedule that cannot be read so: not the same
+            return False
+    return tx_rate.shape == file_rate.shape and bool(np.allclose(tx_rate, file_rate, rtol=1e-6, atol=0))
+
+
+def _warn_run_mismatch(ckpt, tx, state) -> None:
+    """Warns (`warn_hyper_mismatch`'s words) when tx's momentum or learning rates differ from the
+    file's: ``learning_rate`` and each ``learning_rate_group_<i>``, a number (a fixed rate) or a 1-D
+    list (MindSpore's list, one value per update) in the file; a schedule Cell has no entry there.
+    tx's rates come from the options it was built with (a number, a list or a schedule)."""
+    have, skip = tree_hyper(state), SET_BY_CALLER.get()
+    bad = []
+    v = ckpt.get("momentum")
+    if isinstance(v, np.ndarray) and v.ndim == 0 and "momentum" in have and "momentum" not in skip \
+            and not _same(have["momentum"], float(v)):
+        bad.append(f"momentum: tx {have['momentum']:g} vs file {float(v):g}")
+    options = options_of(tx)
+    for tag in sorted(t for t in ckpt if t == "learning_rate" or t.startswith("learning_rate_group_")):
+        file_rate = ckpt[tag]
+        if tag in skip or not isinstance(file_rate, np.ndarray) or file_rate.ndim > 1 or not file_rate.size:
+            continue
+        file_rate = float(file_rate.reshape(())) if file_rate.ndim == 0 else np.asarray(file_rate, np.float32)
+        if options is None:  # not built by gradxform.mindspore: its fixed rate, as a hyperparameter
+            if tag not in have or not isinstance(file_rate, float):
+                continue
+            tx_rate = have[tag]
+        elif tag == "learning_rate":
+            tx_rate = _tx_rate(options.schedule, have.get(tag, options.learning_rate))
+        else:
+            spec = next((sp for sp in options.specs or () if tag == f"learning_rate_group_{sp.index}"
+                         and sp.lr is not None), None)
+            if spec is None:
+                bad.append(f"{tag}: tx has no such group rate (that group uses learning_rate) vs file "
+                           f"{_describe(file_rate)}")
+                continue
+            tx_rate = _tx_rate(spec.lr_schedule, have.get(tag, spec.lr_base))
+        if not _same(tx_rate, file_rate):
+            bad.append(f"{tag}: tx {_describe(tx_rate)} vs file {_describe(file_rate)}")
+    if bad:
+        warn_at_caller(f"{WHO}: tx's hyperparameters differ from the saved run's ({'; '.join(bad)}); the next "
+                       "steps follow tx's. Build tx with the run's values (or gradxform.set_hyper) to "
+                       "continue the same run.")
 
 
 def _entry(a, tag, g, shape, shape_of):

@@ -131,12 +131,19 @@ def _accumulators(index, sd: dict, pname: str, gname: str) -> dict[str, tuple[st
 
 @at_boundary(WHO)
 def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | None = None, *, state=None):
-    """The gradxform state of ``tx`` (``gradxform.create('paddle.asgd', ...)``
-    with the run's hyperparameters) continuing a Paddle ASGD run.
+    """The gradxform state of ``tx`` (``gradxform.create('paddle.<optimizer>', ...)``
+    with the run's hyperparameters: SGD ... Rprop, ASGD) continuing a Paddle run.
 
-    Restores each parameter's ``d``, ``y`` ring buffer and step count ``m``
-    and, when the run used an ``LRScheduler``, the schedule position
-    (``last_epoch``), so the next ``tx.update`` is Paddle's next ``opt.step()``.
+    Restores each parameter's accumulators (`ACCUMULATORS`: ``velocity``,
+    ``moment1``, ``beta1_pow_acc``, ...; ASGD's ``d``, ``y`` ring buffer and
+    step count ``m``), ``master_weights`` and, when the run used an
+    ``LRScheduler``, the schedule position (``last_epoch``) and an in-graph
+    `PaddleReduceOnPlateau`'s state, so the next ``tx.update`` is Paddle's
+    next ``opt.step()``. When ``tx`` reads a scheduler object the user steps
+    (`gradxform.paddle.lr`, ReduceOnPlateau included), ``'LR_Scheduler'`` is
+    that object's: restore it with ``sched.set_state_dict(sd['LR_Scheduler'])``
+    (the stateful optimizer's ``opt.set_state_dict(path, names=...)`` does
+    both).
 
     Args:
       path_or_dict: a ``.pdopt`` file (path or binary file object) or the
@@ -164,9 +171,10 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
     if unknown:
         raise MigrateError(f"{WHO}(names=...): {unknown[0]!r} is not a parameter name; the names are "
                            f"{gnames[:8]}{' ...' if len(gnames) > 8 else ''}.")
+    held = getattr(tx, "lr_scheduler", None) is not None  # a scheduler object the user steps (paddle.lr)
     if find_states(state0, ASGDState):
-        return _fill_asgd(sd, params, leaves, gnames, names, state0, tx)
-    return _fill_accumulators(sd, params, leaves, gnames, names, state0)
+        return _fill_asgd(sd, params, leaves, gnames, names, state0, held)
+    return _fill_accumulators(sd, params, leaves, gnames, names, state0, held)
 
 
 def _paddle_name(g, names, keys):
@@ -179,7 +187,23 @@ def _paddle_name(g, names, keys):
     return p
 
 
-def _fill_accumulators(sd, params, leaves, gnames, names, state0):
+def _names_advice(keys, acc: str, gnames) -> str:
+    """What to type when the file names its parameters otherwise (Paddle's
+    automatic names, ``linear_0.w_0``, for a port's ``fc1/weight``): the
+    mapping, where to pass it, and some of the file's own keys."""
+    pat = re.compile(r"_" + re.escape(acc) + r"_\d+$")
+    mine = sorted(k for k in keys if pat.search(k)) or sorted(keys)
+    shown = ", ".join(repr(k) for k in mine[:4]) + (", ..." if len(mine) > 4 else "")
+    files = sorted({pat.sub("", k) for k in mine})[:3]
+    example = f"{{{gnames[0]!r}: <its Paddle name{', e.g. one of ' + repr(files) if files else ''}>, ...}}" \
+        if gnames else "{...}"
+    return (f"pass names={{gradxform name: Paddle name}} for every parameter if the file names them otherwise "
+            f"(names={example}): opt.set_state_dict(path, names=...) on a gradxform.paddle optimizer holding "
+            "its parameters, or state = gradxform.migrate.from_paddle_state_dict(path, params, tx, names=...). "
+            f"The file's keys are {shown or 'none'}; keep one optimizer's entries in it.")
+
+
+def _fill_accumulators(sd, params, leaves, gnames, names, state0, held):
     keys = [k for k in sd if k not in _SPECIAL]
     used: set[str] = set()
     per_leaf: dict = {}
@@ -197,10 +221,12 @@ def _fill_accumulators(sd, params, leaves, gnames, names, state0):
                 p = _paddle_name(g, names, keys)
                 pat = re.compile(r"^" + re.escape(p) + r"_(?:[^.]*_)?" + re.escape(acc) + r"_\d+$")
                 hits = [k for k in keys if pat.match(k)]
-                if len(hits) != 1:
-                    raise MigrateError(f"{WHO}: {'no' if not hits else len(hits)} '{acc}' accumulator(s) "
-                                       f"('{p}_{acc}_0') for parameter {g!r}; pass names={{gradxform name: "
-                                       f"Paddle name}} if they differ, and keep one optimizer's entries.")
+                if len(hits) > 1:
+                    raise MigrateError(f"{WHO}: {len(hits)} '{acc}' accumulators ({hits[0]!r}, {hits[1]!r}) for "
+                                       f"parameter {g!r}; keep one optimizer's entries.")
+                if not hits:
+                    raise MigrateError(f"{WHO}: no '{acc}' accumulator ('{p}_{acc}_0') for parameter {g!r}; "
+                                       + _names_advice(keys, acc, gnames))
                 arr = sd[hits[0]]
                 if not isinstance(arr, np.ndarray):
                     raise MigrateError(f"{WHO}: {hits[0]!r} is a {type(arr).__name__}, not an array.")
@@ -218,27 +244,34 @@ def _fill_accumulators(sd, params, leaves, gnames, names, state0):
     masters = [(sd.get("master_weights") or {}).get(_paddle_name(g, names, keys)) for g in gnames]
     if any(m is not None for m in masters):
         per_leaf[Slot(MasterWeightsState, "master")] = [None if m is None else np.asarray(m) for m in masters]
-    whole = _scheduler_slots(sd, None, len(gnames))
+    whole = _scheduler_slots(sd, None, len(gnames), held)
     hint = "was tx made with gradxform.create('paddle.<optimizer>', ...) with the run's options?"
     return fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
 
 
-def _scheduler_slots(sd, position, n_leaves) -> dict:
+def _scheduler_slots(sd, position, n_leaves, held=False) -> dict:
     """The schedule's position (``LR_Scheduler.last_epoch``) as step counts, and
-    ReduceOnPlateau's state; ``position``: the optimizer's own count (ASGD)."""
+    ReduceOnPlateau's state; ``position``: the optimizer's own count (ASGD).
+
+    ``held``: tx reads a scheduler object the user steps (`gradxform.paddle.lr`):
+    the entry is that object's state (``sched.set_state_dict(sd['LR_Scheduler'])``,
+    which the stateful optimizer's ``set_state_dict`` does), not the optimizer
+    state's. Its ``last_epoch`` (epochs for a scheduler stepped per epoch, metric
+    steps for ReduceOnPlateau) then only marks the state as resumed, for
+    `gradxform.schedules.ScheduleRestartError`; ASGD keeps its own count."""
     whole = {}
     sched = sd.get("LR_Scheduler")
     if sched is not None:
         if not isinstance(sched, dict) or "last_epoch" not in sched:
             raise MigrateError(f"{WHO}: 'LR_Scheduler' should be a scheduler state dict with 'last_epoch'.")
         last_epoch = checked_count(sched["last_epoch"], f"{WHO}: LR_Scheduler last_epoch")
-        if position is not None and last_epoch != position:
+        if position is not None and last_epoch != position and not held:
             # at the user's line (a fixed stacklevel 4 pointed into at_boundary's wrapper in _state.py)
             warn_at_caller(f"{WHO}: the LRScheduler was stepped {last_epoch} times over {position} optimizer "
                            "steps; gradxform advances a schedule once per update, so the learning rate "
                            "continues from the scheduler's position but then moves once per update.")
-        position = last_epoch
-        if "best" in sched:  # ReduceOnPlateau: each value checked (issue 27 item 5) before it is stored
+        position = last_epoch if position is None or not held else position
+        if "best" in sched and not held:  # ReduceOnPlateau: each value checked (issue 27 item 5) before it is stored
             best = sched.get("best")
             what = f"{WHO}: LR_Scheduler"
             whole.update({
@@ -257,8 +290,7 @@ def _scheduler_slots(sd, position, n_leaves) -> dict:
     return whole
 
 
-def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
-    del tx
+def _fill_asgd(sd, params, leaves, gnames, names, state0, held):
     keys = [k for k in sd if k not in _SPECIAL]
     used: set[str] = set()
     d_vals, y_vals, counts, masters = [], [], [], []
@@ -269,8 +301,8 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
         for a in "dym":
             if a not in acc:
                 raise MigrateError(f"{WHO}: no '{a}' accumulator ('{p}_{a}_0') for parameter {g!r}"
-                                   + ("" if p == g else f" (Paddle name {p!r})") + "; pass names={gradxform "
-                                   "name: Paddle name} if they differ.")
+                                   + ("" if p == g else f" (Paddle name {p!r})") + "; "
+                                   + _names_advice(keys, a, gnames))
         shape = tuple(np.shape(leaf))
         (kd, d), (ky, y), (km, m) = acc["d"], acc["y"], acc["m"]
         used.update((kd, ky, km))
@@ -305,7 +337,7 @@ def _fill_asgd(sd, params, leaves, gnames, names, state0, tx):
         per_leaf[Slot(MasterWeightsState, "master")] = masters
     count = np.asarray(counts, np.int32)
     position = int(count.max()) if len(count) else 0
-    whole = _scheduler_slots(sd, position, len(gnames))
+    whole = _scheduler_slots(sd, position, len(gnames), held)
     # each parameter's own m (a parameter without a gradient at a step is skipped by Paddle and not
     # counted), not the position's: _scheduler_slots fills every leaf with the position
     whole[Slot(StepState, "leaf_counts")] = count

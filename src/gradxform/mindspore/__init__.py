@@ -31,6 +31,8 @@ from ._dynamic_lr import (cosine_decay_lr, exponential_decay_lr, inverse_decay_l
                           piecewise_constant_lr, polynomial_decay_lr, warmup_lr)
 from ._get_lr import get_lr, get_lr_parameter
 from ._groups import beta_gamma_filter
+# MindSpore's submodules, for its imports as written (from mindspore.nn.learning_rate_schedule import ...)
+from . import dynamic_lr, learning_rate_schedule  # noqa: F401  (attributes of this package)
 
 # THOR's statistics: gradxform.mindspore.thor_capture
 register_family("mindspore", (_momentum, _adam, _adaptive, _adafactor, _thor, _rules))

@@ -14,16 +14,15 @@ import dataclasses
 from typing import Any, Callable
 
 from .._base import GradientTransformation, chain, identity
-from ._groups import (beta_gamma_filter, group_learning_rate, group_weight_decay, parse_groups,
-                       unselected_frozen)
+from ._groups import (beta_gamma_filter, check_weight_decay, group_learning_rate, group_weight_decay, list_lr,
+                      parse_groups, unselected_frozen)
 from .._optimizer import Setup
 from ._get_lr import remember
 from .._selectors import as_names
 from ..pieces import centralize_gradients, unscale
 from ..pieces.internal import adjusted_rate, no_adjustment
 from .._ranges import check_bool, check_hyper
-from ..schedules.internal import as_schedule, check_number
-from ..schedules.internal import DynamicLR
+from ..schedules.internal import MindSporeListLR, as_schedule, check_number
 
 __all__ = ["MSOptions", "parse", "check_float", "check_bool", "params_as_groups"]
 
@@ -146,14 +145,13 @@ def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=No
     ``params``: MindSpore's first argument (`params_as_groups`);
     ``skip_nonfinite``: gradxform's guard (`gradxform._optimizer.finalize`)."""
     groups = params_as_groups(owner, params, groups)
-    base, sched = as_schedule(owner, learning_rate, DynamicLR)
+    base, sched = as_schedule(owner, learning_rate, list_lr(f"{owner}(learning_rate=[...])"))
     if sched is not None and not allow_dynamic_lr:
         raise ValueError(f"{owner}(learning_rate=...): a dynamic learning rate is not supported; got {learning_rate!r}.")
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
-        raise TypeError(f"{owner}(weight_decay=...): weight_decay must be a float or int; got {weight_decay!r}.")
+    check_weight_decay(owner, weight_decay)
     check_hyper(owner, "weight_decay", weight_decay)
     if check_loss_scale:
         check_float(owner, "loss_scale", loss_scale, ints=True)
-    specs, order = parse_groups(owner, groups, allow_lr=allow_group_lr, allow_gc=allow_gc, list_cls=DynamicLR)
+    specs, order = parse_groups(owner, groups, allow_lr=allow_group_lr, allow_gc=allow_gc, list_cls=MindSporeListLR)
     return MSOptions(owner=owner, learning_rate=base, schedule=sched, weight_decay=float(weight_decay),
                      loss_scale=float(loss_scale), specs=specs, order=order, skip_nonfinite=skip_nonfinite)

@@ -10,30 +10,73 @@ update ``k + 1``, as MindSpore's after ``k`` calls. It is pure: it reads the sta
 (a list of names: a list); MindSpore returns the ``Parameter`` holding the rate (the whole list for a
 dynamic one) or the schedule Cell, which a JAX state has no counterpart of, so the current value is
 what is given.
+
+The optimizers return a `MindSporeOptimizer`, the same ``(init, update)`` pair with both as methods
+that take the state: ``opt.get_lr(state)``, ``opt.get_lr_parameter(state, param)`` (MindSpore's
+``opt.get_lr()``, without the state, raises a TypeError saying what to write). A list learning rate
+read past its end raises (`gradxform.schedules.internal.MindSporeListLR`), as MindSpore's CPU and
+GPU Gather kernels fail there.
 """
 from __future__ import annotations
 
 import weakref
 
+import optax
+
 from .._hyper import get_hyper
 from ..pieces.internal import host_done
+from ..schedules.internal import DynamicLR, MindSporeListLR
 
-__all__ = ["get_lr", "get_lr_parameter", "remember"]
+__all__ = ["get_lr", "get_lr_parameter", "remember", "MindSporeOptimizer", "options_of"]
 
+# the options each MindSpore optimizer was built from, by its init and update functions (weakly:
+# a dropped optimizer's entry goes with its functions)
 _OPTIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_NO_STATE = ("a gradxform optimizer holds no step count (its state does), so MindSpore's "
+             "optimizer.{0}() takes the state here: write opt.{0}(state{1}) or "
+             "gradxform.mindspore.{0}(opt, state{1}).")
 
 
-def remember(tx, options):
-    """Records the options ``tx`` (a finished MindSpore optimizer) was built from; returns ``tx``."""
+class MindSporeOptimizer(optax.GradientTransformationExtraArgs):
+    """A MindSpore optimizer: the ``(init, update)`` pair, with MindSpore's
+    ``get_lr`` and ``get_lr_parameter`` as methods that take the state
+    (``opt.get_lr(state)``; see the module docstring).
+
+    The pair is all it holds, so it is an ordinary optax pytree:
+    ``jax.tree.map``, ``_replace`` and ``nnx.Optimizer`` rebuild it from its
+    two functions. The options its methods read are looked up by its
+    functions (`_OPTIONS`), so a copy that keeps either function keeps them
+    (a wrapper ``_replace(update=...)`` keeps ``init``)."""
+
+    __slots__ = ()
+
+    def get_lr(self, state=None):
+        """MindSpore's ``optimizer.get_lr()``: the rate of the next update (`get_lr`)."""
+        if state is None:
+            raise TypeError("get_lr(state): " + _NO_STATE.format("get_lr", ""))
+        return get_lr(self, state)
+
+    def get_lr_parameter(self, state, param=None):
+        """MindSpore's ``optimizer.get_lr_parameter(param)``: the rate of the next
+        update for the parameter named ``param`` (`get_lr_parameter`)."""
+        if param is None:
+            raise TypeError("get_lr_parameter(state, param): " + _NO_STATE.format("get_lr_parameter", ", param"))
+        return get_lr_parameter(self, state, param)
+
+
+def remember(tx, options) -> MindSporeOptimizer:
+    """Records the options ``tx`` (a finished MindSpore optimizer) was built from; returns ``tx``
+    as a `MindSporeOptimizer` (the same two functions)."""
     for fn in (tx.init, tx.update):
         try:
             _OPTIONS[fn] = options
         except TypeError:  # not weakly referenceable
             pass
-    return tx
+    return MindSporeOptimizer(tx.init, tx.update)
 
 
-def _options(optimizer, who):
+def options_of(optimizer):
+    """The options a MindSpore optimizer was built from (`remember`), or None."""
     for fn in (getattr(optimizer, "update", None), getattr(optimizer, "init", None)):
         try:
             found = _OPTIONS.get(fn)
@@ -41,21 +84,33 @@ def _options(optimizer, who):
             found = None
         if found is not None:
             return found
+    return None
+
+
+def _options(optimizer, who):
+    found = options_of(optimizer)
+    if found is not None:
+        return found
     raise TypeError(f"gradxform.mindspore.{who}(optimizer, state): optimizer must be one built by "
                     "gradxform.mindspore (MindSpore's class names, or gradxform.create('mindspore.<name>')); got "
                     f"{type(optimizer).__name__}.")
 
 
-def _rate(schedule, hyper_name, state, step):
+def _rate(schedule, hyper_name, state, step, *, past_end_raises: bool = True):
     base = get_hyper(state, hyper_name)
     if schedule is None:
         return float(base)
+    if not past_end_raises and isinstance(schedule, MindSporeListLR):
+        # the list's own reading, unchecked: its last value past the end
+        return float(DynamicLR.lr_for_update(schedule, step + 1, base))
     return float(schedule.lr_for_update(step + 1, base))  # update step + 1 reads index global_step
 
 
 def get_lr(optimizer, state):
     """MindSpore's ``optimizer.get_lr()``: the rate of the next update (a tuple per group when
-    groups have their own 'lr'); see the module docstring."""
+    groups have their own 'lr'); see the module docstring. Also ``optimizer.get_lr(state)``. With a
+    list learning rate and the run at its end, a ValueError naming the list's length (MindSpore's
+    Gather fails there too)."""
     o = _options(optimizer, "get_lr")
     step = host_done(state)
     default = _rate(o.schedule, "learning_rate", state, step)
@@ -66,7 +121,9 @@ def get_lr(optimizer, state):
 
 
 def get_lr_parameter(optimizer, state, param):
-    """The rate of the next update for the parameter named ``param`` (or a list of names)."""
+    """The rate of the next update for the parameter named ``param`` (or a list of names). Past the
+    end of a list learning rate, its last value: MindSpore's ``get_lr_parameter`` returns the list's
+    ``Parameter`` there (it reads no element), while the update itself fails (and `get_lr` raises)."""
     if isinstance(param, (list, tuple)):
         return [get_lr_parameter(optimizer, state, p) for p in param]
     o = _options(optimizer, "get_lr_parameter")
@@ -77,5 +134,5 @@ def get_lr_parameter(optimizer, state, param):
     step = host_done(state)
     for s in (o.specs or ()):
         if s.matches(name) and s.lr is not None:
-            return _rate(s.lr_schedule, f"learning_rate_group_{s.index}", state, step)
-    return _rate(o.schedule, "learning_rate", state, step)
+            return _rate(s.lr_schedule, f"learning_rate_group_{s.index}", state, step, past_end_raises=False)
+    return _rate(o.schedule, "learning_rate", state, step, past_end_raises=False)

@@ -15,7 +15,8 @@ objects (``lambda x: 'conv' in x.name``), MindSpore ``Parameter`` objects
 net.trainable_params()))``), or a list of those (names as
 `gradxform.param_names`). ``order_params`` takes names or such objects. A
 parameter selected by two groups is an error; a pattern that matches nothing
-is an error; a parameter that no group selects is not optimized (update zero,
+is an error, and so is a predicate that selects nothing (MindSpore refuses an
+empty group); a parameter that no group selects is not optimized (update zero,
 state untouched), as in MindSpore, where only grouped parameters belong to
 the optimizer. ``order_params`` fixes MindSpore's parameter order: it must
 list every grouped parameter exactly once; since each parameter's update
@@ -34,6 +35,7 @@ these pieces unchanged on its flat buffers (one entry per buffer there).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -48,11 +50,11 @@ from .._state_paths import find_states, is_optax_placeholder
 from ..pieces.internal import RateAdjuster, buffer_segments, only_slotted
 from .._group_values import partition, per_group, read_per_leaf
 from .._tree import leaf_values, param_names
-from ..schedules.internal import as_schedule, check_number
+from ..schedules.internal import MindSporeListLR, as_schedule, check_number
 from .._types import Hyper
 
 __all__ = ["GroupSpec", "parse_groups", "assign_groups", "beta_gamma_filter", "group_learning_rate",
-           "group_weight_decay", "GroupState", "unselected_frozen"]
+           "group_weight_decay", "GroupState", "unselected_frozen", "check_weight_decay", "list_lr"]
 
 GROUP_KEYS = ("params", "lr", "weight_decay", "grad_centralization", "order_params")
 
@@ -75,6 +77,32 @@ class GroupSpec:
 
     def matches(self, name: str) -> bool:
         return Selector(self.select)(name)
+
+
+def list_lr(what: str) -> Callable:
+    """``as_schedule``'s ``list_cls`` for a MindSpore list named ``what`` in messages
+    (`MindSporeListLR`: an update past its end raises where the count is known)."""
+    return functools.partial(MindSporeListLR, what=what)
+
+
+def check_weight_decay(owner: str, weight_decay, hyper: str = "weight_decay") -> None:
+    """A fixed weight decay (a float or an int). MindSpore also takes a Cell of
+    ``global_step`` (a dynamic weight decay, read before the step is counted);
+    here the TypeError says what to write instead: its first value, changed
+    between updates with `gradxform.set_hyper` (``hyper``: the state's name)."""
+    if not isinstance(weight_decay, bool) and isinstance(weight_decay, (int, float)):
+        return
+    hint = ""
+    if callable(weight_decay):
+        try:
+            first = f" ({float(np.asarray(weight_decay(0)).reshape(())):g})"
+        except Exception:  # noqa: BLE001 - a user's Cell: the hint goes without the value
+            first = ""
+        hint = (" A weight decay that changes per step (MindSpore's dynamic weight_decay Cell) is not taken "
+                f"here: give a float, the Cell's value at global_step 0{first}, and change it between updates "
+                f"with state = gradxform.set_hyper(state, {hyper}=value) (value: the Cell's value at the "
+                "number of updates done; no recompile). gradxform.mindspore.lars takes a weight_decay schedule.")
+    raise TypeError(f"{owner}(weight_decay=...): weight_decay must be a float or int; got {weight_decay!r}.{hint}")
 
 
 def parse_groups(owner: str, groups, *, allow_lr=True, allow_gc=True, list_cls=None):
@@ -114,11 +142,15 @@ def parse_groups(owner: str, groups, *, allow_lr=True, allow_gc=True, list_cls=N
         if "lr" in g:
             if not allow_lr:
                 raise ValueError(f"{owner}(groups=...): a per-group 'lr' is not supported (group {i}).")
-            lr_base, lr_sched = as_schedule(f"{owner}(groups[{i}]['lr'])", g["lr"], list_cls)
+            where = f"{owner}(groups[{i}]['lr'])"
+            lr_base, lr_sched = as_schedule(where, g["lr"], list_cls if list_cls is not MindSporeListLR
+                                            else list_lr(f"{owner}: groups[{i}]['lr']=[...]"))
         wd = None
         if "weight_decay" in g:
+            if callable(g["weight_decay"]):  # a dynamic weight decay: the TypeError says what to write
+                check_weight_decay(f"{owner}(groups[{i}])", g["weight_decay"], f"weight_decay_group_{i}")
             check_number(f"{owner}(groups[{i}])", "weight_decay", g["weight_decay"], low=0.0)
-            wd = float(g["weight_decay"])
+            wd = float(g.get("weight_decay", 0.0))
         gc = g.get("grad_centralization", False)
         if not isinstance(gc, bool):
             raise TypeError(f"{owner}(groups=...): group {i} 'grad_centralization' must be a bool; got {gc!r}.")
@@ -130,12 +162,25 @@ def parse_groups(owner: str, groups, *, allow_lr=True, allow_gc=True, list_cls=N
     return specs, order
 
 
+def _unmatched(owner: str, index: int, sel, names: list[str]) -> str:
+    """The message for group ``index``'s ``'params'`` selecting no parameter."""
+    if not Selector(sel).is_predicate:
+        return (f"{owner}: group {index} 'params' {sel!r} matches no parameter; "
+                f"parameter names are {describe_names(names)}.")
+    nested = next((n for n in names if "/" in n), None)
+    example = "" if nested is None else (f" (lambda x: {nested!r} in x.name where MindSpore has "
+                                         f"{nested.replace('/', '.')!r} in x.name)")
+    return (f"{owner}: group {index} 'params' is a predicate that selects no parameter; MindSpore refuses an "
+            "empty group ('the argument group params must not be empty'). The predicate is called with each "
+            "gradxform name, which joins the pytree path with '/' where MindSpore's parameter names have '.'"
+            f"{example}. Parameter names are {describe_names(names)}.")
+
+
 def assign_groups(owner: str, specs, order, names: list[str]) -> np.ndarray:
     """Each leaf's position in ``specs`` (-1: in no group), with the checks of the module docstring."""
     slot = assign_slots(
         names, [(k, spec.select) for k, spec in enumerate(specs)],
-        unmatched=lambda k, sel: (f"{owner}: group {specs[k].index} 'params' {sel!r} matches no parameter; "
-                                  f"parameter names are {describe_names(names)}."),
+        unmatched=lambda k, sel: _unmatched(owner, specs[k].index, sel, names),
         overlap=lambda name, first, k: (f"{owner}: parameter {name!r} is in group {specs[first].index} and "
                                         f"group {specs[k].index}; a parameter may be set only once."))
     if order is not None:

@@ -18,14 +18,13 @@ from .._elementwise import fusable
 from .._spec import Fusion, declare
 from .._errors import validated
 from .._optimizer import guarded
-from ._groups import beta_gamma_filter
+from ._groups import beta_gamma_filter, list_lr
 from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
 from .._ranges import NON_NEGATIVE, check_hyper
 from ..pieces import scale_by_lr, trace
 from ..pieces.internal import leaf_flags, leaf_sq_norm
 from .._state_paths import get_path, map_states
 from ..schedules.internal import Constant, as_schedule
-from ..schedules.internal import DynamicLR
 from ._common import check_bool, check_float, parse
 from .._types import Hyper, ParamTree, InnerState
 from .._domains import FINITE, FLAG
@@ -292,13 +291,13 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
                                                   or isinstance(weight_decay, (list, tuple))):
             raise TypeError(f"{owner}(weight_decay=...): must be a float, an int, a list or a schedule; "
                             f"got {weight_decay!r}.")
-        wd_base, wd_sched = as_schedule(owner, weight_decay, DynamicLR)
+        wd_base, wd_sched = as_schedule(owner, weight_decay, list_lr(f"{owner}(weight_decay=[...])"))
         check_hyper(owner, "weight_decay", wd_base)
     if loss_scale is not None:
         check_float(owner, "loss_scale", loss_scale, ints=True)
     sched = None
     if learning_rate is not None:
-        _, sched = as_schedule(owner, learning_rate, DynamicLR)
+        _, sched = as_schedule(owner, learning_rate, list_lr(f"{owner}(learning_rate=[...])"))
         if sched is None:
             sched = Constant(float(learning_rate))
     own = {"epsilon": epsilon, "coefficient": coefficient}

@@ -28,7 +28,7 @@ from .._hyper import hyper_scalar
 from .._ranges import NON_NEGATIVE
 from .._tree import param_names
 from ..pieces import scale_by_lr, trace
-from ..schedules.internal import COMPLETED, DynamicLR, as_update_schedule, check_number
+from ..schedules.internal import COMPLETED, MindSporeListLR, as_update_schedule, check_number
 from ._common import check_bool, check_float, parse
 from .._types import Hyper, ParamTree
 from .._domains import FINITE
@@ -87,7 +87,7 @@ def _damping_schedule(damping):
             raise ValueError(f"{_owner()}(damping=...): every value must be a finite number >= 0.")
         if arr.ndim == 0:
             return float(arr), None
-        s = DynamicLR(arr)
+        s = MindSporeListLR(arr, what=f"{_owner()}(damping=[...])")
         return s.base_lr, s
     if callable(damping):
         sched = as_update_schedule(damping, COMPLETED)

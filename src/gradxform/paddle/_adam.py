@@ -224,6 +224,26 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=N
                    skip_nonfinite=skip_nonfinite)
 
 
+def _check_group_decay(owner: str, parameters) -> None:
+    """A group's 'weight_decay' is AdamW's decoupled coefficient, a number:
+    Paddle's ``adamw_`` raises a TypeError at the first step for anything
+    else (an ``L2Decay``, None); here at construction."""
+    if not isinstance(parameters, (list, tuple)):
+        return
+    for i, g in enumerate(parameters):
+        if not isinstance(g, dict) or "weight_decay" not in g:
+            continue
+        v = g["weight_decay"]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            coeff = getattr(v, "coeff", None)
+            raise TypeError(
+                f"{owner}(parameters[{i}]['weight_decay']=...): AdamW's group weight_decay is its decoupled "
+                f"coefficient and must be a float (Paddle's adamw_ raises TypeError: must be double, but got "
+                f"{type(v).__name__}); got {v!r}. Give a float, e.g. 'weight_decay': "
+                f"{0.01 if coeff is None else coeff} (decoupled: w -= lr * coeff * w, not an L2 term on the "
+                "gradient), 'weight_decay': 0.0 for no decay, or leave the key out for the optimizer's own.")
+
+
 def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=None, weight_decay=0.01,
           use_lowprecision_moment=False, lr_ratio=None, apply_decay_param_fun=None, grad_clip=None,
           lazy_mode=False, multi_precision=False, amsgrad=False, name=None, *,
@@ -256,6 +276,7 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
     for k, f in (("lr_ratio", lr_ratio), ("apply_decay_param_fun", apply_decay_param_fun)):
         if f is not None and not callable(f):
             raise TypeError(f"{owner}({k}=...): must be None or callable; got {f!r}.")
+    _check_group_decay(owner, parameters)
     o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision, group_keys=ADAM_KEYS)
     groups = _checked_groups(owner, o, beta1=beta1, beta2=beta2, epsilon=epsilon)
     for g in o.groups:

@@ -100,12 +100,6 @@ def check_float(owner: str, name: str, value, **range_kw) -> float:
     return float(value)
 
 
-def _NOTHING(name: str) -> bool:  # noqa: N802 (a constant predicate)
-    """The selection of an empty Paddle group: no parameter."""
-    del name
-    return False
-
-
 @dataclasses.dataclass(frozen=True)
 class _Group:
     index: int
@@ -119,11 +113,14 @@ class _Group:
         """The group's ``params`` as a `Selector` (names, globs, regexes,
         predicates, parameter objects with a ``.name``); None: every parameter."""
         spec = (lambda name: True) if self.select is None else self.select
-        if isinstance(spec, list) and not spec:
-            # Paddle's _add_param_group takes a group of no parameters (a config may build one):
-            # it optimizes nothing, and its options apply to nothing
-            spec = _NOTHING
         return Selector(spec, what=f"parameters[{self.index}]['params']")
+
+    @property
+    def empty(self) -> bool:
+        """``'params': []``: Paddle's ``_add_param_group`` takes a group of no
+        parameters (a config may build one); it optimizes nothing, and its
+        options apply to nothing."""
+        return isinstance(self.select, list) and not self.select
 
 
 class GroupState(NamedTuple):
@@ -175,7 +172,7 @@ class PaddleOptions(Setup):
     def slots(self, params) -> np.ndarray:
         names, owner = param_names(params), self.owner
         return assign_slots(
-            names, [(g.index, g.selector()) for g in self.groups],
+            names, [(g.index, g.selector()) for g in self.groups if not g.empty],
             unmatched=lambda k, sel: (f"{owner}(parameters=...): entry {k} {sel.spec!r} matches no parameter; "
                                       f"parameter names are {describe_names(names)}."),
             overlap=lambda name, first, k: (f"{owner}(parameters=...): some parameters appear in more than one "

@@ -17,6 +17,7 @@ so a Paddle training loop runs with its imports changed and its
             opt._learning_rate.step()
     state = opt.state_dict()       # Paddle's layout: '<param>_moment1_0', ..., 'LR_Scheduler'
     opt.set_state_dict(state)      # or a .pdopt saved by Paddle, through gradxform.migrate
+    opt.set_state_dict("x.pdopt", names={"fc1/weight": "linear_0.w_0", ...})  # Paddle's names differ
 
 Arrays bind (``parameters=`` a pytree of arrays, a list of ``(name, array)``,
 an ``nnx.Module`` or ``nnx.State``, or group dicts whose ``'params'`` are such
@@ -189,14 +190,18 @@ class Optimizer:
         its gradxform name with '/' as '.'). Host numpy copies."""
         return migrate_paddle.to_paddle_state_dict(self.state, self.params, self._scheduler_state())
 
-    def set_state_dict(self, state_dict) -> None:
+    def set_state_dict(self, state_dict, names=None) -> None:
         """Paddle's ``opt.set_state_dict(sd)``: the accumulators (and master
         weights) of ``sd`` and, under a scheduler, ``sd['LR_Scheduler']``
-        into the scheduler object, so the schedule continues where it stopped.
-        ``sd`` is this layout from `state_dict` or a ``.pdopt`` Paddle saved
-        (a dict, a path; `gradxform.migrate.from_paddle_state_dict`). All or
-        nothing: a `MigrateError` naming the key leaves the optimizer and its
-        scheduler as they were."""
+        into the scheduler object, so the schedule continues where it stopped
+        (a `gradxform.paddle.lr.ReduceOnPlateau` too: its best metric and
+        counters). ``sd`` is this layout from `state_dict` or a ``.pdopt``
+        Paddle saved (a dict, a path; `gradxform.migrate.from_paddle_state_dict`).
+        ``names``: ``{gradxform name: Paddle name}`` when the file names the
+        parameters otherwise (Paddle's automatic ``linear_0.w_0`` for a
+        port's ``fc1/weight``; a gradxform addition, Paddle's method has no
+        such argument). All or nothing: a `MigrateError` naming the key
+        leaves the optimizer and its scheduler as they were."""
         MigrateError = migrate_pickle.MigrateError  # noqa: N806 (a class)
         sd = migrate_paddle.read_paddle_state_dict(state_dict)
         sched = self.tx.lr_scheduler
@@ -210,7 +215,7 @@ class Optimizer:
             # a subclass counting in fractions of an epoch (PaddleVideo's CustomWarmupCosineDecay): the
             # position is the scheduler object's alone, not a step count of the state
             sd = {k: v for k, v in sd.items() if k != "LR_Scheduler"}
-        new_state = migrate_paddle.from_paddle_state_dict(sd, self.params, self.tx, state=self.state)
+        new_state = migrate_paddle.from_paddle_state_dict(sd, self.params, self.tx, names, state=self.state)
         if sched is not None and lr_state:
             before = sched.state_dict()
             try:

@@ -150,11 +150,25 @@ def on_completed_steps(sched: Callable) -> Callable:
 
 
 class DynamicLR(Schedule):
-    """A learning rate given as a list or 1-D array (MindSpore's ``learning_rate=[...]``,
-    also used for Paddle's): update ``i`` (``step = i``)
-    uses ``values[i]``; after the end, the last value. (MindSpore gathers
-    ``values[global_step]`` and leaves the index past the end undefined.)
-    ``base_lr`` is ``values[0]``."""
+    """A learning rate given as a list or 1-D array (MindSpore's ``learning_rate=[...]``):
+    update ``i`` (``step = i``) uses ``values[i]``; after the end, the last value.
+    ``base_lr`` is ``values[0]``.
+
+    Past the end, by backend. MindSpore 2.x holds the list as a Parameter read by
+    ``ops.Gather(values, global_step, 0)`` (``nn/optim/optimizer.py``,
+    ``_IteratorLearningRate``), and no backend gives a number there: the CPU
+    kernel raises (2.10: "Gather ... input_indices should be in the range [0, n),
+    but got n"); the GPU kernel
+    (``ccsrc/plugin/device/gpu/kernel/cuda_impl/cuda_ops/gatherv2.cu``, 2.x)
+    asserts ``CUDA_KERNEL_ASSERT(indices[j] < input_dim1)``, a device-side assert
+    that aborts the step (an older revision of that kernel wrote 0 there); and
+    ``mindspore.ops.gather``'s documentation (r2.2 to master) says an index out
+    of range raises on CPU and GPU and gives an undefined result on Ascend.
+    MindSpore's optimizers therefore use `MindSporeListLR`, which raises where
+    the update count is known on the host (an update run op by op, without
+    jit; ``gradxform.mindspore.get_lr``); inside jit nothing can raise (a
+    raising callback would lose the donated parameters), and the last value is
+    read, as here (Paddle's and the neutral family's optimizers take no list)."""
 
     def __init__(self, values):
         arr = np.asarray(values, np.float32).reshape(-1)

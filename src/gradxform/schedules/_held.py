@@ -137,10 +137,13 @@ class HeldRate(Schedule):
             done = int(done)
             if done > self.served and changes(self.obj) == self.changes_at_start:
                 raise ScheduleRestartError(
-                    f"the optimizer state has done {done} updates, but the scheduler {self.obj!r} is where it "
-                    f"was built (last_epoch {getattr(self.obj, 'last_epoch', '?')}): a resumed run would "
+                    f"the optimizer state is a resumed one (its step count is {done}: the updates it has done, "
+                    "or, for a state read from a Paddle file, the saved scheduler's last_epoch, which counts "
+                    f"scheduler.step() calls), but the scheduler {self.obj!r} is where it was built (last_epoch "
+                    f"{getattr(self.obj, 'last_epoch', '?')}, not stepped or loaded since): a resumed run would "
                     "restart its schedule. Restore the scheduler with the state, e.g. "
-                    "sched.set_state_dict(saved_scheduler_state) (save it with sched.state_dict(), or in "
+                    "sched.set_state_dict(saved_scheduler_state) (a .pdopt holds it: gradxform.migrate."
+                    "read_paddle_state_dict(path)['LR_Scheduler']; save it with sched.state_dict(), or in "
                     "gradxform.save_state(path, state, meta={'LR_Scheduler': sched.state_dict()})), or move "
                     "it by hand (sched.step(epoch=...)) before the first update.")
             self.served += 1

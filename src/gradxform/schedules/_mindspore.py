@@ -25,12 +25,45 @@ from __future__ import annotations
 
 import math
 
+import jax
+import jax.core
 import jax.numpy as jnp
+import numpy as np
 
 from ._common import DynamicLR, Schedule, check_number  # DynamicLR: shared with Paddle's list learning rates
 
 __all__ = ["LearningRateSchedule", "ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR", "CosineDecayLR",
-           "PolynomialDecayLR", "WarmUpLR", "DynamicLR"]
+           "PolynomialDecayLR", "WarmUpLR", "DynamicLR", "MindSporeListLR"]
+
+
+class MindSporeListLR(DynamicLR):
+    """MindSpore's list learning rate (``learning_rate=[...]``, a group's
+    ``'lr'``; also THOR's ``damping`` list and LARS's lists): a `DynamicLR`
+    that refuses an update past the end of the list where the update count
+    is known on the host: an update run op by op (no jit) and
+    ``gradxform.mindspore.get_lr`` raise a ValueError naming the list's
+    length, as MindSpore's CPU and GPU Gather kernels fail there. Inside jit
+    the count is traced and the update reads the last value (`DynamicLR`
+    says why, and what each MindSpore backend does). ``what`` names the
+    argument in the message."""
+
+    def __init__(self, values, what: str = "learning_rate=[...]"):
+        super().__init__(values)
+        self.what = what
+
+    def lr_for_update(self, count, base_lr=None):
+        if not isinstance(count, jax.core.Tracer):
+            last = int(np.max(np.asarray(count))) if np.size(count) else 0
+            n = int(self.values.size)
+            if last > n:
+                raise ValueError(
+                    f"{self.what}: the list holds {n} values, one per update, and update {last} reads index "
+                    f"{last - 1}, past its end. MindSpore fails there too (its CPU and GPU Gather kernels: "
+                    f"'input_indices should be in the range [0, {n}), but got {last - 1}'). Give a list as long "
+                    f"as the run ({last} or more values: e.g. total_step={last} for nn.cosine_decay_lr and the "
+                    "other builders), or a LearningRateSchedule (nn.CosineDecayLR, ...). Inside jit this "
+                    "cannot be checked and the last value is read.")
+        return super().lr_for_update(count, base_lr)
 
 
 class LearningRateSchedule(Schedule):
