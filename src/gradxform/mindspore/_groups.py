@@ -101,7 +101,7 @@ def check_weight_decay(owner: str, weight_decay, hyper: str = "weight_decay") ->
         hint = (" A weight decay that changes per step (MindSpore's dynamic weight_decay Cell) is not taken "
                 f"here: give a float, the Cell's value at global_step 0{first}, and change it between updates "
                 f"with state = gradxform.set_hyper(state, {hyper}=value) (value: the Cell's value at the "
-                "number of updates done; no recompile). gradxform.mindspore.lars takes a weight_decay schedule.")
+                "number of updates done; no recompile). MindSpore's LARS wrapper, here too, takes a weight_decay schedule.")
     raise TypeError(f"{owner}(weight_decay=...): weight_decay must be a float or int; got {weight_decay!r}.{hint}")
 
 
