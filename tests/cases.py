@@ -112,7 +112,7 @@ TABLE.update({
     "paddle.asgd": Case(dict(learning_rate=0.05, batch_num=2, weight_decay=1e-3), _MS_WD, True, fuses=False,
                         tree_map_params=False),
     # -- thor (issue 15): precomputed factors of every 2-D 'kernel', derived from the params --
-    "mindspore.thor": Case(dict(learning_rate=0.1, damping=[0.05, 0.04, 0.03], momentum=0.9, weight_decay=1e-3,
+    "mindspore.thor": Case(dict(learning_rate=0.1, damping=[0.05, 0.04] + [0.03] * 30, momentum=0.9, weight_decay=1e-3,
                                 frequency=2, layers={"*/kernel": "dense"}), _MS_WD, True, fuses=False,
                            tree_map_params=False, update_args=lambda params: {"layer_stats": _thor_factors(params)}),
 })

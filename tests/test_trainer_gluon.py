@@ -4,6 +4,7 @@ state beside the loss (``has_aux``), and the mesh behind it (no ``jax.pmap``; a 
 gradients taken as they are). 4 fake CPU devices (conftest)."""
 import ast
 import pathlib
+import re
 import warnings
 
 import jax
@@ -255,3 +256,20 @@ def test_kvstore_warnings_point_at_the_users_trainer_line():
             Trainer({"w": jnp.zeros(3)}, *SGD, **kw)
         (w,) = [w for w in caught if match in str(w.message)]
         assert (w.filename, w.category) == (__file__, UserWarning), (w.filename, kw)
+
+
+@pytest.mark.parametrize("call, args, said", [
+    ("allreduce_grads", (), "summed = trainer.allreduce_grads(grads) with grads = trainer.grads(loss_fn, batch)"),
+    ("allreduce_grads", (16,), "summed = trainer.allreduce_grads(grads) with grads = trainer.grads(loss_fn, batch)"),
+    ("update", (), "trainer.update(summed, batch_size) with summed = trainer.allreduce_grads(grads)"),
+    ("step", (), "trainer.step(grads, batch_size) with grads = trainer.grads(loss_fn, batch)"),
+])
+def test_gluons_calls_without_gradients_say_what_to_type(call, args, said):
+    """Gluon's ``trainer.allreduce_grads()`` (autograd left the gradients on the parameters) and a
+    bare ``update()``/``step()``: a TypeError naming the call and what to type, nothing changed."""
+    t = Trainer(init_params(), *SGD, devices=DEV1)
+    before = t.params
+    with pytest.raises(TypeError, match=re.escape(f"Trainer.{call}({', '.join(map(repr, args))}): ")) as err:
+        getattr(t, call)(*args)
+    assert said in str(err.value) and "missing 1 required" not in str(err.value)
+    assert_equal(t.params, before)

@@ -3,8 +3,10 @@
 A parameter's name is its pytree key path joined by ``/``: dict keys and
 attribute names as they are, list and tuple positions as their index, e.g.
 ``encoder/dense/kernel`` or ``0``. Leaf order is JAX's flatten order (dict
-keys sorted), which is also the order in which Gluon's Trainer numbers the
-parameters of a dict (it sorts the keys), so leaf ``i`` is MXNet index ``i``.
+keys sorted level by level). Gluon's Trainer numbers parameters by their
+sorted full names instead (``dense10_weight`` before ``dense1_weight``), so a
+Gluon file's index ``i`` is found by name, not by leaf position
+(`gradxform.migrate._gluon.gluon_order`).
 """
 from __future__ import annotations
 

@@ -26,16 +26,17 @@ import jax
 import numpy as np
 
 from .._state_paths import find_states
-from .._tree import param_names
+from .._tree import _without_variable_value, key_name, param_names
 from ..mxnet._adaptive import AdaDeltaState, FTMLState, MXNetFtrlState, NadamState
 from ..mxnet._momentum import DCASGDState, LBSGDState, NAGState
 from ..pieces.internal import CenteredRmsState, CorrectedMomentsState, LrRatioTraceState, MomentsState, TraceState
 from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
 from ._errors import migratable, refuse_unmigratable, short
-from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, safe_loads, read_bytes
+from ._pickle import MXNDArray, MigrateError, PickledObject, RowSparse, read_bytes
 from ._state import (Slot, at_boundary, checked_count, checked_value, fill_state, has_slot, resolve_order,
                      warn_hyper_mismatch)
+from ._user_class import check_user_scheduler, load_gluon_pickle
 from .._warn import warn_at_caller
 
 __all__ = ["from_gluon_states", "read_gluon_states"]
@@ -141,10 +142,12 @@ def read_gluon_states(fname) -> tuple[dict[int, Any], PickledObject | None]:
     """Reads a Gluon/Module states file without MXNet: ``({index: state}, optimizer)``.
 
     States are numpy arrays, None, or tuples of them; ``optimizer`` is a
-    `PickledObject` (attribute record) or None for Module files.
+    `PickledObject` (attribute record) or None for Module files. A scheduler
+    of the script's own class is read as a record too, and only there
+    (`gradxform.migrate._user_class`).
     """
     data, label = read_bytes(fname, WHO)
-    obj = safe_loads(data, f"{WHO}({label!r})")
+    obj = load_gluon_pickle(data, f"{WHO}({label!r})")
     if isinstance(obj, tuple) and len(obj) == 2:
         states, opt = obj
     else:
@@ -198,9 +201,13 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
       params: the parameters (same pytree as for ``tx.init``).
       tx: the gradxform optimizer.
       order: gradxform parameter names ('/'-joined key paths) in the
-        Trainer's parameter order, so MXNet index ``i`` is ``order[i]``;
-        default the leaf order of ``params`` (Gluon numbers a dict's
-        parameters in sorted-name order, as JAX flattens a dict).
+        Trainer's parameter order, so MXNet index ``i`` is ``order[i]``.
+        Default: Gluon's order (`gluon_order`). Gluon's Trainer sorts the
+        parameters by their full Gluon name, and a nested block's parameter
+        is named by its path joined by '_' (``{'dense0': {'weight': ...}}``
+        is ``dense0_weight``), so ``dense10_*`` comes before ``dense1_*``,
+        which is not JAX's leaf order (``dense1/*`` first); a list of arrays
+        keeps its order (MXNet index ``i`` is leaf ``str(i)``).
       optimizer: the MXNet optimizer name; only for Module files, which do
         not hold the optimizer object.
       num_update: updates done so far; only for Module files (they hold no
@@ -218,7 +225,7 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
     names = param_names(params)
     leaves = jax.tree.leaves(params)
     n = len(names)
-    pos = resolve_order(params, order, len(states), WHO)
+    pos = resolve_order(params, order, len(states), WHO) if order is not None else gluon_order(params)
     idx2name = _attr(opt, "idx2name", {}) or {}
 
     def label(i):
@@ -336,8 +343,56 @@ def from_gluon_states(fname, params, tx, order=None, *, optimizer: str | None = 
             "(momentum, centered, multi_precision)?")
     new_state = fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
     if opt is not None:
-        _check_hypers(opt, new_state)
+        port_sched = getattr(tx, "lr_scheduler", None)
+        _check_hypers(opt, new_state, port_sched)
+        check_user_scheduler(opt.attrs.get("lr_scheduler"), port_sched, WHO, opt.attrs.get("num_update"))
     return new_state
+
+
+def _is_name(key) -> bool:
+    """A path entry Gluon names a parameter by: a dict key that is text, or an attribute."""
+    return isinstance(key, jax.tree_util.GetAttrKey) or (
+        isinstance(key, jax.tree_util.DictKey) and isinstance(key.key, str))
+
+
+def gluon_order(params) -> list[int]:
+    """The leaf position of each MXNet index when no ``order`` is given: one rule
+    for `from_gluon_states` and ``Trainer.load_states``.
+
+    MXNet 1.9.1's ``gluon.Trainer`` numbers the parameters of the dict it is
+    given in sorted-key order (``sorted(params.keys())``), the keys being Gluon
+    names: a nested block's parameter is its blocks' names and its own joined
+    by '_' (``dense0_weight``). So where every path entry of ``params`` is a
+    dict key or an attribute, index ``i`` is the ``i``-th leaf by its
+    '_'-joined path (``dense0_bias, dense0_weight, dense10_bias, ...,
+    dense1_bias``), whatever JAX's leaf order (which sorts each level apart:
+    ``dense1/*`` before ``dense10/*``). A tree with list positions at the top
+    (a list of arrays, or of layers) keeps its leaf order: index ``i`` is leaf
+    ``str(i)``. Any other tree (list positions below dict keys) has no Gluon
+    name; its leaf order is taken where it agrees with the sorted '_'-joined
+    paths, and otherwise `MigrateError` asks for ``order``.
+    """
+    paths = [_without_variable_value(p) for p, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+    leaf = list(range(len(paths)))
+    if not paths or all(p and not _is_name(p[0]) for p in paths):
+        return leaf  # a sequence at the top: MXNet index i is leaf i
+    gluon = ["_".join(key_name(k) for k in p) for p in paths]
+    ranked = sorted(leaf, key=gluon.__getitem__)
+    slash = param_names(params)
+    how = (f"pass order=[gradxform names in the Trainer's order]: trainer.load_states(fname, order=['{slash[0]}', "
+           "...]) or from_gluon_states(fname, params, tx, order=[...]) (print(sorted(net.collect_params().keys())) "
+           "in the MXNet script lists the Trainer's order)")
+    same = next(((a, j) for a, j in zip(ranked, ranked[1:]) if gluon[a] == gluon[j]), None)
+    if same is not None:
+        raise MigrateError(f"{WHO}: parameters {slash[same[0]]!r} and {slash[same[1]]!r} have the same Gluon "
+                           f"name {gluon[same[0]]!r} (their paths joined by '_'), so Gluon's sorted order cannot "
+                           f"tell them apart; {how}.")
+    if all(_is_name(k) for p in paths for k in p) or ranked == leaf:
+        return ranked
+    odd = next(slash[i] for i, p in enumerate(paths) if not all(_is_name(k) for k in p))
+    raise MigrateError(f"{WHO}: cannot tell Gluon's parameter order: {odd!r} has a list position below a dict "
+                       f"key, which no Gluon name has, and JAX's leaf order differs from the sorted names; {how}; "
+                       "or key every level by name ({'dense0': {'weight': ...}}).")
 
 
 def _lars_last_lr(opt, state0, n: int) -> np.ndarray:
@@ -405,7 +460,10 @@ def _check_attr_types(opt: PickledObject) -> None:
         raise MigrateError(f"{WHO}: the optimizer's idx2name is {short(opt.attrs['idx2name'])}, not a dict.")
 
 
-def _check_hypers(opt: PickledObject, state) -> None:
+def _check_hypers(opt: PickledObject, state, port_sched=None) -> None:
+    """Warns where tx's hyperparameters or its use of a scheduler differ from the run's;
+    ``port_sched``: tx's scheduler object, which counts as one where the Trainer evaluates it
+    on the host (a Python rule JAX cannot trace: its state holds no schedule)."""
     expected = {g: opt.attrs[m] for m, g in _HYPER.items()
                 if isinstance(opt.attrs.get(m), (int, float)) and not isinstance(opt.attrs.get(m), bool)}
     sched = opt.attrs.get("lr_scheduler")
@@ -413,7 +471,7 @@ def _check_hypers(opt: PickledObject, state) -> None:
         expected["learning_rate"] = opt.attrs["lr"]
     warn_hyper_mismatch(state, expected, WHO)
     scheduled = [bool(np.asarray(h["scheduled"])) for h in _step_hypers(state)]
-    if scheduled and (sched is not None) != any(scheduled):
+    if scheduled and (sched is not None) != (any(scheduled) or port_sched is not None):
         warn_at_caller(f"{WHO}: the run {'used' if sched is not None else 'did not use'} an lr_scheduler "
                        f"({getattr(sched, 'class_name', None)}) but tx {'does not' if sched is not None else 'does'};"
                        " the learning rates will differ.")

@@ -17,8 +17,8 @@ from .._ranges import Range, check_value, declared_range, owner_of
 from .._state_paths import get_path, replace_fields, state_paths, written_out
 from ..checkpoint import MAGIC, CheckpointError
 
-__all__ = ["is_file", "is_gluon_states", "read_source", "migrated_state", "keep_multipliers", "state_forms",
-           "check_values", "value_error"]
+__all__ = ["is_file", "is_gluon_states", "read_source", "migrated_state", "no_order", "keep_multipliers",
+           "state_forms", "check_values", "value_error"]
 
 MULTIPLIER_FIELDS = ("lr_mult", "wd_mult")
 
@@ -54,13 +54,25 @@ def read_source(fname) -> io.BytesIO:
     return out
 
 
-def migrated_state(source, params, like, tx, *, guarded: bool):
+def no_order(order) -> None:
+    """``load_states(order=...)`` is for a Gluon file: a gradxform checkpoint or a
+    state tree is in the Trainer's own leaf order already."""
+    if order is not None:
+        raise ValueError("Trainer.load_states(order=...): order maps a Gluon .states file's MXNet indices onto "
+                         "the parameters; this is a gradxform checkpoint or a state tree, already in the "
+                         "Trainer's order: call trainer.load_states(fname) without order.")
+
+
+def migrated_state(source, params, like, tx, *, guarded: bool, order=None):
     """The optimizer state from a Gluon ``.states`` file (read for ``tx`` by
-    `gradxform.migrate.from_gluon_states`) or a migrated state tree, checked
+    `gradxform.migrate.from_gluon_states`, in ``order``: default Gluon's,
+    `gradxform.migrate._gluon.gluon_order`) or a migrated state tree, checked
     against ``like`` (the Trainer's per-leaf state: structure and shapes).
     ``guarded``: the Trainer wraps ``tx`` (skip_nonfinite, loss_scale), whose
     state a Gluon file cannot hold."""
-    if is_file(source):
+    if not is_file(source):
+        no_order(order)
+    else:
         if guarded:
             raise ValueError("Trainer.load_states: a Gluon .states file holds the optimizer's own state; load "
                              "it into a Trainer without skip_nonfinite/loss_scale, or migrate it with "
@@ -69,7 +81,7 @@ def migrated_state(source, params, like, tx, *, guarded: bool):
         from ..migrate._state import SET_BY_CALLER  # noqa: PLC0415
         token = SET_BY_CALLER.set(("rescale_grad",))  # step() sets it (1/batch_size), as Gluon's
         try:
-            source = from_gluon_states(source, params, tx)
+            source = from_gluon_states(source, params, tx, order=order)
         finally:
             SET_BY_CALLER.reset(token)
     got = jax.tree.structure(source)

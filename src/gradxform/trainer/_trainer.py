@@ -25,11 +25,11 @@ from ..checkpoint import load_state, read_metadata, save_state
 from . import _allreduce as ar
 from ._compression import parse_compression, zeros_residual
 from . import _host as host
-from ._resume import (check_values, is_file, is_gluon_states, keep_multipliers, migrated_state, read_source,
-                      state_forms)
+from ._resume import (check_values, is_file, is_gluon_states, keep_multipliers, migrated_state, no_order,
+                      read_source, state_forms)
 from ._kvstore import check_kvstore, compression_in_kvstore, scaled_loss, wants_sharding
 from ._optimizer_object import MXNetOptimizer
-from ._usage import NO_BATCH_SIZE, check_params_arg, check_stale, gluon_call
+from ._usage import NO_BATCH_SIZE, NO_GRADS, check_params_arg, check_stale, gluon_call
 from ._model_state import MODEL_STATE, batch_hint, check_aux, compile_with_state
 from ._zero import ShardedState
 
@@ -73,8 +73,8 @@ class Trainer:
 
     Args:
       params: a pytree of floating-point arrays (one copy). Parameter names are
-        '/'-joined key paths (`gradxform.param_names`); leaf order is
-        Gluon's (dict keys sorted).
+        '/'-joined key paths (`gradxform.param_names`); a Gluon ``.states`` file
+        maps onto them in Gluon's order (`gradxform.migrate.from_gluon_states`).
       optimizer: a name for `gradxform.create` or a ready transformation.
       optimizer_params: keywords for `gradxform.create`; must be empty when
         ``optimizer`` is a transformation (as in Gluon).
@@ -421,7 +421,7 @@ class Trainer:
         return self._programs[key]
 
     # -- Gluon's step / allreduce_grads / update ------------------------------
-    def allreduce_grads(self, grads):
+    def allreduce_grads(self, grads=NO_GRADS):
         """Sums per-device gradients over all devices (of all processes).
 
         Returns the sums, still one (identical) copy per device, None where the
@@ -429,6 +429,7 @@ class Trainer:
         quantized gradient and the residuals advance. Transform the result per
         copy (``jax.vmap(fn)(summed)``) and pass it to `update`.
         """
+        gluon_call("allreduce_grads", grads, None)  # Gluon's allreduce_grads(): say what to type
         present, g_leaves, _ = self._split_grads(grads, "allreduce_grads", need_mapped=True)
         if not any(present):
             return grads
@@ -441,7 +442,7 @@ class Trainer:
         it = iter(summed)
         return self._treedef.unflatten([next(it) if here else None for here in present])
 
-    def update(self, grads, batch_size=NO_BATCH_SIZE, ignore_stale_grad: bool = False) -> None:
+    def update(self, grads=NO_GRADS, batch_size=NO_BATCH_SIZE, ignore_stale_grad: bool = False) -> None:
         """Applies already-summed gradients (per device, or one copy), each
         normalized by ``1 / batch_size``; see the class docstring for stale ones."""
         gluon_call("update", grads, batch_size)
@@ -458,7 +459,7 @@ class Trainer:
         self._host_lr_ran()
         self._after_step()
 
-    def step(self, grads, batch_size=NO_BATCH_SIZE, ignore_stale_grad: bool = False) -> None:
+    def step(self, grads=NO_GRADS, batch_size=NO_BATCH_SIZE, ignore_stale_grad: bool = False) -> None:
         """``allreduce_grads`` then ``update``, as one program.
 
         Args:
@@ -546,7 +547,7 @@ class Trainer:
         save_state(fname, self._tree(*self._host_form()),
                    meta={**self._meta(), **(self._host_lr.position() if self._host_lr else {})})
 
-    def load_states(self, fname) -> None:
+    def load_states(self, fname, order=None) -> None:
         """Loads a ``save_states`` file; training then continues bit for bit.
 
         Also takes a Gluon ``.states`` file (read by `gradxform.migrate.from_gluon_states`
@@ -554,6 +555,7 @@ class Trainer:
         parameters, residuals restart at zero, and (as in Gluon) its ``lr_mult``/``wd_mult``.
         ``fname``: a path (str, bytes, os.PathLike) or an open binary file, read once; the
         format is told from its first bytes (checkpoint magic, or a pickle of any protocol).
+        ``order``: only for a Gluon file, as `from_gluon_states`' (default: Gluon's own order).
 
         Raises `gradxform.checkpoint.CheckpointError` ('truncated'; 'corrupt': also a FIFO,
         device or directory, or a value no run reaches, `_resume.value_error`; 'mismatch':
@@ -565,9 +567,10 @@ class Trainer:
         source, file_meta = read_source(fname) if is_file(fname) else fname, None
         if not is_file(fname) or is_gluon_states(source.getvalue()):
             params = self.params
-            state = migrated_state(source, params, state, self._optimizer, guarded=self._guarded)
+            state = migrated_state(source, params, state, self._optimizer, guarded=self._guarded, order=order)
             residual = [np.zeros(r.shape, r.dtype) for r in residual]
         else:
+            no_order(order)
             forms = [self._tree(params, f, residual) for f in state_forms(state, params)]
             loaded = load_state(source, like=forms[0], alternatives=forms[1:], meta=self._meta())
             params, state, residual = loaded["params"], loaded["state"], loaded["residual"]

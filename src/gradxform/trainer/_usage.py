@@ -5,9 +5,28 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-__all__ = ["NO_BATCH_SIZE", "check_params_arg", "check_stale", "gluon_call"]
+__all__ = ["NO_BATCH_SIZE", "NO_GRADS", "check_params_arg", "check_stale", "gluon_call"]
 
 NO_BATCH_SIZE = object()  # step(batch_size) called Gluon's way: see gluon_call
+NO_GRADS = object()       # step() / update() / allreduce_grads() called without the gradients
+
+_GET_GRADS = "grads = trainer.grads(loss_fn, batch)"
+_WRITE = {  # what to type instead, per call
+    "step": f"trainer.step(grads, batch_size) with {_GET_GRADS}",
+    "update": f"trainer.update(summed, batch_size) with summed = trainer.allreduce_grads(grads), {_GET_GRADS}",
+    "allreduce_grads": f"summed = trainer.allreduce_grads(grads) with {_GET_GRADS}, then "
+                       "trainer.update(summed, batch_size)",
+}
+
+
+def _no_grads(where: str, grads) -> None:
+    """Gluon's ``allreduce_grads()`` (and ``step()``/``update()`` with nothing):
+    autograd left the gradients on the parameters; here they are the argument."""
+    if grads is NO_GRADS or (where == "allreduce_grads" and isinstance(grads, (int, float, np.integer,
+                                                                               np.floating))):
+        got = "" if grads is NO_GRADS else repr(grads)
+        raise TypeError(f"Trainer.{where}({got}): gradxform's Trainer takes the gradients, as JAX returns them "
+                        f"(Gluon's autograd leaves them on the parameters): {_WRITE[where]}.")
 
 
 def _module_hint(params) -> str:
@@ -26,6 +45,7 @@ def _module_hint(params) -> str:
 def gluon_call(where: str, grads, batch_size) -> None:
     """Gluon's ``trainer.step(batch_size)`` (autograd left the gradients on the
     parameters): gradxform's Trainer takes them as an argument."""
+    _no_grads(where, grads)
     if batch_size is not NO_BATCH_SIZE:
         return
     if isinstance(grads, (int, float, np.integer, np.floating)):
