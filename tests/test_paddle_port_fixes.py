@@ -305,3 +305,72 @@ def test_a_group_predicate_that_selects_nothing_is_refused_and_an_empty_group_is
     tx = P.SGD(0.1, parameters=[{"params": []}, {"params": ["fc1/*"]}])
     u, _ = tx.update(jax.tree.map(jnp.ones_like, params), tx.init(params), params)
     np.testing.assert_allclose(u["fc1"]["weight"], -0.1 * np.ones((2, 2)))
+
+
+# -- Paddle's functions over parameters get gradxform's names --------------------------------------
+
+def _two_layers():
+    k = jax.random.split(jax.random.PRNGKey(0), 2)
+    return {"fc1": {"weight": jax.random.normal(k[0], (3, 4)), "bias": jnp.full((4,), 0.1)},
+            "fc2": {"weight": jax.random.normal(k[1], (4, 2)), "bias": jnp.full((2,), -0.1)}}
+
+
+_PADDLE_NAMES = ["linear_0.w_0", "linear_1.w_0"]  # PaddleNLP's decay_params, built from Paddle's names
+
+
+@pytest.mark.parametrize("make, keyword, fix", [
+    (lambda params, fn: P.Lamb(0.02, lamb_weight_decay=0.05, parameters=params, exclude_from_weight_decay_fn=fn),
+     "exclude_from_weight_decay_fn", "exclude_from_weight_decay_fn=None"),
+    (lambda params, fn: P.AdamW(0.02, weight_decay=0.05, parameters=params, apply_decay_param_fun=fn),
+     "apply_decay_param_fun", "weight_decay=0.0"),
+])
+def test_a_decay_function_written_for_paddles_names_is_refused_at_init(make, keyword, fix):
+    # the port check's case (lamb_names.py): Paddle's names select nothing among 'fc1/bias', ...; Lamb's
+    # biases were then off by 0.018 at step 1. Refused before any state exists, saying what to type.
+    fn = (lambda p: p.name.endswith("b_0")) if keyword.startswith("exclude") else (lambda n: n in _PADDLE_NAMES)
+    match = (rf"{keyword}=\.\.\.\): the function .* no parameter; it was called with \[.*'fc1/bias'.*"
+             rf"'/'.*linear_0\.w_0.*{fix}")
+    with pytest.raises(ValueError, match=match):
+        make(_two_layers(), fn)
+    pure = {"exclude_from_weight_decay_fn": P.lamb, "apply_decay_param_fun": P.adamw}[keyword]
+    with pytest.raises(ValueError, match=match):
+        pure(0.02, **{keyword: fn}).init(_two_layers())
+
+
+def test_a_decay_function_that_selects_some_parameters_stays_as_it_was():
+    # (Paddle's numbers for it: the exclude_names / decay_names cases of test_paddle_optimizers_parity.py)
+    params = _two_layers()
+    grads = jax.tree.map(jnp.ones_like, params)
+    for make, kw, fn in ((P.lamb, "exclude_from_weight_decay_fn", lambda p: p.name.endswith("bias")),
+                         (P.adamw, "apply_decay_param_fun", lambda n: n.endswith("weight"))):
+        u = {}
+        for f in (None, fn):
+            tx = make(0.02, **{kw: f})
+            u[f] = tx.update(grads, tx.init(params), params)[0]
+        for layer in ("fc1", "fc2"):   # the biases' decay is off, the weights' as it was
+            assert not np.allclose(u[None][layer]["bias"], u[fn][layer]["bias"])
+            np.testing.assert_array_equal(u[None][layer]["weight"], u[fn][layer]["weight"])
+    opt = P.Lamb(0.02, parameters=params, exclude_from_weight_decay_fn=lambda p: p.name.endswith("bias"))
+    opt.step(grads)
+    tx = P.lamb(0.02, exclude_from_weight_decay_fn=lambda p: p.name.endswith("bias"))
+    np.testing.assert_allclose(np.asarray(opt.parameters["fc1"]["bias"]),
+                               np.asarray(params["fc1"]["bias"] + tx.update(grads, tx.init(params), params)[0]["fc1"]["bias"]),
+                               rtol=1e-6)
+
+
+def test_a_decay_function_that_selects_nothing_where_no_decay_applies_is_not_refused():
+    # coefficient 0: which parameters the function picks changes no number
+    params, none = _two_layers(), (lambda p: False)
+    P.lamb(0.02, lamb_weight_decay=0.0, exclude_from_weight_decay_fn=none).init(params)
+    P.adamw(0.02, weight_decay=0.0, apply_decay_param_fun=none).init(params)
+
+
+def test_optax_params_placeholder_does_not_refuse_a_decay_function():
+    # optax.tree_map_params calls init with a placeholder that has no names: nothing to judge
+    import optax
+    params = _two_layers()
+    for make, kw in ((P.lamb, "exclude_from_weight_decay_fn"), (P.adamw, "apply_decay_param_fun")):
+        state = make(0.02, **{kw: lambda p: "bias" in str(getattr(p, "name", p))}).init(params)
+        nothing = make(0.02, **{kw: lambda p: False})
+        mapped = optax.tree_map_params(nothing, lambda x: x * 0, state)
+        assert jax.tree.structure(mapped) == jax.tree.structure(state)

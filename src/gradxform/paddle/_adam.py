@@ -25,7 +25,7 @@ from .._ranges import ANY, NON_NEGATIVE, check_hyper
 from .._group_values import partition, per_group, stepped
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
-from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, with_groups
+from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, refuse_selecting_nothing, with_groups
 from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE, FLAG, NON_NEGATIVE_FINITE, POWER
 
@@ -109,6 +109,25 @@ def _group_pows(params, slots_of, groups, name, default):
     return np.asarray(vals, np.float32), slot  # host numbers: `partition` groups them
 
 
+def _check_some_decay(owner, infos, slot, chosen, groups, coeff_name, coeff):
+    """Refuses, at init, a decay function (AdamW's ``apply_decay_param_fun``,
+    Lamb's ``exclude_from_weight_decay_fn``) that chose no parameter among
+    the optimized leaves it was asked about (``slot >= 0``; ``chosen``: what
+    it returned), where some of them have a nonzero decay (else the choice
+    changes no number). `refuse_selecting_nothing` words it."""
+    asked = [i.name for i, k in zip(infos, slot) if k >= 0]
+    if any(c for c, k in zip(chosen, slot) if k >= 0):
+        return
+    if not any(groups.get(int(k), {}).get(coeff_name, coeff) != 0 for k in slot if k >= 0):
+        return
+    if coeff_name == "weight_decay":
+        refuse_selecting_nothing(owner, "apply_decay_param_fun", asked, "decays",
+                                 "type weight_decay=0.0 (no decay) or apply_decay_param_fun=None (every "
+                                 "parameter decays)")
+    refuse_selecting_nothing(owner, "exclude_from_weight_decay_fn", asked, "excludes",
+                             "type exclude_from_weight_decay_fn=None (every parameter decays)")
+
+
 def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None, decay_fn=None, groups=None,
                slots_of=None):
     """Paddle's ``adam_`` / ``adamw_`` CPU kernel (``coeff``: AdamW)::
@@ -134,6 +153,8 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
         if any(not np.isfinite(r) or r < 0 for r in ratios):
             raise ValueError(f"{owner}(lr_ratio=...): must give finite ratios >= 0; got {ratios}.")
         decay = [coeff is not None and (decay_fn is None or bool(decay_fn(i.name))) for i in infos]
+        if decay_fn is not None and coeff is not None:
+            _check_some_decay(owner, infos, slot, decay, groups, "weight_decay", coeff)
         return AdamState(with_groups(base, groups), _zeros(params), _zeros(params), _zeros(params) if amsgrad else (),
                          *partition(p1, p2, ratios, decay, slot, dtypes=_ADAM_DTYPES))
 
@@ -262,7 +283,10 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
     ``p.shape``: a `ParamInfo`) is refused by Paddle on CPU ("unimplemented
     in CPU"); here it multiplies the learning rate of both the decay and the
     Adam step, as Paddle's GPU kernel does. ``apply_decay_param_fun(name)``
-    gets the gradxform parameter name. ``use_lowprecision_moment``: accepted
+    gets the gradxform parameter name, the pytree path joined by ``/``
+    (``'fc1/weight'``), not Paddle's automatic name (``'linear_0.w_0'``); one
+    that decays no parameter (a rule written for Paddle's names) is refused at
+    init: type ``weight_decay=0.0`` for no decay. ``use_lowprecision_moment``: accepted
     (moments follow the update dtype here; float32 under multi_precision).
     """
     owner = registered_name(adamw)
@@ -391,6 +415,9 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
         p2, _ = _group_pows(params, slots_of, groups, "beta2", beta2)
         fns = [excludes.get(int(k), exclude_fn) for k in slot]
         decay = [not (f is not None and bool(f(i))) for i, f in zip(infos, fns)]
+        asked = [k >= 0 and f is not None for k, f in zip(slot, fns)]
+        _check_some_decay(owner, infos, np.where(asked, slot, -1), [not d for d in decay], groups,
+                          "lamb_weight_decay", wd)
         return LambState(with_groups({"lamb_weight_decay": wd, "beta1": beta1, "beta2": beta2, "epsilon": epsilon},
                                      groups), _zeros(params), _zeros(params),
                          *partition(p1, p2, decay, slot, dtypes=(np.float32, np.float32, np.int32, np.int32)))
@@ -452,9 +479,14 @@ def lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, ep
         w -= lr * (|w| / |r|) * r           (ratio 1 if a norm is 0)
 
     with ``m^ = m / (1 - beta_pow)``. ``exclude_from_weight_decay_fn(p)``
-    (``p.name``: a `ParamInfo`) turns the decay off for a parameter; there the
+    (a `ParamInfo`) turns the decay off for a parameter; there the
     trust ratio is 1 unless ``always_adapt`` (Paddle: "skip adaptation on
-    parameters that are excluded from weight decay").
+    parameters that are excluded from weight decay"). ``p.name`` is the
+    gradxform name, the pytree path joined by ``/`` (``'fc1/bias'``), not
+    Paddle's automatic name (``'linear_0.b_0'``): write
+    ``lambda p: p.name.endswith('bias')``, not ``...endswith('b_0')``. One
+    that excludes no parameter (a rule written for Paddle's names) is refused
+    at init; type ``exclude_from_weight_decay_fn=None`` if none was meant.
     """
     owner = registered_name(lamb)
     del name

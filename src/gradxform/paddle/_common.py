@@ -81,7 +81,8 @@ GROUP_KEYS = ("params", "learning_rate", "weight_decay", "grad_clip")
 class ParamInfo(NamedTuple):
     """What a Paddle callable that takes a parameter tensor (``lr_ratio``,
     ``exclude_from_weight_decay_fn``) gets here: ``p.name`` (the gradxform
-    name), ``p.shape``, ``p.dtype``."""
+    name, the pytree path joined by ``/``: ``'fc1/bias'``, not Paddle's
+    automatic ``'linear_0.b_0'``), ``p.shape``, ``p.dtype``."""
     name: str
     shape: tuple
     dtype: Any
@@ -90,6 +91,22 @@ class ParamInfo(NamedTuple):
 def param_infos(params) -> list[ParamInfo]:
     return [ParamInfo(n, tuple(np.shape(p)), jnp.result_type(p))
             for n, p in zip(param_names(params), jax.tree.leaves(params))]
+
+
+def refuse_selecting_nothing(owner: str, keyword: str, asked: list[str], verb: str, if_meant: str) -> None:
+    """A Paddle function over parameters (``exclude_from_weight_decay_fn``,
+    ``apply_decay_param_fun``) that selected none of the names ``asked`` at
+    init: almost always a rule written for Paddle's automatic names
+    (``linear_0.b_0``), which match nothing among gradxform's, so the run
+    would train on with the wrong decay. Refused, saying what to type.
+    No names (optax's params placeholder): nothing to judge, no error."""
+    if not asked:
+        return
+    raise ValueError(
+        f"{owner}({keyword}=...): the function {verb} no parameter; it was called with {describe_names(asked, 4)}. "
+        "gradxform calls it with its own parameter names, the pytree path joined by '/' ('fc1/weight', "
+        "'fc1/bias'), not Paddle's automatic names ('linear_0.w_0', 'linear_0.b_0'), so a rule written for "
+        f"Paddle's names matches nothing here: rewrite it for these names. If nothing was meant, {if_meant}.")
 
 
 def check_float(owner: str, name: str, value, **range_kw) -> float:
