@@ -14,6 +14,11 @@ test shows what the CPU kernel does instead:
   * momentum_nesterov: CPU ApplyMomentum ignores use_nesterov.
   * adagrad_accum_noslots: CPU ApplyAdagrad ignores update_slots=False.
   * ftrl_l1_l2: CPU ApplyFtrl uses (l1 - u) for negative u (not sign(u) l1 - u).
+    gradxform follows MindSpore's GPU ApplyFtrl (ftrl_impl.cu), which the CPU
+    and GPU SparseApplyFtrl share; ftrl_sparse_l1_l2, ftrl_sparse_l1_wd_ls and
+    ftrl_sparse_groups are ordinary goldens of that rule, recorded by real
+    MindSpore CPU through nn.FTRL's sparse branch over every row
+    (tools/mindspore_ftrl_goldens.py).
 proximaladagrad_l1_l2 is an ordinary golden: the CPU and GPU kernels both
 shrink with lr/sqrt(accum) (TensorFlow's rule) where the seed and the docs
 write lr, so the framework's code wins (issue 15 item 2).
@@ -224,20 +229,68 @@ def _numpy_run(z, meta, step, init):
     return w
 
 
-def test_cpu_ftrl_kernel_uses_l1_minus_u():
-    z, meta = load("ftrl_l1_l2")
-    k = meta["kwargs"]
-    lr, p, l1, l2 = k["learning_rate"], k["lr_power"], k["l1"], k["l2"]
+def _ftrl_step(k, cpu_dense):
+    """One FTRL step in float32 NumPy: ``cpu_dense`` transcribes apply_ftrl_cpu_kernel.cc
+    (``linear ? l1 : -l1``, so ``l1 - u``), otherwise the GPU ApplyFtrl of
+    cuda_ops/ftrl_impl.cu (``l1 * Sgn(linear) - linear``), the rule gradxform follows.
+    Weight decay and loss scale as nn.FTRL applies them (every parameter decayed
+    unless a group says otherwise, ``(g + wd * ls * w) / ls``)."""
+    lr, p, l1, l2 = (np.float32(k.get(n, d)) for n, d in
+                     (("learning_rate", 0.001), ("lr_power", -0.5), ("l1", 0.0), ("l2", 0.0)))
+    ls = np.float32(k.get("loss_scale", 1.0))
 
-    def step(w, g, s, cpu):
+    def step(w, g, s, wd):
         m, u = s
+        g = (g + np.float32(wd) * ls * w) / ls
         m2 = m + g * g
         u2 = u + g - (m2 ** -p - m ** -p) / lr * w
-        num = (l1 - u2) if cpu else (np.sign(u2) * l1 - u2)
-        return np.where(np.abs(u2) > l1, num / (m2 ** -p / lr + 2 * l2), 0.0).astype(np.float32), (m2, u2)
+        num = (l1 - u2) if cpu_dense else (np.sign(u2) * l1 - u2)
+        return np.where(np.abs(u2) > l1, num / (m2 ** -p / lr + 2 * l2), 0).astype(np.float32), (m2, u2)
+    return step
+
+
+def test_cpu_ftrl_kernel_uses_l1_minus_u():
+    """Recorded through nn.FTRL's dense branch (CPU ApplyFtrl): the CPU kernel's ``l1 - u``
+    reproduces it, and gradxform follows the GPU kernel's ``sign(u) l1 - u`` instead."""
+    z, meta = load("ftrl_l1_l2")
+    k = meta["kwargs"]
+    assert k["l1"] > 0 and not k.get("weight_decay")
+
+    def step(w, g, s, cpu):
+        return _ftrl_step(k, cpu)(w, g, s, 0.0)
 
     init = lambda x: (np.full_like(x, k["initial_accum"]), np.zeros_like(x))  # noqa: E731
     _assert_cpu_kernel_and_seed(z, meta, step, init)
+
+
+@pytest.mark.parametrize("case", ["ftrl_sparse_l1_l2", "ftrl_sparse_l1_wd_ls", "ftrl_sparse_groups"])
+def test_ftrl_follows_the_gpu_kernel_not_the_cpu_dense_one(case):
+    """The ftrl_sparse_* goldens (real MindSpore CPU, SparseApplyFtrl over every row) equal a
+    float32 NumPy transcription of the GPU ApplyFtrl (ftrl_impl.cu) and are far from the CPU dense
+    ApplyFtrl's ``l1 - u``, so the golden test (test_golden_trajectory, where gradxform matches them)
+    pins the GPU kernel's rule; ``|u| <= l1`` and ``u < -l1`` both occur in each."""
+    z, meta = load(case)
+    k = meta["kwargs"]
+    wd_of = {n: k.get("weight_decay", 0.0) for n in meta["names"]}
+    for grp in meta["groups"] or ():
+        wd_of.update({n: grp.get("weight_decay", k.get("weight_decay", 0.0)) for n in grp["params"]})
+    init = lambda x: (np.full_like(x, k.get("initial_accum", 0.1)), np.zeros_like(x))  # noqa: E731
+    ends = {}
+    for cpu_dense in (False, True):
+        step = _ftrl_step(k, cpu_dense)
+        names, n = meta["names"], len(meta["names"])
+        w = [z[f"w0_{i}"].astype(np.float32) for i in range(n)]
+        s = [init(x) for x in w]
+        for t in range(meta["steps"]):
+            for i in range(n):
+                w[i], s[i] = step(w[i], z[f"g_{t}_{i}"], s[i], wd_of[names[i]])
+                if not cpu_dense:
+                    np.testing.assert_allclose(w[i], z[f"w_{t}_{i}"], rtol=1e-5, atol=1e-6,
+                                               err_msg=f"{case} step {t} {names[i]}")
+        ends[cpu_dense] = w
+    assert max(np.max(np.abs(a - b)) for a, b in zip(ends[True], ends[False])) > 1e-3
+    ws = np.concatenate([z[f"w_{t}_{i}"].ravel() for t in range(meta["steps"]) for i in range(len(meta["names"]))])
+    assert (ws == 0).any() and (ws > 0).any()  # w = 0 (|u| <= l1) and w > 0 (u < -l1) both recorded
 
 
 def test_proximal_adagrad_shrinks_with_the_adaptive_rate_not_the_seeds_lr():

@@ -145,11 +145,13 @@ class MindSporeFtrlState(NamedTuple):
 
 
 def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> GradientTransformation:
-    """``ApplyFtrl`` (``p = lr_power``)::
+    """``ApplyFtrl`` as MindSpore's GPU kernel computes it (``p = lr_power``)::
 
         m' = m + g^2
         u += g - (m'^-p - m^-p) / lr * w
         w' = (sign(u) * l1 - u) / (m'^-p / lr + 2 * l2)  if |u| > l1  else 0;   emits w' - w
+
+    (the CPU dense kernel differs for l1 > 0: see `ftrl`)
     """
 
     def init(params):
@@ -196,9 +198,28 @@ def ftrl(initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0, 
     use_locking accepted and ignored. Without groups every parameter is
     decayed (MindSpore's FTRL has no beta/gamma filter).
 
-    Warning: MindSpore 2.10's CPU ``ApplyFtrl`` kernel computes ``l1 - u``
-    where the seed has ``sign(u) * l1 - u`` (they differ for negative ``u``
-    when l1 > 0); the seed's rule is kept here.
+    ``p = lr_power`` enters only as ``m^-p`` (the CPU sparse kernel takes
+    ``sqrt`` for p = -0.5, the same value); ``|u| > l1`` is strict, so
+    ``|u| == l1`` gives ``w = 0``.
+
+    Which kernel: for a dense gradient ``nn.FTRL`` (``nn/optim/ftrl.py``
+    ``_tensor_run_opt``) calls ``P.ApplyFtrl``; for a ``RowTensor`` gradient
+    ``P.SparseApplyFtrl`` (``P.FusedSparseFtrl`` when ``target='CPU'``). The
+    rule above is the one of the GPU ``ApplyFtrl``
+    (``mindspore/ccsrc/plugin/device/gpu/kernel/cuda_impl/cuda_ops/ftrl_impl.cu``:
+    ``l1 * Sgn(linear) - linear``), of the GPU ``SparseApplyFtrl``
+    (``cuda_ops/sparse_ftrl_impl.cu``), of the CPU ``SparseApplyFtrl`` /
+    ``FusedSparseFtrl`` (``plugin/device/cpu/kernel/sparse_apply_ftrl_cpu_kernel.cc``:
+    ``Sign(linear) * l1 - linear``) and of ``ApplyFtrl``'s documentation; it
+    is what gradxform computes. MindSpore 2.10's CPU dense ``ApplyFtrl``
+    (``plugin/device/cpu/kernel/apply_ftrl_cpu_kernel.cc``) writes
+    ``linear ? l1 : -l1`` for the sign, i.e. ``w = (l1 - u) / (...)`` once
+    ``|u| > l1``: the two differ where ``u < -l1`` (by ``2 l1 / (...)``) and
+    agree when l1 = 0. Following the GPU (main) kernel, gradxform does not
+    reproduce that CPU-only rule: a MindSpore CPU run with dense gradients and
+    l1 > 0 differs from gradxform there (golden ``ftrl_l1_l2``), while the
+    goldens ``ftrl_sparse_*`` (tools/mindspore_ftrl_goldens.py: MindSpore's
+    CPU sparse kernel fed every row) record the rule above.
     """
     owner = registered_name(ftrl)
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, float):
