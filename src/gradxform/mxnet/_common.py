@@ -30,9 +30,15 @@ each one does) and passes them to `parse_options` by name.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
-from typing import Any, Callable, Mapping
+import weakref
+from typing import Any
+
+import numpy as np
+import optax
 
 from .._base import GradientTransformation
 from .._hyper import check_range
@@ -44,7 +50,8 @@ from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
 from ..schedules.internal import COMPLETED, NUM_UPDATE, as_update_schedule, holds_its_rate
 
-__all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS"]
+__all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS", "MXNetTransformation", "updater_index",
+           "live_multipliers"]
 
 COMMON_DEFAULTS: dict[str, Any] = dict(
     wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None, multi_precision=False,
@@ -84,8 +91,7 @@ def _mxnet_names(owner: str, idx2name, names: list[str]):
         positions = dict(enumerate(range(len(names))))  # MXNet's legacy integer keys: leaf order
         return list(names), positions.get, set(names) if idx2name else set()
     at = {n: i for i, n in enumerate(names)}
-    # a name, or a parameter object with a .name (Gluon's collect_params().values())
-    by_index = dict(zip(idx2name, as_names(list(idx2name.values())) or map(str, idx2name.values())))
+    by_index = _by_index(idx2name)
     values = list(by_index.values())
     if all(v in at for v in values):
         return list(names), lambda k: at.get(by_index[k]) if k in by_index else None, set(values)
@@ -103,6 +109,28 @@ def _mxnet_names(owner: str, idx2name, names: list[str]):
                      f"to apply MXNet's rule to the leaf names.")
 
 
+# -- the imperative Updater: one parameter per init, known by its MXNet index ----------------
+_NO_INDEX = object()
+_UPDATER_INDEX: contextvars.ContextVar = contextvars.ContextVar("gradxform_mxnet_updater_index", default=_NO_INDEX)
+
+
+@contextlib.contextmanager
+def updater_index(index):
+    """While open, ``init`` of a one-leaf tree is MXNet parameter ``index``
+    (`gradxform.mxnet.Updater`): its multipliers resolve by ``index`` and
+    ``param_idx2name[index]``, as MXNet's ``_get_lr``/``_get_wd`` do."""
+    token = _UPDATER_INDEX.set(index)
+    try:
+        yield
+    finally:
+        _UPDATER_INDEX.reset(token)
+
+
+def _by_index(idx2name: dict) -> dict:
+    # a name, or a parameter object with a .name (Gluon's collect_params().values())
+    return dict(zip(idx2name, as_names(list(idx2name.values())) or map(str, idx2name.values())))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MXNetOptions(Setup):
     """MXNet's common keywords (``schedule`` is ``lr_scheduler``)."""
@@ -115,12 +143,21 @@ class MXNetOptions(Setup):
     param_idx2name: Any
     param_dict: Any = None
     warn_as: str | None = None   # the class name MXNet's float16 warning gives (SGD, LBSGD, NAG)
+    # {'lr_mult', 'wd_mult': the dicts set_lr_mult/set_wd_mult replace, 'version', 'tree_inits'}: shared by
+    # every copy `build` makes, read by each init (`MXNetTransformation`)
+    live: dict = dataclasses.field(default_factory=dict, compare=False)
 
     # -- per-parameter multipliers --------------------------------------------
-    def _resolver(self, mapping: Mapping[Any, float] | Callable[[str], float] | None, module_rule: bool, what: str):
+    def _resolver(self, what: str, module_rule: bool):
         idx2name = self.param_idx2name
 
         def resolve(names):
+            mapping: Any = self.live.get(what, getattr(self, what))  # a dict, a callable or None
+            index = _UPDATER_INDEX.get()
+            if index is not _NO_INDEX and len(names) == 1:
+                return np.asarray([self._index_mult(index, mapping, module_rule, what)], np.float32)
+            if self.live:
+                self.live["tree_inits"] = self.live.get("tree_inits", 0) + 1
             mx_names, index_of, named = _mxnet_names(self.owner, idx2name, list(names))
             if mapping and not callable(mapping):
                 known = list(dict.fromkeys(mx_names + list(names)))
@@ -128,7 +165,7 @@ class MXNetOptions(Setup):
             # MXNet's set_wd_mult: only the parameters param_idx2name names get the _weight/_gamma rule
             default = (lambda n: _module_wd_default(n) if n in named else 1.0) if (module_rule and idx2name) \
                 else 1.0
-            by_name = {k: v for k, v in (mapping or {}).items() if not isinstance(k, int)} \
+            by_name: Any = {k: v for k, v in (mapping or {}).items() if not isinstance(k, int)} \
                 if not callable(mapping) else mapping
             out = multipliers(mx_names, by_name, default, what)
             if mapping and not callable(mapping):
@@ -151,10 +188,50 @@ class MXNetOptions(Setup):
 
         return resolve
 
+    def _index_mult(self, index, mapping, module_rule: bool, what: str) -> float:
+        """The multiplier of the Updater's parameter ``index`` (MXNet's
+        ``_get_lrs``/``_get_wds``): ``param_dict[index]``, else an integer
+        key ``index``, else the entry of its name (``param_idx2name[index]``;
+        a string index is its own name), else MXNet's ``_weight``/``_gamma``
+        rule for a name ``param_idx2name`` gives (``wd_mult``), else 1."""
+        idx2name = self.param_idx2name
+        if idx2name is True:
+            raise ValueError(
+                f"{self.owner}(param_idx2name=True) with gradxform.mxnet.get_updater: the Updater's weights come by "
+                f"index and have no names for MXNet's _weight/_gamma decay rule to read. Pass the dict "
+                f"param_idx2name={{0: 'fc1_weight', 1: 'fc1_bias', ...}} (index -> name, as MXNet takes it) instead.")
+        by_index = _by_index(idx2name) if isinstance(idx2name, dict) else {}
+        named = set(by_index.values())
+        name = index if isinstance(index, str) else by_index.get(index)
+        keyed = {k: v for k, v in mapping.items() if not isinstance(k, int)} \
+            if mapping and not callable(mapping) else {}
+        if keyed and not named and not isinstance(index, str):
+            first = next(iter(keyed))
+            raise ValueError(
+                f"{what}={{{first!r}: ...}} with gradxform.mxnet.get_updater: the Updater's parameters are indices "
+                f"and, without param_idx2name, have no names (MXNet would ignore this entry and train with "
+                f"{what} 1). Pass param_idx2name={{0: {first!r}, ...}} (index -> name) to the optimizer, or key "
+                f"{what} by index ({{0: ...}}) instead.")
+        check_keys(sorted(named | ({name} if name is not None else set())), keyed, what)
+        rule = module_rule and name in named
+        source: Any = mapping if callable(mapping) else keyed  # a name -> multiplier callable, or its dict entries
+        value = float(multipliers([name if name is not None else str(index)], source,
+                                  _module_wd_default if rule else 1.0, what)[0])
+        if mapping and not callable(mapping) and isinstance(index, int) and index in mapping:
+            value = float(multipliers(["i"], {"i": mapping[index]}, 1.0, what)[0])  # checked as a number >= 0
+        if self.param_dict:
+            for k, obj in self.param_dict.items():
+                if k == index or (name is not None and k == name):
+                    value = _param_dict_mult(obj, what, k)
+        return value
+
     # -- the family's hooks (`Setup.build`) -----------------------------------
     def step(self) -> GradientTransformation:
-        return self.track(lr_mult=self._resolver(self.lr_mult, False, "lr_mult"),
+        return self.track(lr_mult=self._resolver("lr_mult", False),
                           begin_num_update=self.begin_num_update)
+
+    def presented(self, tx: GradientTransformation) -> "MXNetTransformation":
+        return MXNetTransformation.of(tx, self)
 
     def warning(self) -> str:
         """MXNet's float16 warning; SGD, LBSGD and NAG put their class name in it (``warn_as``)."""
@@ -169,14 +246,14 @@ class MXNetOptions(Setup):
         return clip_by_value(self.clip_gradient)
 
     def add_wd(self) -> GradientTransformation:
-        return add_decayed_weights(self.wd, wd_mult=self._resolver(self.wd_mult, True, "wd_mult"))
+        return add_decayed_weights(self.wd, wd_mult=self._resolver("wd_mult", True))
 
     def add_wd_from_context(self) -> GradientTransformation:
         """Coupled decay with the per-leaf values an earlier `provide_wd` published."""
         return add_decayed_weights(None)
 
     def provide_wd(self) -> GradientTransformation:
-        return provide_weight_decay(self.wd, wd_mult=self._resolver(self.wd_mult, True, "wd_mult"))
+        return provide_weight_decay(self.wd, wd_mult=self._resolver("wd_mult", True))
 
 
 def parse_options(factory, learning_rate, *, wd, rescale_grad, clip_gradient, lr_scheduler, multi_precision,
@@ -234,10 +311,92 @@ def parse_options(factory, learning_rate, *, wd, rescale_grad, clip_gradient, lr
                         schedule=lr_scheduler, multi_precision=bool(multi_precision),
                         begin_num_update=int(begin_num_update), lr_mult=lr_mult,
                         wd_mult=wd_mult, param_idx2name=param_idx2name or None,
-                        skip_nonfinite=bool(skip_nonfinite), param_dict=param_dict or None)
+                        skip_nonfinite=bool(skip_nonfinite), param_dict=param_dict or None,
+                        live=dict(lr_mult=lr_mult, wd_mult=wd_mult, version=0, tree_inits=0))
 
 
 def check_unit(owner: str, **values) -> None:
     """Decay rates and momenta: their declared ranges ([0, 1) for MXNet, `gradxform._ranges`)."""
     for name, v in values.items():
         check_hyper(owner, name, v)
+
+
+_LIVE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # init/update function -> MXNetOptions.live
+
+
+def live_multipliers(tx) -> dict | None:
+    """The multipliers ``set_lr_mult``/``set_wd_mult`` of MXNet optimizer ``tx`` replace (None: not one)."""
+    for fn in (getattr(tx, "init", None), getattr(tx, "update", None)):
+        try:
+            found = _LIVE.get(fn)
+        except TypeError:  # not weakly referenceable
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
+class MXNetTransformation(optax.GradientTransformationExtraArgs):
+    """An MXNet optimizer: the ``(init, update)`` pair, with MXNet's
+    ``set_lr_mult``/``set_wd_mult`` (and ``lr_mult``/``wd_mult`` to read).
+
+    MXNet's semantics: each call replaces the multipliers dict, and later
+    updates use it. `gradxform.mxnet.get_updater` reads it at every update;
+    a state ``init`` made for a tree holds its multipliers, so once one is
+    made these calls raise (MXNet would change them; that state would not).
+    The pair is all it holds (an ordinary optax pytree); the multipliers are
+    looked up by its functions, as `gradxform.paddle` does its schedules."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, tx, options: MXNetOptions) -> "MXNetTransformation":
+        out = cls(tx.init, tx.update)
+        if options.live:
+            for fn in (tx.init, tx.update):
+                _LIVE[fn] = options.live
+        return out
+
+    def _live(self, what: str) -> dict:
+        live = live_multipliers(self)
+        if live is None:
+            raise AttributeError(f"optimizer.{what}: this transformation no longer holds its MXNet multipliers "
+                                 f"(a wrapper replaced both its functions); pass {what.removeprefix('set_')}={{...}} "
+                                 "to gradxform.mxnet.create instead.")
+        return live
+
+    @property
+    def lr_mult(self) -> dict:
+        return dict(self._live("lr_mult")["lr_mult"] or {})
+
+    @property
+    def wd_mult(self) -> dict:
+        return dict(self._live("wd_mult")["wd_mult"] or {})
+
+    def set_lr_mult(self, args_lr_mult) -> None:
+        """MXNet's ``set_lr_mult``: ``{name or index: multiplier}`` replaces the learning-rate multipliers."""
+        self._set("lr_mult", args_lr_mult)
+
+    def set_wd_mult(self, args_wd_mult) -> None:
+        """MXNet's ``set_wd_mult``: replaces the weight-decay multipliers (with ``param_idx2name``, names
+        not ending in ``_weight``/``_gamma`` still get 0 unless given here)."""
+        self._set("wd_mult", args_wd_mult)
+
+    def _set(self, what: str, args) -> None:
+        live = self._live(f"set_{what}")
+        if not isinstance(args, dict):
+            raise TypeError(f"optimizer.set_{what}(...): expected a dict of name or index -> multiplier; "
+                            f"got {type(args).__name__}.")
+        example = next(iter(args.items()), ("fc1_weight", 1.0))
+        if live.get("tree_inits"):
+            raise RuntimeError(
+                f"optimizer.set_{what}({args!r}): this optimizer's init has already made a state for a parameter "
+                f"tree, and that state holds its {what}: MXNet's next update would use the new multipliers, the "
+                f"state would not. For index-by-index updates type updater = gradxform.mxnet.get_updater(opt) "
+                f"before any init (its updates read set_{what}); for a gradxform.Trainer type "
+                f"trainer.optimizer.param_dict[{example[0]!r}].{what} = {example[1]!r}; else build the optimizer "
+                f"with {what}={args!r} instead.")
+        for k, v in args.items():
+            multipliers(["k"], {"k": v}, 1.0, f"set_{what}[{k!r}]")  # a number >= 0, checked now
+        live[what] = dict(args)
+        live["version"] = live.get("version", 0) + 1

@@ -416,7 +416,7 @@ def _lamb_rule(owner, wd, beta1, beta2, epsilon, exclude_fn, always_adapt, group
         fns = [excludes.get(int(k), exclude_fn) for k in slot]
         decay = [not (f is not None and bool(f(i))) for i, f in zip(infos, fns)]
         asked = [k >= 0 and f is not None for k, f in zip(slot, fns)]
-        _check_some_decay(owner, infos, np.where(asked, slot, -1), [not d for d in decay], groups,
+        _check_some_decay(owner, infos, np.where(np.asarray(asked, bool), slot, -1), [not d for d in decay], groups,
                           "lamb_weight_decay", wd)
         return LambState(with_groups({"lamb_weight_decay": wd, "beta1": beta1, "beta2": beta2, "epsilon": epsilon},
                                      groups), _zeros(params), _zeros(params),
