@@ -253,6 +253,21 @@ def test_the_pure_pair_reads_the_accumulators_and_says_the_scheduler_is_the_user
     np.testing.assert_allclose(step0["fc"]["weight"], z["w_0"], rtol=RTOL, atol=ATOL)
 
 
+def test_the_stateful_step_refuses_a_restarted_scheduler_before_it_takes_the_arrays():
+    """``opt.step`` donates the parameters and state it holds: a restarted scheduler is refused on the host
+    first (a refusal inside the jitted step would leave them deleted), so the run goes on once restored."""
+    z, meta = _plateau_fixture()
+    sched, opt = _plateau_opt(meta, z["wk"], z["bk"])
+    opt.state = from_paddle_state_dict(PDOPT, opt.parameters, opt.tx, names=NAMES)  # the scheduler forgotten
+    grads = jax.grad(_lin_loss)(opt.parameters, jnp.asarray(z["x"]), jnp.asarray(z["y"]))
+    with pytest.raises(Exception, match=r"step count is 2.*Restore the scheduler"):
+        opt.step(grads)
+    assert not any(x.is_deleted() for x in jax.tree.leaves((opt.parameters, opt.state)))
+    sched.set_state_dict(read_paddle_state_dict(PDOPT)["LR_Scheduler"])
+    opt.step(grads)
+    np.testing.assert_allclose(opt.parameters["fc"]["weight"], z["w_0"], rtol=RTOL, atol=ATOL)
+
+
 def test_a_plateau_file_for_an_optimizer_with_a_fixed_rate_still_refuses():
     z, _ = _plateau_fixture()
     params = {"fc": {"weight": jnp.asarray(z["wk"]), "bias": jnp.asarray(z["bk"])}}

@@ -45,7 +45,7 @@ from .._base import apply_updates
 from .._state_paths import find_states
 from ..migrate import _paddle as migrate_paddle  # a module: gradxform.migrate may be importing this package
 from ..migrate import _pickle as migrate_pickle
-from ..pieces.internal import StepState
+from ..pieces.internal import StepState, host_done
 from ._bind import Bound, nnx_module
 from ._plateau import PlateauState
 
@@ -144,6 +144,10 @@ class Optimizer:
                              f"got {got}. Differentiate with respect to opt.parameters.")
         if self._module is not None:
             self._read_module()
+        held = getattr(self._options, "schedule", None)
+        if held is not None and getattr(held, "reads_host", False):
+            # a restarted scheduler is refused here, on the host, before the step takes (donates) the arrays
+            held.check_restart(host_done(self.state))
         self.params, self.state = self._step(self.params, self.state, grads, extra_args)
         if self._module is not None:
             nnx = nnx_module()

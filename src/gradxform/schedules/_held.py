@@ -126,6 +126,26 @@ class HeldRate(Schedule):
         self.changes_at_start = changes(obj)
         self.served = 0  # updates this object's reads have served
 
+    def check_restart(self, done) -> None:
+        """`ScheduleRestartError` when a state that has done ``done`` updates
+        meets this scheduler where it was built (more updates than this reader
+        has served, and the scheduler not stepped or loaded since). Run on the
+        host before a step that donates its arrays (`gradxform.paddle`'s
+        stateful optimizer), so the refusal loses nothing; the callback runs it
+        again inside the step for loops that call ``update`` themselves."""
+        done = int(done)
+        if done > self.served and changes(self.obj) == self.changes_at_start:
+            raise ScheduleRestartError(
+                f"the optimizer state is a resumed one (its step count is {done}: the updates it has done, "
+                "or, for a state read from a Paddle file, the saved scheduler's last_epoch, which counts "
+                f"scheduler.step() calls), but the scheduler {self.obj!r} is where it was built (last_epoch "
+                f"{getattr(self.obj, 'last_epoch', '?')}, not stepped or loaded since): a resumed run would "
+                "restart its schedule. Restore the scheduler with the state, e.g. "
+                "sched.set_state_dict(saved_scheduler_state) (a .pdopt holds it: gradxform.migrate."
+                "read_paddle_state_dict(path)['LR_Scheduler']; save it with sched.state_dict(), or in "
+                "gradxform.save_state(path, state, meta={'LR_Scheduler': sched.state_dict()})), or move "
+                "it by hand (sched.step(epoch=...)) before the first update.")
+
     def host_value(self, done=None) -> np.float32:
         """``float32(obj())``: Paddle keeps its learning rate as a float32 tensor.
 
@@ -134,18 +154,7 @@ class HeldRate(Schedule):
         it began to read it, means a state restored beside a scheduler that
         restarted: `ScheduleRestartError`, never an update at the restarted rate."""
         if done is not None:
-            done = int(done)
-            if done > self.served and changes(self.obj) == self.changes_at_start:
-                raise ScheduleRestartError(
-                    f"the optimizer state is a resumed one (its step count is {done}: the updates it has done, "
-                    "or, for a state read from a Paddle file, the saved scheduler's last_epoch, which counts "
-                    f"scheduler.step() calls), but the scheduler {self.obj!r} is where it was built (last_epoch "
-                    f"{getattr(self.obj, 'last_epoch', '?')}, not stepped or loaded since): a resumed run would "
-                    "restart its schedule. Restore the scheduler with the state, e.g. "
-                    "sched.set_state_dict(saved_scheduler_state) (a .pdopt holds it: gradxform.migrate."
-                    "read_paddle_state_dict(path)['LR_Scheduler']; save it with sched.state_dict(), or in "
-                    "gradxform.save_state(path, state, meta={'LR_Scheduler': sched.state_dict()})), or move "
-                    "it by hand (sched.step(epoch=...)) before the first update.")
+            self.check_restart(done)
             self.served += 1
         _inside.reading = True
         try:
