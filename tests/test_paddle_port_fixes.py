@@ -389,3 +389,50 @@ def test_optax_params_placeholder_does_not_refuse_a_decay_function():
         nothing = make(0.02, **{kw: lambda p: False})
         mapped = optax.tree_map_params(nothing, lambda x: x * 0, state)
         assert jax.tree.structure(mapped) == jax.tree.structure(state)
+
+
+# Paddle 3.3.1 (CPU): AdamW(0.1, weight_decay=0.01) on a 3->1 linear model, one attribute assigned before the
+# first of 3 steps on the mean squared error (X: RandomState(0).randn(8, 3), Y = X @ [1, -2, 3] + 0.5), the
+# final weight and bias printed to 6 decimals
+_PADDLE_ATTRIBUTE_RUNS = {
+    "_beta1": (0.5, [-0.055781, -0.086587, -0.001835, -0.17768]),   # its beta1_pow_acc made at step 1: 0.5
+    "_epsilon": (0.1, [-0.090855, -0.083398, -0.003231, -0.188399]),
+    "_weight_decay": (0.5, [-0.098819, -0.109521, 0.027526, -0.20092]),
+}
+
+
+@pytest.mark.parametrize("attr", sorted(_PADDLE_ATTRIBUTE_RUNS))
+def test_an_assigned_paddle_hyperparameter_attribute_gives_paddles_numbers(attr):
+    value, expected = _PADDLE_ATTRIBUTE_RUNS[attr]
+    rng = np.random.RandomState(0)
+    x = rng.randn(8, 3).astype("float32")
+    y = (x @ np.array([1.0, -2.0, 3.0], "float32") + 0.5).astype("float32")
+    params = {"weight": jnp.asarray([[0.1], [0.2], [-0.3]]), "bias": jnp.asarray([0.05])}
+    opt = P.AdamW(learning_rate=0.1, parameters=params, weight_decay=0.01)
+    setattr(opt, attr, value)
+    loss = lambda p: jnp.mean(((x @ p["weight"] + p["bias"]).squeeze(-1) - y) ** 2)  # noqa: E731
+    for _ in range(3):
+        opt.step(jax.grad(loss)(opt.parameters))
+    got = np.concatenate([np.ravel(opt.parameters["weight"]), np.ravel(opt.parameters["bias"])])
+    np.testing.assert_allclose(got, expected, atol=2e-6)  # Paddle's printed 6 decimals
+
+
+def test_paddle_hyperparameter_attributes_are_read_and_set_through_the_state():
+    """Paddle's update reads ``self._beta1``, ``self._epsilon``, AdamW's ``self._weight_decay`` every step, so
+    scripts assign them: here they are the state's hyperparameters (no recompile); an attribute the update
+    would never read is refused instead of set and ignored."""
+    params = {"w": jnp.ones(3), "b": jnp.zeros(1)}
+    opt = P.AdamW(0.1, parameters=params, weight_decay=0.01)
+    assert (opt._beta1, opt._weight_decay) == (np.float32(0.9), np.float32(0.01))
+    opt._learning_rate = 0.05  # a number: set_lr
+    assert opt.get_lr() == np.float32(0.05)
+    with pytest.raises(AttributeError, match=r"_coeff = \.\.\.: this optimizer's update would never read it.*_beta1"):
+        opt._coeff = 1.0
+    with pytest.raises(AttributeError, match=r"_lazy_mode: not kept on this object"):
+        opt._lazy_mode
+    with pytest.raises(AttributeError, match="pass grad_clip= when building"):
+        opt._grad_clip = None
+    with pytest.raises(ValueError, match=r"beta1 must be in \[0, 1\)"):
+        opt._beta1 = 2.0
+    with pytest.raises(TypeError, match="learning_rate=scheduler"):
+        opt._learning_rate = lr.StepDecay(0.1, 2)

@@ -42,6 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import apply_updates
+from .._hyper import READ_ONLY, get_hyper, hyper_names, set_hyper
 from .._state_paths import find_states
 from ..migrate import _paddle as migrate_paddle  # a module: gradxform.migrate may be importing this package
 from ..migrate import _pickle as migrate_pickle
@@ -85,6 +86,9 @@ _NO_ATTRIBUTE = {
     "initial_accumulator_value": "not kept on the object: it is the value you passed to Adagrad(...).",
     "always_adapt": "not kept on the object: it is the value you passed to Lamb(...).",
 }
+
+
+_HELD = ("tx", "_options", "_module", "params", "state", "_step")  # what the object itself holds
 
 
 class Optimizer:
@@ -269,6 +273,16 @@ class Optimizer:
             return self.tx.schedule
         return self.get_lr()
 
+    @_learning_rate.setter
+    def _learning_rate(self, value):
+        """``opt._learning_rate = 0.01``: a number is `set_lr` (a RuntimeError under
+        a scheduler, as Paddle's ``set_lr``); a scheduler cannot replace the
+        rate's kind in the compiled update."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError("optimizer._learning_rate = <scheduler>: the kind of rate is fixed in the compiled "
+                            "update; build the optimizer with learning_rate=scheduler (gradxform.paddle.lr).")
+        self.set_lr(float(value))
+
     @property
     def _parameter_list(self) -> list:
         """The parameters as a list in leaf order (groups: Paddle's list of group dicts)."""
@@ -299,6 +313,11 @@ class Optimizer:
     def _grad_clip(self):
         return self._options.grad_clip
 
+    @_grad_clip.setter
+    def _grad_clip(self, value):
+        raise AttributeError("optimizer._grad_clip = ...: the clip is part of the compiled update; pass "
+                             "grad_clip= when building the optimizer.")
+
     @property
     def _multi_precision(self) -> bool:
         return self._options.multi_precision
@@ -315,10 +334,46 @@ class Optimizer:
 
     _name = None  # Paddle's name= (only a prefix of accumulator names there)
 
+    def _hyper_attribute(self, name: str) -> str | None:
+        """The hyperparameter Paddle keeps as ``optimizer._<name>`` (``_beta1``,
+        ``_epsilon``, AdamW's ``_weight_decay``, ``_momentum``, ...), when the
+        state holds it; None otherwise."""
+        state = self.__dict__.get("state")
+        if state is None or not name.startswith("_") or name[1:] in READ_ONLY + ("learning_rate",):
+            return None
+        return name[1:] if name[1:] in hyper_names(state) else None
+
     def __getattr__(self, name):
         if name in _NO_ATTRIBUTE:
             raise AttributeError(f"optimizer.{name}: {_NO_ATTRIBUTE[name]}")
+        hyper = self._hyper_attribute(name)
+        if hyper is not None:  # Paddle's self._beta1: read from the state, where the update reads it
+            return float(get_hyper(self.state, hyper))
+        if name.startswith("_") and "state" in self.__dict__:
+            raise AttributeError(f"optimizer.{name}: not kept on this object. {self._settable()}")
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        # Paddle's update reads self._beta1 etc. at every step, so scripts assign them: here they are
+        # hyperparameters in the state (no recompile); any other private name would be set and never read
+        if name in _HELD or not name.startswith("_") or hasattr(type(self), name):
+            object.__setattr__(self, name, value)
+            return
+        hyper = self._hyper_attribute(name)
+        if hyper is None:
+            raise AttributeError(f"optimizer.{name} = ...: this optimizer's update would never read it. "
+                                 f"{self._settable()}")
+        state = set_hyper(self.state, **{hyper: value})
+        if host_done(state) == 0:
+            # Paddle creates its beta1_pow_acc at the first step, filled with self._beta1 then
+            state = _powers_filled(state, hyper + "_pow", get_hyper(state, hyper))
+        self.state = state
+
+    def _settable(self) -> str:
+        names = [n for n in hyper_names(self.state) if n not in READ_ONLY + ("learning_rate",)]
+        return (f"Its hyperparameters are read and set as optimizer._<name> (the update reads them from the state, "
+                f"no recompile): {', '.join('_' + n for n in names) or 'none'}; the rate with get_lr()/set_lr(); "
+                "anything else is fixed when the optimizer is built.")
 
     def _scheduler_state(self):
         """``LR_Scheduler``: the scheduler object's ``state_dict()``; for a
@@ -341,6 +396,14 @@ class Optimizer:
 
 
 Bound.face = Optimizer  # what `PaddleOptions.build` returns for bound arrays
+
+
+def _powers_filled(state, field: str, value):
+    """``state`` with every state node's ``field`` (a beta power, per leaf or per group) set to ``value``."""
+    def fill(path, x):
+        named = any(isinstance(k, jax.tree_util.GetAttrKey) and k.name == field for k in path)
+        return jnp.full_like(x, value) if named else x
+    return jax.tree_util.tree_map_with_path(fill, state)
 
 
 def _step_fn(update):
