@@ -245,3 +245,25 @@ def test_resuming_with_another_group_lr_warns_naming_the_group(tmp_path):
             _warn_run_mismatch(ckpt, tx, tx.init(params))
         said = [str(r.message) for r in rec]
         assert (said == []) if want is None else (len(said) == 1 and want in said[0]), said
+
+
+def test_get_lr_parameter_refuses_a_name_the_optimizer_does_not_hold():
+    # MindSpore raises "For 'get_lr_parameter', the parameter ... is not in optimizer"; the default rate for
+    # MindSpore's dotted name of a grouped parameter would be a wrong number
+    params = {"dense": {"weight": jnp.ones((2, 2)), "bias": jnp.zeros(2)}}
+    opt = gradxform.mindspore.Momentum([{"params": "dense/weight", "lr": 0.5}, {"params": "dense/bias"}], 0.1, 0.9)
+    state = opt.init(params)
+    assert opt.get_lr_parameter(state, "dense/weight") == np.float32(0.5)
+    assert opt.get_lr_parameter(state, "dense/bias") == np.float32(0.1)
+    for name in ("dense.weight", "nonexistent"):
+        with pytest.raises(ValueError, match=rf"'{name}' is not in the optimizer.*'dense/weight' where MindSpore"):
+            opt.get_lr_parameter(state, name)
+
+
+@pytest.mark.parametrize("attr, says", [("learning_rate", r"opt.get_lr\(state\)"), ("global_step", "step count"),
+                                        ("weight_decay", "get_hyper"), ("parameters", "param_names")])
+def test_a_mindspore_optimizer_attribute_says_where_it_lives_here(attr, says):
+    opt = gradxform.mindspore.Momentum(None, 0.1, 0.9)
+    with pytest.raises(AttributeError, match=rf"optimizer.{attr}: MindSpore's optimizer Cell attribute.*{says}"):
+        getattr(opt, attr)
+    assert not hasattr(opt, attr)

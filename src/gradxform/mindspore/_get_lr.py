@@ -24,6 +24,8 @@ import weakref
 import optax
 
 from .._hyper import get_hyper
+from .._selectors import describe_names
+from .._tree import param_names
 from ..pieces.internal import host_done
 from ..schedules.internal import DynamicLR, MindSporeListLR
 
@@ -32,9 +34,27 @@ __all__ = ["get_lr", "get_lr_parameter", "remember", "MindSporeOptimizer", "opti
 # the options each MindSpore optimizer was built from, by its init and update functions (weakly:
 # a dropped optimizer's entry goes with its functions)
 _OPTIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_NAMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # the names its last init saw
 _NO_STATE = ("a gradxform optimizer holds no step count (its state does), so MindSpore's "
              "optimizer.{0}() takes the state here: write opt.{0}(state{1}) or "
              "gradxform.mindspore.{0}(opt, state{1}).")
+
+
+_STATE_HOLDS = "here the optimizer is a pure (init, update) pair and the state holds it: "
+_MS_ATTRIBUTES = {
+    "learning_rate": _STATE_HOLDS + "read the rate with opt.get_lr(state) (per parameter: "
+                     "opt.get_lr_parameter(state, name)), change it with gradxform.set_hyper(state, learning_rate=x).",
+    "global_step": _STATE_HOLDS + "the updates done are its step count; opt.get_lr(state) reads the rate there.",
+    "weight_decay": _STATE_HOLDS + "gradxform.get_hyper(state, 'weight_decay'), set_hyper to change it.",
+    "parameters": "the parameters are the tree you pass to init and update (gradxform.param_names(params) lists "
+                  "their names).",
+    "is_group": "fixed when built: the group list you passed (params=[{...}, ...]).",
+    "is_group_lr": "fixed when built: groups with their own 'lr' (opt.get_lr(state) returns one rate per group).",
+    "dynamic_lr": "fixed when built: a list or LearningRateSchedule learning_rate (opt.get_lr(state) reads it).",
+    "target": "there is no device target: JAX places the arrays (jax.devices()).",
+    "unique": "gradxform's updates are dense; there is no sparse-gradient deduplication to turn off.",
+    "loss_scale": "fixed when built: the loss_scale= you passed.",
+}
 
 
 class MindSporeOptimizer(optax.GradientTransformationExtraArgs):
@@ -56,6 +76,11 @@ class MindSporeOptimizer(optax.GradientTransformationExtraArgs):
             raise TypeError("get_lr(state): " + _NO_STATE.format("get_lr", ""))
         return get_lr(self, state)
 
+    def __getattr__(self, name):
+        if name in _MS_ATTRIBUTES:  # what MindSpore scripts read off an optimizer Cell
+            raise AttributeError(f"optimizer.{name}: MindSpore's optimizer Cell attribute; {_MS_ATTRIBUTES[name]}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     def get_lr_parameter(self, state, param=None):
         """MindSpore's ``optimizer.get_lr_parameter(param)``: the rate of the next
         update for the parameter named ``param`` (`get_lr_parameter`)."""
@@ -66,13 +91,22 @@ class MindSporeOptimizer(optax.GradientTransformationExtraArgs):
 
 def remember(tx, options) -> MindSporeOptimizer:
     """Records the options ``tx`` (a finished MindSpore optimizer) was built from; returns ``tx``
-    as a `MindSporeOptimizer` (the same two functions)."""
-    for fn in (tx.init, tx.update):
+    as a `MindSporeOptimizer` (the same update; an init that also records the parameter names,
+    which `get_lr_parameter` checks a name against, as MindSpore checks its parameters)."""
+    names: list = []
+    inner = tx.init
+
+    def init(params):
+        names[:] = param_names(params)
+        return inner(params)
+
+    for fn in (init, tx.update):
         try:
             _OPTIONS[fn] = options
+            _NAMES[fn] = names
         except TypeError:  # not weakly referenceable
             pass
-    return MindSporeOptimizer(tx.init, tx.update)
+    return MindSporeOptimizer(init, tx.update)
 
 
 def options_of(optimizer):
@@ -85,6 +119,13 @@ def options_of(optimizer):
         if found is not None:
             return found
     return None
+
+
+def _weak_get(table, fn):
+    try:
+        return table.get(fn)
+    except TypeError:  # not weakly referenceable
+        return None
 
 
 def _options(optimizer, who):
@@ -131,6 +172,12 @@ def get_lr_parameter(optimizer, state, param):
     if not isinstance(name, str):
         raise TypeError(f"get_lr_parameter(param=...): expected a parameter name (or an object with .name); "
                         f"got {type(param).__name__}.")
+    known = next((k for k in (_weak_get(_NAMES, fn) for fn in (optimizer.update, optimizer.init)) if k), None)
+    if known and name not in known:
+        # MindSpore: "For 'get_lr_parameter', the parameter ... is not in optimizer"
+        raise ValueError(f"get_lr_parameter(param={name!r}): the parameter {name!r} is not in the optimizer. "
+                         "gradxform names a parameter by its pytree path joined by '/' ('dense/weight' where "
+                         f"MindSpore has 'dense.weight'); its parameters are {describe_names(known)}.")
     step = host_done(state)
     for s in (o.specs or ()):
         if s.matches(name) and s.lr is not None:
