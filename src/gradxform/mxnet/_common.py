@@ -48,6 +48,7 @@ from .._selectors import as_names, check_keys, describe_names, multipliers
 from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
+from ..schedules._mxnet import LRScheduler
 from ..schedules.internal import COMPLETED, NUM_UPDATE, as_update_schedule, holds_its_rate
 
 __all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS", "MXNetTransformation", "updater_index",
@@ -283,6 +284,8 @@ def parse_options(factory, learning_rate, *, wd, rescale_grad, clip_gradient, lr
                 and not holds_its_rate(lr_scheduler) \
                 and isinstance(getattr(lr_scheduler, "base_lr", None), (int, float)):
             lr_scheduler.base_lr = learning_rate  # as MXNet's Optimizer.__init__ does
+        elif isinstance(lr_scheduler, LRScheduler):
+            lr_scheduler.bind(learning_rate)  # gradxform's own: base_lr = learning_rate, as MXNet does
         lr_scheduler = as_update_schedule(lr_scheduler, NUM_UPDATE, owner=owner, arg="lr_scheduler")
     if learning_rate is None:
         base = getattr(lr_scheduler, "base_lr", None) if lr_scheduler else None

@@ -73,6 +73,30 @@ class LRScheduler(Schedule):
         cls._users_call = "__call__" in vars(cls) or getattr(cls, "_users_call", False)
 
     _users_call = False
+    _bound = False  # set by `bind`: an optimizer reads its base from its own state from then on
+    _base_drives_rate = False  # FactorScheduler, MultiFactorScheduler: MXNet's rate follows base_lr
+
+    def bind(self, learning_rate=None) -> None:
+        """MXNet's ``Optimizer.__init__``: ``lr_scheduler.base_lr = learning_rate``
+        (when given), so the script's object reports the optimizer's base; from
+        then on the optimizer's step reads the base from its state, and a later
+        ``base_lr = ...`` on a closed form is refused (see ``__setattr__``)."""
+        if learning_rate is not None:
+            object.__setattr__(self, "base_lr", learning_rate)
+        object.__setattr__(self, "_bound", True)
+
+    def __setattr__(self, name, value):
+        if name == "base_lr" and self._bound and self._base_drives_rate and not self._users_call:
+            cls = type(self).__name__
+            raise AttributeError(
+                f"{cls}.base_lr = {value!r}: this scheduler is bound to an optimizer, whose step reads the base "
+                f"learning rate from its own state (the schedule is a closed form of num_update), so the new "
+                f"base would be ignored; MXNet's stateful {cls} would go on from it, decaying from here. Type "
+                f"instead, for a pure transformation: state = gradxform.set_hyper(state, learning_rate=x / "
+                f"factor**k) with x the new base and k the decays so far (the rate becomes x at once, as in "
+                f"MXNet); for gradxform.Trainer, which holds no setter for a scheduled base: pass the base you "
+                f"want as optimizer_params={{'learning_rate': ...}} when you build it.")
+        object.__setattr__(self, name, value)
 
     @property  # a property: a user's __call__ subclass has none (pyright: intentional override of the method)
     def lr_for_update(self):  # pyright: ignore[reportIncompatibleMethodOverride]
@@ -125,6 +149,8 @@ class FactorScheduler(LRScheduler):
     """``lr = base_lr * factor^k`` with ``k = ceil(num_update/step) - 1`` (>= 0),
     held at ``stop_factor_lr`` once it falls below it."""
 
+    _base_drives_rate = True
+
     def __init__(self, step, factor=1, stop_factor_lr=1e-8, base_lr=0.01, warmup_steps=0,
                  warmup_begin_lr=0, warmup_mode="linear"):
         super().__init__(base_lr, warmup_steps, warmup_begin_lr, warmup_mode)
@@ -146,6 +172,8 @@ class FactorScheduler(LRScheduler):
 class MultiFactorScheduler(LRScheduler):
     """``lr = base_lr * factor^k``, ``k`` the number of milestones in ``step``
     that ``num_update`` has passed."""
+
+    _base_drives_rate = True
 
     def __init__(self, step, factor=1, base_lr=0.01, warmup_steps=0, warmup_begin_lr=0,
                  warmup_mode="linear"):
