@@ -48,8 +48,7 @@ from .._selectors import as_names, check_keys, describe_names, multipliers
 from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
-from ..schedules._mxnet import LRScheduler
-from ..schedules.internal import COMPLETED, NUM_UPDATE, as_update_schedule, holds_its_rate
+from ..schedules.internal import COMPLETED, NUM_UPDATE, LRScheduler, as_update_schedule, holds_its_rate
 
 __all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS", "MXNetTransformation", "updater_index",
            "live_multipliers"]
