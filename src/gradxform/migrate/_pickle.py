@@ -574,8 +574,13 @@ def safe_loads(data: bytes, what: str, allowed: Iterable[dict] = (MXNET_GLOBALS,
     table = dict(BASIC_GLOBALS)
     for extra in allowed:
         table.update(extra)
+    return run_reporting(_Machine(bytes(data), what, table), what)
+
+
+def run_reporting(machine: "_Machine", what: str):
+    """``machine.run()``, every failure a `MigrateError` that names the file ``what``."""
     try:
-        return _Machine(bytes(data), what, table).run()
+        return machine.run()
     except MigrateError as err:
         if not str(err).startswith(what):  # a recipe's message: name the file
             raise type(err)(f"{what}: {err}") from None

@@ -24,13 +24,12 @@ global had before.
 """
 from __future__ import annotations
 
-import struct
 import sys
 
 import numpy as np
 
-from ._errors import MigrateError, UnsafePickleError, short
-from ._pickle import _Machine, safe_loads
+from ._errors import UnsafePickleError, short
+from ._pickle import _Machine, run_reporting, safe_loads
 from ._recipes import BASIC_GLOBALS, MXNET_GLOBALS, NUMPY_GLOBALS, PickledObject, _Record
 from .._warn import warn_at_caller
 
@@ -135,17 +134,11 @@ def load_gluon_pickle(data: bytes, what: str):
     machine = _Machine(bytes(data), what, table)
     table.machine = machine
     try:
-        obj = machine.run()
-    except MigrateError as err:
-        if isinstance(err, UnsafePickleError) and table.unknown:
+        obj = run_reporting(machine, what)  # safe_loads' rule: every failure names the file
+    except UnsafePickleError:
+        if table.unknown:
             return safe_loads(data, what)  # fails as the strict reader does: at the first unknown global
-        if not str(err).startswith(what):  # safe_loads' rule: every message names the file
-            raise type(err)(f"{what}: {err}") from None
         raise
-    except (struct.error, ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError,
-            MemoryError, RecursionError, UnicodeError) as err:
-        raise MigrateError(f"{what}: cannot read the pickle ({type(err).__name__}: {err}); the file is "
-                           "truncated or not an optimizer-state file.") from None
     bad = _misplaced(obj) if table.unknown else None
     if bad is not None:
         raise UnsafePickleError(f"{what}: {_refusal(bad.cls_path, _NOTE)}")
