@@ -88,7 +88,7 @@ _NO_ATTRIBUTE = {
 }
 
 
-_HELD = ("tx", "_options", "_module", "params", "state", "_step")  # what the object itself holds
+_HELD = ("tx", "_options", "_module", "params", "state", "_step", "_stepped")  # what the object itself holds
 
 
 class Optimizer:
@@ -149,10 +149,13 @@ class Optimizer:
         if self._module is not None:
             self._read_module()
         held = getattr(self._options, "schedule", None)
-        if held is not None and getattr(held, "reads_host", False):
-            # a restarted scheduler is refused here, on the host, before the step takes (donates) the arrays
+        if held is not None and getattr(held, "reads_host", False) and self.state is not self.__dict__.get("_stepped"):
+            # a state this object's last step did not make (a resumed one): a restarted scheduler is refused
+            # here, on the host, before the step takes (donates) the arrays; the read of its count syncs,
+            # so only then
             held.check_restart(host_done(self.state))
         self.params, self.state = self._step(self.params, self.state, grads, extra_args)
+        self._stepped = self.state
         if self._module is not None:
             nnx = nnx_module()
             assert nnx is not None  # a bound module: flax.nnx is imported
