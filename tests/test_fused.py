@@ -283,9 +283,9 @@ def test_mindspore_group_hyperparameters_settable_on_the_fused_state():
     _, ref_state = _run(tx, MS_PARAMS, steps=1)
     step = jax.jit(lambda g, s, p: ftx.update(g, s, p))
     ref_step = jax.jit(lambda g, s, p: tx.update(g, s, p))
-    change = dict(learning_rate_group_0=0.0, weight_decay_group_0=0.5)
-    u, _ = step(_grads(1, MS_PARAMS), gradxform.set_hyper(state, **change), MS_PARAMS)
-    ref_u, _ = ref_step(_grads(1, MS_PARAMS), gradxform.set_hyper(ref_state, **change), MS_PARAMS)
+    change = dict(learning_rate=0.0, weight_decay=0.5)
+    u, _ = step(_grads(1, MS_PARAMS), gradxform.set_hyper(state, group=0, **change), MS_PARAMS)
+    ref_u, _ = ref_step(_grads(1, MS_PARAMS), gradxform.set_hyper(ref_state, group=0, **change), MS_PARAMS)
     _assert_same(ref_u, u)
     assert not np.any(np.asarray(u["dense"]["kernel"]))
 

@@ -1,6 +1,8 @@
 """Parameter groups (gradxform.mindspore._groups) through gradxform.mindspore.momentum:
 per-group lr (fixed and list), weight decay, the beta/gamma filter, order_params,
 ungrouped parameters frozen, and the errors. NumPy reference, 10 steps, rtol 1e-6."""
+import re
+
 import jax.numpy as jnp
 import numpy as np
 import chex
@@ -62,14 +64,15 @@ def test_groups_lr_list_weight_decay_gc_and_order():
                         lambda k: 0.01 if k.startswith("conv") else 0.02, gc=("conv/weight",))
     for k in want:  # with groups, bn/gamma IS decayed (MindSpore ignores the name filter there)
         np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-6)
-    assert {"learning_rate_group_0", "weight_decay_group_0", "weight_decay"} <= set(gx.hyper_names(state))
+    assert {"learning_rate_groups", "weight_decay_groups", "weight_decay"} <= set(gx.hyper_names(state))
+    assert float(gx.get_hyper(state, "weight_decay", group=0)) == np.float32(0.01)
 
 
 def test_group_hyperparameters_settable():
     w0, gs = setup()
     tx = M.momentum(0.1, 0.9, groups=[{"params": ["dense/bias"], "lr": 0.5}, {"params": ["conv/weight", "bn/gamma"]}])
     _, state = run(tx, w0, gs[:1])
-    state = gx.set_hyper(state, learning_rate_group_0=0.0)
+    state = gx.set_hyper(state, group=0, learning_rate=0.0)
     p = {k: jnp.asarray(v) for k, v in w0.items()}
     u, _ = tx.update({k: jnp.asarray(v) for k, v in gs[1].items()}, state, p)
     assert np.all(np.asarray(u["dense/bias"]) == 0) and np.any(np.asarray(u["bn/gamma"]) != 0)
@@ -222,13 +225,14 @@ def test_an_empty_paddle_group_is_taken_and_changes_nothing(name):
 
 
 def test_group_keyword_sets_and_reads_a_groups_own_hyperparameters():
-    """Issue 37 item 2: ``set_hyper(state, group=k, name=v)`` is ``name_group_k``, in MindSpore
-    and Paddle groups alike; ``get_hyper(..., group=k)`` reads what the group's leaves use."""
+    """Issue 37 item 2: ``set_hyper(state, group=k, name=v)`` writes group k's entry of
+    ``name_groups``, in MindSpore and Paddle groups alike; ``get_hyper(..., group=k)`` reads what
+    the group's leaves use."""
     w0, gs = setup()
     tx = M.momentum(0.1, 0.9, groups=[{"params": ["dense/bias"], "lr": 0.5}, {"params": ["conv/weight", "bn/gamma"]}])
     _, state = run(tx, w0, gs[:1])
     by_group = gx.set_hyper(state, group=0, learning_rate=0.0)
-    chex.assert_trees_all_equal(by_group, gx.set_hyper(state, learning_rate_group_0=0.0))
+    chex.assert_trees_all_equal(by_group, gx.set_hyper(state, learning_rate_groups=jnp.zeros(1)))
     assert float(gx.get_hyper(by_group, "learning_rate", group=0)) == 0.0
     assert float(gx.get_hyper(by_group, "learning_rate", group=1)) == np.float32(0.1)  # the optimizer's
     with pytest.raises(KeyError, match=r"group 1 sets no learning_rate of its own.*Groups with their own "
@@ -237,7 +241,9 @@ def test_group_keyword_sets_and_reads_a_groups_own_hyperparameters():
     params = {"a": jnp.ones(3), "b": jnp.ones(2)}
     paddle = gx.create("paddle.adam", parameters=[{"params": ["a"], "beta1": 0.8}, {"params": ["b"]}])
     p_state = paddle.init(params)
-    chex.assert_trees_all_equal(gx.set_hyper(p_state, group=0, beta1=0.7), gx.set_hyper(p_state, beta1_group_0=0.7))
+    chex.assert_trees_all_equal(gx.set_hyper(p_state, group=0, beta1=0.7), gx.set_hyper(p_state, beta1_groups=[0.7]))
+    with pytest.raises(KeyError, match=re.escape("written set_hyper(state, group=0, beta1=...)")):
+        gx.set_hyper(p_state, beta1_group_0=0.7)  # the former spelling says what to type
     with pytest.raises(ValueError, match="no parameter groups"):
         gx.set_hyper(gx.create("mxnet.adam").init(params), group=0, beta1=0.7)
     with pytest.raises(TypeError, match="an int >= 0"):

@@ -214,13 +214,17 @@ def test_set_hyper_uses_the_range_of_the_optimizer_that_owns_the_slot(name, kwar
 def test_group_hyperparameters_have_the_range_of_their_base_name():
     groups = [{"params": "w", "lr": 0.2, "weight_decay": 0.01}, {"params": "b"}]
     state = gx.create("mindspore.momentum", learning_rate=0.1, momentum=0.9, groups=groups).init(PARAMS)
-    names = [n for n in gx.hyper_names(state) if "_group_" in n]
-    assert names
+    names = [n for n in gx.hyper_names(state) if n.endswith("_groups")]
+    assert sorted(names) == ["learning_rate_groups", "weight_decay_groups"]
     for n in names:
-        with pytest.raises(ValueError, match=re.escape(f"set_hyper({n}=...): {n} must be in [0, inf)")):
-            gx.set_hyper(state, **{n: -1.0})
-        with pytest.raises(ValueError, match=re.escape(f"{n} must be in [0, inf); got nan")):
-            gx.set_hyper(state, **{n: float("nan")})
+        base = n[:-len("_groups")]
+        with pytest.raises(ValueError, match=re.escape(f"set_hyper({base}=...): {base} must be in [0, inf); got "
+                                                       "-1.0. (group 0's own value; the range of mindspore.")):
+            gx.set_hyper(state, group=0, **{base: -1.0})
+        with pytest.raises(ValueError, match=re.escape(f"{base} must be in [0, inf); got nan")):
+            gx.set_hyper(state, group=0, **{base: float("nan")})
+        with pytest.raises(ValueError, match=re.escape(f"{n} must be in [0, inf); got -1.0")):
+            gx.set_hyper(state, **{n: [-1.0]})  # the whole vector, entry by entry
 
 
 def test_owner_marks_survive_jit_and_a_checkpoint_round_trip(tmp_path):

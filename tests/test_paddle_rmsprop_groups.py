@@ -118,7 +118,7 @@ def test_group_centered_is_a_per_group_hyperparameter():
     params = {"a": jnp.ones(3), "b": jnp.ones(2)}
     state = tx.init(params)
     assert gx.get_hyper(state, "centered") == 0.0
-    assert gx.get_hyper(state, "centered_group_0") == 1.0
+    assert gx.get_hyper(state, "centered", group=0) == 1.0 and gx.get_hyper(state, "centered", group=1) == 0.0
     # all groups agree: centered stays static, no hyperparameter
     plain = gx.paddle.rmsprop(0.01, centered=True, parameters=[{"params": ["a"], "centered": True}, {"params": ["b"]}])
     with pytest.raises(KeyError):

@@ -46,14 +46,14 @@ Domain = Union[Range, Callable[[tuple], Union[Range, None]]]
 def non_negative_if(*keys: str, at_most: float | None = None) -> Callable:
     """A domain for a field whose meaning its node's ``hyper`` tells: non-negative
     (and finite) when ``hyper`` holds one of ``keys`` (every value of it, and of
-    its per-group copies ``<key>_group_<k>``, ``<= at_most`` when given), else
+    the groups' own values of it ``<key>_groups``, ``<= at_most`` when given), else
     only finite. ``TraceState.trace`` is a sum of squares where the piece holds
     an epsilon, a momentum elsewhere; an average ``d s + (1 - d) g^2`` stays
     non-negative only while ``d <= 1``."""
     def domain(node) -> Range:
         hyper = getattr(node, "hyper", None)
         hyper = hyper if isinstance(hyper, dict) else {}
-        held = [v for k, v in hyper.items() for key in keys if str(k) == key or str(k).startswith(key + "_group_")]
+        held = [v for k, v in hyper.items() for key in keys if str(k) in (key, key + "_groups")]
         if not held:
             return FINITE
         if at_most is not None and any(float(np.max(np.asarray(v, np.float64))) > at_most for v in held):

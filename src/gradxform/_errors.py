@@ -37,6 +37,7 @@ from ._spec import Fusion, declare
 from ._hyper import HYPER_FIELDS, READ_ONLY
 from ._domains import COUNT
 from ._group_values import expand_groups
+from ._group_hyper import GroupHyper
 from ._hyper import _raw
 from ._ranges import Range, check_value, declared_range, owner_of, stored_float32
 from ._state_paths import get_path, is_optax_placeholder, map_states, state_paths, written_out
@@ -261,11 +262,14 @@ def check_written_hypers(state, who: str) -> None:
         for field in HYPER_FIELDS:
             hyper = getattr(node, field, None) if field in node._fields else None
             for name, value in (hyper.items() if isinstance(hyper, dict) else ()):
-                value = _raw(value)
-                if name in READ_ONLY or isinstance(value, jax.core.Tracer) or np.size(value) != 1:
+                where = f"state{keystr(path)}.{field}[{str(name)!r}]"
+                groups = value.groups if isinstance(value, GroupHyper) else None  # each group's value, judged alike
+                value = _raw(value.values if groups is not None else value)
+                if name in READ_ONLY or isinstance(value, jax.core.Tracer) or \
+                        np.size(value) != (1 if groups is None else len(groups)):
                     continue
                 found.append((str(name), value, declared_range(owner_of(name), name) or Range(), True,
-                              f"state{keystr(path)}.{field}[{str(name)!r}]"))
+                              where if groups is None else (where, groups)))
         for field, domain in getattr(type(node), "domains", {}).items():
             if domain is not COUNT or getattr(node, field, None) is None:
                 continue
@@ -276,7 +280,14 @@ def check_written_hypers(state, who: str) -> None:
     if not found:
         return
     values = jax.device_get([v for _, v, _, _, _ in found])
+    spread = []  # a GroupHyper's vector as one entry per group
     for (name, written, rng, as_stored, where), value in zip(found, values):
+        if isinstance(where, tuple):
+            spread.extend(((name, 0.0, rng, as_stored, f"{where[0]} (group {g})"), x)
+                          for g, x in zip(where[1], np.asarray(value).reshape(-1)))
+        else:
+            spread.append(((name, written, rng, as_stored, where), value))
+    for (name, written, rng, as_stored, where), value in spread:
         if not isinstance(written, (bool, int, float, complex, str)):
             value = np.asarray(value).reshape(())
             # the stored value as a Python number, written as its dtype writes it (float32 -0.1: -0.1)

@@ -27,6 +27,7 @@ import numpy as np
 from jax.tree_util import GetAttrKey
 
 from ._registry import _SYNONYMS  # the aliases create suggests (b1 -> beta1, lr -> learning_rate)
+from ._group_hyper import GroupHyper, base_name, group_key
 from ._ranges import HyperName, Range, check_value, declared_range, owner_of, register_range
 from ._state_paths import map_states, state_paths
 
@@ -157,6 +158,11 @@ def _chosen(state, where, who: str, names) -> list[tuple[tuple, dict]]:
 
 def _unknown_name(who: str, name: str, known: list[str]) -> str:
     """``who: no hyperparameter 'learning_rat' in this state; did you mean 'learning_rate'? ...``"""
+    former = _FORMER_GROUP_KEY.match(name)
+    if former and group_key(former.group(1)) in known:  # gradxform < 0.3 named a group's own value so
+        base, k = former.groups()
+        return (f"{who}: a parameter group's own {base} is written {who}(state, group={k}, {base}=...) "
+                f"(read: get_hyper(state, {base!r}, group={k})); {name!r} is no hyperparameter of this state.")
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     close = close or [s for s in _SYNONYMS.get(name, ()) if s in known][:1]
     hint = f"; did you mean {close[0]!r}?" if close else "."
@@ -192,54 +198,65 @@ def _walk(state, visit) -> None:
         visit(d, path)
 
 
-_GROUP_KEY = re.compile(r"_group_(\d+)$")  # a parameter group's own hyperparameter: <name>_group_<k>
+_FORMER_GROUP_KEY = re.compile(r"^(.+)_group_(\d+)$")  # how a group's own value was named before: beta1_group_1
 
 
 def hyper_names(state) -> list[str]:
-    """The names of every hyperparameter held in ``state``."""
+    """The names of every hyperparameter held in ``state`` (a parameter group's
+    own values of ``name`` as ``name + '_groups'``, `GroupHyper`)."""
     names: list[str] = []
     for d in _hyper_dicts(state):
         names.extend(str(k) for k in d if k not in names)
     return names
 
 
-def _group_key(state, name: str, group, who: str, *, fallback: bool) -> str:
-    """The key of parameter group ``group``'s own ``name`` (``<name>_group_<k>``,
-    the MindSpore and Paddle groups' hyperparameters); with ``fallback``, the
-    optimizer's ``name`` when the group sets none (what its leaves use)."""
+def _check_group(group, who: str) -> int:
     if isinstance(group, bool) or not isinstance(group, (int, np.integer)) or group < 0:
         raise TypeError(f"{who}(group=...): a parameter group's position in the optimizer's groups, an int "
                         f">= 0; got {group!r}.")
-    known = hyper_names(state)
-    key = f"{name}_group_{int(group)}"
-    if key in known or (fallback and name in known):
-        return key if key in known else name
-    if not any(_GROUP_KEY.search(k) for k in known):
-        raise ValueError(f"{who}(group={group}): this optimizer has no parameter groups with hyperparameters "
-                         "of their own (groups come from MindSpore's and Paddle's group dicts; MXNet's "
-                         "per-parameter multipliers are lr_mult/wd_mult).")
-    own = sorted(int(m.group(1)) for k in known if k.startswith(name + "_group_") for m in [_GROUP_KEY.search(k)] if m)
-    raise KeyError(f"{who}(group={group}, {name}=...): group {group} sets no {name} of its own; its leaves use "
-                   f"the optimizer's {name} ({who}({name}=...) without group= changes it for every group that "
-                   f"sets none). Groups with their own {name}: {own or 'none'}.")
+    return int(group)
+
+
+def _group_error(dicts, name: str, group: int, who: str) -> Exception:
+    """Why group ``group`` has no value of its own for ``name`` in ``dicts``."""
+    held = [v for d in dicts for v in d.values() if isinstance(v, GroupHyper)]
+    if not held:
+        return ValueError(f"{who}(group={group}): this optimizer has no parameter groups with hyperparameters "
+                          "of their own (groups come from MindSpore's and Paddle's group dicts; MXNet's "
+                          "per-parameter multipliers are lr_mult/wd_mult).")
+    own = sorted({g for d in dicts for g in getattr(d.get(group_key(name)), "groups", ())})
+    return KeyError(f"{who}(group={group}, {name}=...): group {group} sets no {name} of its own; its leaves use "
+                    f"the optimizer's {name} ({who}({name}=...) without group= changes it for every group that "
+                    f"sets none). Groups with their own {name}: {own or 'none'}.")
+
+
+def _holds_group(d: dict, name: str, group: int) -> bool:
+    held = d.get(group_key(name))
+    return isinstance(held, GroupHyper) and group in held.groups
 
 
 def get_hyper(state, name: str, *, where=None, group=None):
     """The current value of hyperparameter ``name`` in ``state`` (a float32 array).
 
     ``group=k``: the value parameter group ``k`` uses (MindSpore and Paddle
-    groups, counted from 0 as given): its own ``<name>_group_<k>``, else the
-    optimizer's ``name``.
+    groups, counted from 0 as given): its own (its entry of ``name + '_groups'``,
+    a `GroupHyper`), else the optimizer's ``name``.
 
     Raises KeyError listing the known names (and the closest) when the state
     holds no such value, and ValueError naming their paths when several
     optimizers hold it (two inside ``optax.multi_transform``): ``where=``
     chooses one, by its path or its last key (``where='a'``, ``where='inner_states/a'``).
     """
-    if group is not None:
-        name = _group_key(state, name, group, "get_hyper", fallback=True)
     if where == EVERY:
         raise ValueError("get_hyper: where='*' reads no single value; name one optimizer's path.")
+    if group is not None:
+        group = _check_group(group, "get_hyper")
+        dicts = [d for _, d in _chosen(state, where, "get_hyper", (name, group_key(name)))]
+        own = [d[group_key(name)] for d in dicts if _holds_group(d, name, group)]
+        if own:
+            return own[0].of(group)
+        if not any(name in d for d in dicts):
+            raise _group_error(dicts, name, group, "get_hyper")
     found = [d[name] for _, d in _chosen(state, where, "get_hyper", (name,)) if name in d]
     if not found:
         raise KeyError(_unknown_name("get_hyper", name, hyper_names(state)))
@@ -253,10 +270,11 @@ def set_hyper(state, *, where=None, group=None, **values):
     and dtypes stay.
 
     ``group=k``: the values of parameter group ``k`` (MindSpore and Paddle
-    groups, counted from 0 as given), ``set_hyper(s, group=1, beta1=0.8)``
-    being ``set_hyper(s, beta1_group_1=0.8)``; a KeyError names the groups
-    that set ``beta1`` of their own when group ``k`` does not (its leaves use
-    the optimizer's ``beta1``).
+    groups, counted from 0 as given): ``set_hyper(s, group=1, beta1=0.8)``
+    writes group 1's entry of ``beta1_groups`` (a `GroupHyper`); a KeyError
+    names the groups that set ``beta1`` of their own when group ``k`` does
+    not (its leaves use the optimizer's ``beta1``). ``beta1_groups=`` (a
+    vector, one value per group holding it) writes them all.
 
     Several optimizers in one state (``optax.multi_transform``, ``chain``)
     that hold a name: a ValueError naming their paths, unless ``where=``
@@ -267,7 +285,12 @@ def set_hyper(state, *, where=None, group=None, **values):
     program: a value outside the range of any piece holding the name leaves
     every slot of that name as it was (never written unchecked)."""
     if group is not None:
-        values = {_group_key(state, k, group, "set_hyper", fallback=False): v for k, v in values.items()}
+        group = _check_group(group, "set_hyper")
+        dicts = [d for _, d in _chosen(state, where, "set_hyper", [group_key(k) for k in values])]
+        for k in values:
+            if not any(_holds_group(d, k, group) for d in dicts):
+                raise _group_error(dicts, k, group, "set_hyper")
+        values = {group_key(k): v for k, v in values.items()}  # one entry of each GroupHyper: `new_value`
     chosen = _chosen(state, where, "set_hyper", values)
     mine = {path[:-1] for path, _ in chosen}  # the state nodes written
     known = []
@@ -285,18 +308,40 @@ def set_hyper(state, *, where=None, group=None, **values):
         if name not in known:
             raise KeyError(_unknown_name("set_hyper", name, known))
         value = _raw(value)
-        if isinstance(value, (jax.Array, np.ndarray)) and np.ndim(value) != 0:
+        vectors = {np.shape(d[name]) for _, d in chosen if isinstance(d.get(name), GroupHyper)}
+        if group is None and vectors:  # every group's own value at once: a vector, judged entry by entry
+            if len(vectors) > 1 or {np.shape(value)} != vectors:
+                raise ValueError(f"set_hyper({name}=...): expected one value per group holding it, shape "
+                                 f"{' or '.join(map(str, sorted(vectors)))}; got shape {np.shape(value)} "
+                                 f"(group=k, {base_name(name)}=value writes one group's).")
+        elif isinstance(value, (jax.Array, np.ndarray)) and np.ndim(value) != 0:
             raise ValueError(f"set_hyper({name}=...): expected a scalar; got shape {np.shape(value)}.")
         ranges = [(owner, declared_range(owner, name) or Range()) for owner in owners[name]]  # undeclared: finite
         if isinstance(value, jax.core.Tracer):
             accepted[name] = jnp.all(jnp.stack([in_range(value, rng) for _, rng in ranges]))
             continue
+        shown = (base_name(name) or name) if group is not None else name  # as the caller wrote it
         for owner, rng in ranges:
-            check_value("set_hyper", name, value, rng, suffix=f" (the range of {owner})" if owner else "")
+            of = f"group {group}'s own value" if group is not None else ""
+            of += ("; " if of else "") + (f"the range of {owner}" if owner else "")
+            for x in (np.asarray(value).reshape(-1).tolist() if np.ndim(value) else [value]):
+                check_value("set_hyper", shown, x, rng, suffix=f" ({of})" if of else "")
 
     def new_value(k, v):
         if k not in values:
             return v
+        if isinstance(v, GroupHyper):  # the groups' own values: one entry (group=) or all
+            if group is not None and group not in v.groups:
+                return v
+            raw = _raw(v.values)
+            new = jnp.asarray(_raw(values[k]), dtype=raw.dtype)
+            new = raw.at[v.groups.index(group)].set(new) if group is not None else new.reshape(raw.shape)
+            if k in accepted:
+                new = jnp.where(accepted[k], new, raw)
+            if raw is not v.values:  # an nnx Variable: written in place
+                v.values.set_value(new)
+                return v
+            return GroupHyper(new, v.groups)
         raw = _raw(v)
         new = jnp.asarray(_raw(values[k]), dtype=jnp.asarray(raw).dtype).reshape(jnp.shape(raw))
         if k in accepted:

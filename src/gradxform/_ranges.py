@@ -188,8 +188,8 @@ def check_value(owner: str, name: str, value, rng: Range, *, allow_none: bool = 
 
 # -- the declared ranges -------------------------------------------------------------
 
-# learning_rate_group_3 -> learning_rate, weight_decay_group_0 -> weight_decay
-_GROUP_SUFFIX = re.compile(r"_group_\d+$")
+# the groups' own values of a hyperparameter (`gradxform._group_hyper`): learning_rate_groups -> learning_rate
+_GROUP_SUFFIX = re.compile(r"_groups$")
 
 GENERIC: dict[str, Range] = {
     "learning_rate": NON_NEGATIVE, "wd": NON_NEGATIVE, "weight_decay": NON_NEGATIVE,

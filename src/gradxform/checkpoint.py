@@ -79,6 +79,7 @@ from ._files import create_locked_temp, new_file_mode, path_of, read_regular, re
 from ._msgpack_cost import decoded_cost as _header_cost
 from ._hyper import settle_schedule_bases
 from ._state_paths import former_names, hyper_difference, state_paths
+from ._group_hyper import group_hyper_plan
 from ._state_v1 import v1_plan, v1_stack
 
 __all__ = ["CheckpointError", "save_state", "load_state", "read_metadata", "FORMAT_VERSION"]
@@ -522,6 +523,8 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=(), sc
     plan = None  # a file of the v1 layout: per-leaf fields as one entry per leaf (`_state_v1`)
     for form, named in ((f, n) for f in (like, *alternatives) for n in (f, former_names(f)) if n is not None):
         plan = v1_plan(file_paths, _describe(named)[0], named) if file_paths != paths else None
+        if plan is None and file_paths != paths:  # per-group hyperparameters as scalars (`_group_hyper`)
+            plan = group_hyper_plan(file_paths, named, v1_plan)
         if plan is not None:
             (_, treedef, leaves), former = _describe(form), former or named is not form
             paths = file_paths = _describe(named)[0]
@@ -545,7 +548,8 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=(), sc
             f"{header['treedef'][:300]}.")
     out = [_from_bytes(payload[o:o + n], d, s, None) for (_, s, d, o, n) in entries]  # on the host first
     if plan is not None:
-        out = [out[ix[0]] if len(ix) == 1 else v1_stack([out[i] for i in ix], _leaf_dtype_name(leaf))
+        out = [out[ix[0]] if len(ix) == 1 and np.shape(out[ix[0]]) == _leaf_shape(leaf)
+               else v1_stack([out[i] for i in ix], _leaf_dtype_name(leaf))
                for ix, leaf in zip(plan, leaves)]
         entries = [(p, _leaf_shape(x), _leaf_dtype_name(x), 0, 0) for p, x in zip(paths, out)]
     for (p, shape, dtype, _, _), leaf in zip(entries, leaves):

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._domains import MAX_COUNT, domain_error
+from .._group_hyper import GroupHyper, base_name
 from .._state_paths import get_path, is_leaf_vector, replace_fields, shaped_like, state_paths
 from .._tree import param_names
 from .._files import PathTypeError
@@ -273,13 +274,23 @@ def resolve_order(params, order, n_entries: int | None, who: str) -> list[int]:
     return [names.index(o) for o in order]
 
 
+def _with_groups_spread(h: dict):
+    for k, v in h.items():
+        if isinstance(v, GroupHyper):
+            yield from ((f"{base_name(k)}_group_{g}", x) for g, x in zip(v.groups, np.asarray(v)))
+        else:
+            yield k, v
+
+
 def tree_hyper(state) -> dict[str, float]:
-    """Every hyperparameter in ``state`` (the first one of each name)."""
+    """Every hyperparameter in ``state`` (the first one of each name); a
+    parameter group's own value (`GroupHyper`) as ``<name>_group_<i>``, the
+    name MindSpore's checkpoints give a group's learning rate."""
     out: dict[str, float] = {}
     for _, node in state_paths(state):
         h = getattr(node, "hyper", None)
         if isinstance(h, dict):
-            for k, v in h.items():
+            for k, v in _with_groups_spread(h):
                 if k not in out:
                     try:
                         out[k] = float(np.asarray(v))

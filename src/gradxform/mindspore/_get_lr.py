@@ -137,8 +137,8 @@ def _options(optimizer, who):
                     f"{type(optimizer).__name__}.")
 
 
-def _rate(schedule, hyper_name, state, step, *, past_end_raises: bool = True):
-    base = get_hyper(state, hyper_name)
+def _rate(schedule, hyper_name, state, step, *, past_end_raises: bool = True, group: int | None = None):
+    base = get_hyper(state, hyper_name, group=group)
     if schedule is None:
         return float(base)
     if not past_end_raises and isinstance(schedule, MindSporeListLR):
@@ -157,7 +157,7 @@ def get_lr(optimizer, state):
     default = _rate(o.schedule, "learning_rate", state, step)
     if not o.grouped or all(s.lr is None for s in o.specs):
         return default
-    return tuple(default if s.lr is None else _rate(s.lr_schedule, f"learning_rate_group_{s.index}", state, step)
+    return tuple(default if s.lr is None else _rate(s.lr_schedule, "learning_rate", state, step, group=s.index)
                  for s in sorted(o.specs, key=lambda s: s.index))
 
 
@@ -181,5 +181,6 @@ def get_lr_parameter(optimizer, state, param):
     step = host_done(state)
     for s in (o.specs or ()):
         if s.matches(name) and s.lr is not None:
-            return _rate(s.lr_schedule, f"learning_rate_group_{s.index}", state, step, past_end_raises=False)
+            return _rate(s.lr_schedule, "learning_rate", state, step, past_end_raises=False,
+                         group=s.index)
     return _rate(o.schedule, "learning_rate", state, step, past_end_raises=False)

@@ -23,10 +23,10 @@ list every grouped parameter exactly once; since each parameter's update
 here depends only on its own values, it changes no number.
 
 Two parts carry the per-group values, both hyperparameters in their state:
-`group_learning_rate` (``learning_rate_group_<i>``, MindSpore's names), a rate
+`group_learning_rate` (``learning_rate_groups``, a `GroupHyper`), a rate
 adjuster that the family's rate piece runs (`gradxform.pieces.adjusted_rate`:
 the one writer of the step context's ``lr``), and the piece
-`group_weight_decay` (``weight_decay`` plus ``weight_decay_group_<i>``).
+`group_weight_decay` (``weight_decay`` plus ``weight_decay_groups``).
 Which group a leaf is in, and whether it is decayed, are per-leaf values
 (one int32 vector each, an entry per leaf in flatten order: two state arrays
 however many leaves), so `gradxform.fused` groups leaves by them and runs
@@ -44,7 +44,7 @@ import numpy as np
 
 from .._base import GradientTransformation, StepContext, transformation
 from .._spec import Fusion, declare
-from .._hyper import hyper_scalar
+from .._group_hyper import group_value, with_group_hyper
 from .._selectors import Selector, assign_slots, describe_names, names_of
 from .._state_paths import find_states, is_optax_placeholder
 from ..pieces.internal import RateAdjuster, buffer_segments, only_slotted
@@ -85,11 +85,12 @@ def list_lr(what: str) -> Callable:
     return functools.partial(MindSporeListLR, what=what)
 
 
-def check_weight_decay(owner: str, weight_decay, hyper: str = "weight_decay") -> None:
+def check_weight_decay(owner: str, weight_decay, where: str = "") -> None:
     """A fixed weight decay (a float or an int). MindSpore also takes a Cell of
     ``global_step`` (a dynamic weight decay, read before the step is counted);
     here the TypeError says what to write instead: its first value, changed
-    between updates with `gradxform.set_hyper` (``hyper``: the state's name)."""
+    between updates with `gradxform.set_hyper` (``where``: its other
+    arguments, ``"group=0, "`` for a group's)."""
     if not isinstance(weight_decay, bool) and isinstance(weight_decay, (int, float)):
         return
     hint = ""
@@ -100,7 +101,7 @@ def check_weight_decay(owner: str, weight_decay, hyper: str = "weight_decay") ->
             first = ""
         hint = (" A weight decay that changes per step (MindSpore's dynamic weight_decay Cell) is not taken "
                 f"here: give a float, the Cell's value at global_step 0{first}, and change it between updates "
-                f"with state = gradxform.set_hyper(state, {hyper}=value) (value: the Cell's value at the "
+                f"with state = gradxform.set_hyper(state, {where}weight_decay=value) (value: the Cell's value at the "
                 "number of updates done; no recompile). MindSpore's LARS wrapper, here too, takes a weight_decay schedule.")
     raise TypeError(f"{owner}(weight_decay=...): weight_decay must be a float or int; got {weight_decay!r}.{hint}")
 
@@ -148,7 +149,7 @@ def parse_groups(owner: str, groups, *, allow_lr=True, allow_gc=True, list_cls=N
         wd = None
         if "weight_decay" in g:
             if callable(g["weight_decay"]):  # a dynamic weight decay: the TypeError says what to write
-                check_weight_decay(f"{owner}(groups[{i}])", g["weight_decay"], f"weight_decay_group_{i}")
+                check_weight_decay(f"{owner}(groups[{i}])", g["weight_decay"], f"group={i}, ")
             check_number(f"{owner}(groups[{i}])", "weight_decay", g["weight_decay"], low=0.0)
             wd = float(g.get("weight_decay", 0.0))
         gc = g.get("grad_centralization", False)
@@ -216,7 +217,7 @@ def _group_state(hyper, params, slot, flags) -> GroupState:
 
 def group_learning_rate(owner: str, specs, order) -> RateAdjuster:
     """Gives leaves of groups with their own 'lr' that group's rate:
-    hyperparameter ``learning_rate_group_<i>`` (a fixed value, or the base of
+    entry ``i`` of hyperparameter ``learning_rate_groups`` (a fixed value, or the base of
     the group's list/schedule, evaluated at the leaf's completed updates,
     `Schedule.lr_for_update`). A rate adjuster (`adjusted_rate` runs it after
     `track_step`); other leaves keep the rate `track_step` computed."""
@@ -224,7 +225,7 @@ def group_learning_rate(owner: str, specs, order) -> RateAdjuster:
 
     def init(params):
         _, slot = _slots(owner, specs, order, params)
-        return _group_state({f"learning_rate_group_{s.index}": hyper_scalar(s.lr_base) for _, s in own},
+        return _group_state(with_group_hyper({}, {s.index: {"learning_rate": s.lr_base} for _, s in own}),
                             params, slot, np.ones(slot.shape, bool))
 
     def adjust(lr_tree, count, updates, state, extra_args):
@@ -239,7 +240,7 @@ def group_learning_rate(owner: str, specs, order) -> RateAdjuster:
         lr = jnp.broadcast_to(lr, slot.shape)
         t = jnp.broadcast_to(t, slot.shape)
         for k, s in own:
-            base = state.hyper[f"learning_rate_group_{s.index}"]
+            base = group_value(state.hyper, "learning_rate", s.index)
             val = s.lr_schedule.lr_for_update(t, base) if s.lr_schedule is not None else \
                 jnp.broadcast_to(base, t.shape)
             lr = jnp.where(slot == k, val, lr)
@@ -253,7 +254,7 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
                        loss_scale: float | None = None, add: bool = True) -> GradientTransformation:
     """Coupled, per-group weight decay ``u -> u + wd[i] * loss_scale * w``.
 
-    ``wd[i]`` is the leaf's group ``weight_decay_group_<i>`` or else the
+    ``wd[i]`` is the leaf's group's entry of ``weight_decay_groups`` or else the
     hyperparameter ``weight_decay``. Without groups, ``decay_filter(name)``
     picks the decayed leaves (MindSpore: not 'beta'/'gamma'); with groups
     every grouped leaf is decayed by its group's value (MindSpore ignores the
@@ -273,10 +274,9 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
     def init(params):
         names, slot = _slots(owner, specs, order, params)
         flags = decayed(names)
-        hyper = {"weight_decay": hyper_scalar(weight_decay)}
-        hyper.update({f"weight_decay_group_{s.index}": hyper_scalar(s.weight_decay) for _, s in own})
-        if loss_scale is not None:
-            hyper["loss_scale"] = hyper_scalar(loss_scale)
+        shared = {"weight_decay": weight_decay} if loss_scale is None else \
+            {"weight_decay": weight_decay, "loss_scale": loss_scale}
+        hyper = with_group_hyper(shared, {s.index: {"weight_decay": s.weight_decay} for _, s in own})
         return _group_state(hyper, params, slot, flags)
 
     @declare(who=owner, provides=("wd",), fusion=Fusion())
@@ -295,7 +295,7 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
         for slot, flag in zip(slots, flags):
             d = h["weight_decay"]
             for k, s in own:
-                d = jnp.where(slot == k, h[f"weight_decay_group_{s.index}"], d)
+                d = jnp.where(slot == k, group_value(h, "weight_decay", s.index), d)
             wd.append(jnp.where(flag, d, 0.0))
         ctx = StepContext.of(extra_args)
         if ctx is not None:

@@ -11,6 +11,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.core
 import jax.numpy as jnp
+import numpy as np
 
 from .._registry import Declaration, registered_name
 from .._base import CONTEXT_KEY, GradientTransformation, StepContext, run_inner, transformation
@@ -150,7 +151,7 @@ def _taken_over(key) -> str | None:
     """What LARS takes over from the wrapped optimizer: its weight decays
     (set to 0 there) and its loss scale (set to 1 there)."""
     k = str(key)
-    if k == "weight_decay" or k.startswith("weight_decay_group_"):
+    if k in ("weight_decay", "weight_decay_groups"):  # the optimizer's and its groups' own (a GroupHyper)
         return "wd"
     if k == "loss_scale":
         return "ls"
@@ -165,8 +166,8 @@ def _switch_off(state):
         h = getattr(node, "hyper", None)
         if not isinstance(h, dict) or not any(_taken_over(k) for k in h):
             return node
-        off = {k: (jnp.zeros_like(v) if _taken_over(k) == "wd" else jnp.ones_like(v)) if _taken_over(k) else v
-               for k, v in h.items()}
+        off = {k: jax.tree.map(jnp.zeros_like if _taken_over(k) == "wd" else jnp.ones_like, v) if _taken_over(k)
+               else v for k, v in h.items()}
         return node._replace(hyper=off)
     return map_states(fn, state)
 
@@ -196,8 +197,9 @@ def _decoupled_decays(state) -> list[str]:
         h = getattr(node, "hyper", None)
         if isinstance(h, dict) and not all(_taken_over(k) for k in h):
             for k, v in h.items():
-                if _taken_over(k) == "wd" and not isinstance(v, jax.core.Tracer) and float(v) != 0.0:
-                    found.append(f"{type(node).__name__}.{k}={float(v):g}")
+                if _taken_over(k) == "wd" and not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(v)) \
+                        and np.any(np.asarray(v) != 0.0):
+                    found.append(f"{type(node).__name__}.{k}={', '.join(f'{x:g}' for x in np.asarray(v).reshape(-1))}")
         return node
     map_states(fn, state)
     return found

@@ -138,7 +138,7 @@ def _adam_rule(owner, beta1, beta2, epsilon, amsgrad, coeff=None, lr_ratio=None,
         w = w + (-lr_t) * (m1 / (sqrt(m2 or m2max) + eps));   beta_pow *= beta
 
     ``groups``: ``{group: {name: value}}``, a group's own beta1, beta2,
-    epsilon (and AdamW's weight_decay), hyperparameters ``<name>_group_<k>``.
+    epsilon (and AdamW's weight_decay), held as ``<name>_groups`` (`GroupHyper`).
     """
     groups = groups or {}
 
@@ -278,7 +278,7 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
 
     The decoupled coefficient ``weight_decay`` defaults to 0.01 (a number,
     hyperparameter ``weight_decay``); a parameter group's 'weight_decay' (a
-    number) is that group's coefficient (``weight_decay_group_<k>``), as
+    number) is that group's coefficient (its entry of ``weight_decay_groups``), as
     Paddle's ``_update_param_group`` does (no regularizer is added). ``lr_ratio(p)`` (``p.name``,
     ``p.shape``: a `ParamInfo`) is refused by Paddle on CPU ("unimplemented
     in CPU"); here it multiplies the learning rate of both the decay and the

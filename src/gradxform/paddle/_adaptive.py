@@ -201,7 +201,7 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
     ``mean_square``, ``mean_grad`` (for every parameter, as Paddle's).
     A parameter group may set its own ``centered`` (and ``rho``,
     ``epsilon``, ``momentum``); where groups differ, ``centered`` is a 0/1
-    hyperparameter per group (``centered_group_<k>``), else it is static.
+    hyperparameter per group (an entry of ``centered_groups``), else it is static.
     """
     owner = registered_name(rmsprop)
     del name

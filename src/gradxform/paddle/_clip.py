@@ -27,7 +27,7 @@ import optax
 
 from .._base import GradientTransformation, transformation
 from .._spec import Fusion, declare
-from .._hyper import hyper_scalar
+from .._group_hyper import group_value, with_group_hyper
 from .._ranges import check_hyper
 from .._selectors import Selector
 from .._group_values import partition
@@ -88,23 +88,24 @@ def group_clip(clips: list, slots_of, *, default=None) -> GradientTransformation
     or None), a global norm over that group's ``need_clip`` leaves.
     ``slots_of(params) -> int array`` gives the groups at ``init`` (leaves of
     no group are not touched). Hyperparameters as the clip's own
-    (``clip_norm``, ``clip_min``/``clip_max``) for ``default``, with
-    ``_group_<k>`` appended for a group's own clip."""
+    (``clip_norm``, ``clip_min``/``clip_max``) for ``default``, a group's own
+    clip's in ``<field>_groups`` (`GroupHyper`)."""
     active = [(k, c) for k, c in enumerate(clips) if c is not None]
 
-    def key(k, c, field):
-        return field if c is default else f"{field}_group_{k}"
+    def value(h, k, c, field):
+        return h[field] if c is default else group_value(h, field, k)
 
     def init(params):
         names = param_names(params)
         slot = slots_of(params)
-        hyper, need = {}, np.ones(len(names), bool)
+        shared = {f: v for _, c in active if c is default for f, v in c.hyper_values().items()}
+        own = {k: c.hyper_values() for k, c in active if c is not default}
+        need = np.ones(len(names), bool)
         for k, c in reversed(active):
-            for field, value in c.hyper_values().items():
-                hyper[key(k, c, field)] = hyper_scalar(value)
             flags = need_clip_flags(c.owner, c.need_clip, names)
             need = np.where(np.asarray(slot) == k, flags, need)
-        return ClipState(hyper, *partition(slot, need, dtypes=(np.int32, np.int32)))  # held and read once per group
+        # held and read once per group
+        return ClipState(with_group_hyper(shared, own), *partition(slot, need, dtypes=(np.int32, np.int32)))
 
     @declare(fusion=_fusion(active))
     def update(updates, state, params=None, **extra_args):
@@ -122,7 +123,7 @@ def group_clip(clips: list, slots_of, *, default=None) -> GradientTransformation
         for k, c in active:
             sel = [jnp.logical_and(s == k, n) for s, n in zip(slots, needs)]
             if c.kind == "global":
-                cn = h[key(k, c, "clip_norm")]
+                cn = value(h, k, c, "clip_norm")
                 whole = whole_buffers(leaves, extra_args)  # a sharded step's buffers, gathered
                 sq = [jnp.where(m, jnp.sum(jnp.square(g.astype(jnp.float32))), 0.0) for g, m in zip(whole, sel)]
                 norm = jnp.sqrt(sum(sq)) if sq else jnp.zeros((), jnp.float32)
@@ -130,12 +131,12 @@ def group_clip(clips: list, slots_of, *, default=None) -> GradientTransformation
                 # g * 1 is g bit for bit: one read of g, the factor chosen per leaf
                 out = [g * jnp.where(m, f, 1.0).astype(g.dtype) for g, m in zip(out, sel)]
             elif c.kind == "norm":
-                cn = h[key(k, c, "clip_norm")]
+                cn = value(h, k, c, "clip_norm")
                 norms = treedef.flatten_up_to(leaf_sq_norm(treedef.unflatten(leaves), extra_args))
                 out = [g * jnp.where(m, cn / jnp.maximum(jnp.sqrt(n), cn), 1.0).astype(g.dtype)
                        for g, m, n in zip(out, sel, norms)]
             else:
-                lo, hi = h[key(k, c, "clip_min")], h[key(k, c, "clip_max")]
+                lo, hi = value(h, k, c, "clip_min"), value(h, k, c, "clip_max")
                 out = [jnp.where(m, jnp.clip(g, lo.astype(g.dtype), hi.astype(g.dtype)), g) for g, m in zip(out, sel)]
         return treedef.unflatten(out), state
 

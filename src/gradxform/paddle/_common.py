@@ -22,7 +22,8 @@ None too, as Paddle's ``param.regularizer = None`` does; a group
 optimized (update zero, state untouched), as in Paddle. A group may also set
 the optimizer's own hyperparameters where Paddle's ``_update_param_group``
 reads them (Adam's ``beta1``, Momentum's ``momentum``, ...; each optimizer
-lists its keys): they become ``<name>_group_<k>`` hyperparameters; any
+lists its keys): each becomes an entry of ``<name>_groups``, one float32
+vector per hyperparameter (`gradxform._group_hyper.GroupHyper`); any
 other key is a ValueError.
 
 The learning rate: a number, or a `gradxform.schedules` Paddle schedule,
@@ -46,11 +47,12 @@ import numpy as np
 import optax
 
 from .._base import GradientTransformation, chain, identity
-from .._hyper import _scheduled, get_hyper, get_learning_rate, hyper_scalar, set_hyper
+from .._hyper import _scheduled, get_hyper, get_learning_rate, set_hyper
 from .._optimizer import Setup
 from .._ranges import check_bool
 from .._selectors import Selector, as_names, assign_slots, describe_names
 from .._state_paths import find_states
+from .._group_hyper import slot_value, with_group_hyper
 from .._group_values import GroupValues, host_groups
 from .._tree import leaf_values, once_per_value, param_names
 from ..pieces.internal import RateAdjuster, StepState, adjusted_rate, no_adjustment
@@ -395,20 +397,17 @@ class PaddleOptimizer(optax.GradientTransformationExtraArgs):
 
 
 def with_groups(hyper: dict, groups: dict) -> dict:
-    """``hyper`` plus ``<name>_group_<k>`` for each group's own value (float32 scalars)."""
-    out = {k: hyper_scalar(v) for k, v in hyper.items()}
-    for k, vals in groups.items():
-        out.update({f"{n}_group_{k}": hyper_scalar(v) for n, v in vals.items()})
-    return out
+    """``hyper`` (float32 scalars) plus, for each name a group sets (``groups``:
+    ``{position: {name: value}}``), the groups' own values as one `GroupHyper`."""
+    return with_group_hyper(hyper, groups)
 
 
 def leaf_hyper(h: dict, slot, groups: dict) -> dict:
     """The hyperparameters of one leaf of group ``slot``: its group's own
-    ``<name>_group_<k>`` where the group sets one, else the optimizer's."""
+    value where the group sets one, else the optimizer's."""
     out = dict(h)
-    for k, vals in groups.items():
-        for n in vals:
-            out[n] = jnp.where(slot == k, h[f"{n}_group_{k}"], out[n])
+    for n in {n for vals in groups.values() for n in vals}:
+        out[n] = slot_value(h, n, slot)
     return out
 
 

@@ -19,6 +19,7 @@ import optax
 
 from .._base import GradientTransformation, transformation
 from .._elementwise import fusable
+from .._group_hyper import group_value, with_group_hyper
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
 from .._group_values import group_by_value
@@ -127,12 +128,14 @@ def group_regularization(regs: list, slots_of, *, default=None,
     kind is in ``kinds`` (static: Paddle's Momentum folds L2 into its kernel).
     ``slots_of(params) -> int32 array`` gives the groups at ``init``.
     Hyperparameters: ``<kind>_coeff`` for the optimizer's own regularizer
-    ``default`` (shared by the groups that keep it), else ``<kind>_coeff_group_<k>``."""
+    ``default`` (shared by the groups that keep it), and a group's own
+    regularizer's coefficient in ``<kind>_coeff_groups`` (`GroupHyper`)."""
     active = [(k, r) for k, r in enumerate(regs) if r is not None and r.kind in kinds]
-    names = {k: f"{r.kind}_coeff" if r is default else f"{r.kind}_coeff_group_{k}" for k, r in active}
 
     def init(params):
-        return RegState({names[k]: hyper_scalar(r.coeff) for k, r in reversed(active)},
+        shared = {f"{r.kind}_coeff": r.coeff for _, r in active if r is default}
+        own = {k: {f"{r.kind}_coeff": r.coeff} for k, r in active if r is not default}
+        return RegState(with_group_hyper(shared, own),
                         group_by_value(slots_of(params), np.int32))  # held and read once per group
 
     @fusable
@@ -147,7 +150,7 @@ def group_regularization(regs: list, slots_of, *, default=None,
         slots = treedef.flatten_up_to(leaf_values(state.slot, updates))
         for g, w, s in zip(leaves, treedef.flatten_up_to(params), slots):
             for k, r in active:
-                c = state.hyper[names[k]]
+                c = state.hyper[f"{r.kind}_coeff"] if r is default else group_value(state.hyper, f"{r.kind}_coeff", k)
                 # g + (-0.0) is g bit for bit; reading g once lets XLA fuse the rule's
                 # arithmetic into this loop (where(s, g + d, g) reads it twice)
                 g = g + jnp.where(s == k, _scaled(c, r.kind, w, g.dtype), jnp.asarray(-0.0, g.dtype))

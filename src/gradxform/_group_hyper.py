@@ -1,0 +1,225 @@
+"""The hyperparameters parameter groups set for themselves, one array per field (`GroupHyper`).
+
+A MindSpore or Paddle parameter group may give its own learning rate, weight
+decay, beta1, clip norm, ...; a group that gives none uses the optimizer's.
+The optimizer's value is the hyperparameter ``name`` of a piece's ``hyper``
+dict; the values the groups give are one more entry, ``name + "_groups"``
+(`group_key`), a `GroupHyper`: a float32 vector with one value per group
+that sets ``name``, and which groups those are (static: part of the tree
+structure, fixed when the optimizer is built). A piece reads a leaf's value
+with its group known when the program is built (`group_value`) or from the
+group slot its state holds (`slot_value`).
+
+`gradxform.get_hyper` / `gradxform.set_hyper` take ``group=k``; the vector is
+range-checked like any hyperparameter, entry by entry, against the range of
+``name``.
+
+Files written before (each group's value a scalar ``<name>_group_<k>``,
+``tests/fixtures/group_hyper_v1/``) load through `group_hyper_plan`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.tree_util import DictKey, GetAttrKey, keystr
+
+from ._state_paths import map_states, state_paths
+
+__all__ = ["GroupHyper", "SUFFIX", "group_key", "base_name", "with_group_hyper", "group_value", "slot_value",
+           "former_group_hyper", "group_hyper_plan"]
+
+SUFFIX = "_groups"
+_FORMER = "{name}_group_{group}"  # the key of one group's value in files written before
+HYPER = "hyper"
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class GroupHyper:
+    """The values some parameter groups give hyperparameter ``name``:
+    ``values[i]`` is group ``groups[i]``'s (``values``: float32, shape
+    ``(len(groups),)``, the one leaf; ``groups``: positions in the
+    optimizer's groups, counted from 0 as given, kept in the tree structure)."""
+    __slots__ = ("values", "groups")
+
+    def __init__(self, values, groups: Sequence[int]):
+        self.values = values
+        self.groups = tuple(int(g) for g in groups)
+
+    def tree_flatten_with_keys(self):
+        return ((GetAttrKey("values"), self.values),), self.groups
+
+    def tree_flatten(self):
+        return (self.values,), self.groups
+
+    @classmethod
+    def tree_unflatten(cls, groups, children):
+        out = object.__new__(cls)
+        out.values, out.groups = children[0], groups
+        return out
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (len(self.groups),)
+
+    @property
+    def dtype(self):
+        return getattr(self.values, "dtype", None)
+
+    def __array__(self, dtype=None, copy=None):
+        host = np.asarray(_raw(self.values))
+        return host if dtype is None else host.astype(dtype)
+
+    def position(self, group: int) -> int | None:
+        """Where group ``group``'s value is in ``values``; None when it sets none."""
+        return self.groups.index(group) if group in self.groups else None
+
+    def of(self, group: int):
+        """Group ``group``'s value (a float32 scalar)."""
+        return _raw(self.values)[self.groups.index(group)]
+
+    def __eq__(self, other):
+        if not isinstance(other, GroupHyper) or self.groups != other.groups:
+            return False
+        a, b = self.values, other.values
+        if isinstance(a, (np.ndarray, jax.Array)):
+            return isinstance(b, (np.ndarray, jax.Array)) and bool(np.array_equal(np.asarray(a), np.asarray(b)))
+        return bool(a == b)  # what a tree map put there (shapes, dtypes, structs)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-array holder, as a NumPy array
+
+    def __repr__(self) -> str:
+        return f"GroupHyper({self.values!r}, groups={self.groups})"
+
+
+def _raw(x):
+    """The array inside an ``nnx`` Variable, else ``x``."""
+    if not isinstance(x, jax.Array) and callable(getattr(x, "get_value", None)):
+        return x.get_value()
+    return x
+
+
+def group_key(name: str) -> str:
+    """The ``hyper`` key of the groups' own values of ``name``."""
+    return name + SUFFIX
+
+
+def base_name(key: str) -> str | None:
+    """``name`` for ``name + "_groups"``, else None."""
+    key = str(key)
+    return key[:-len(SUFFIX)] if key.endswith(SUFFIX) and len(key) > len(SUFFIX) else None
+
+
+def with_group_hyper(hyper: Mapping[str, Any], own: Mapping[int, Mapping[str, Any]]) -> dict:
+    """``hyper`` (the optimizer's values) as float32 scalars, plus a
+    `GroupHyper` for each name that a group of ``own`` (``{group: {name:
+    value}}``) sets, its groups in increasing order."""
+    out: dict[str, Any] = {k: jnp.asarray(v, jnp.float32) for k, v in hyper.items()}
+    names: list[str] = []
+    for vals in own.values():
+        names.extend(n for n in vals if n not in names)
+    for n in names:
+        groups = sorted(g for g, vals in own.items() if n in vals)
+        out[group_key(n)] = GroupHyper(jnp.asarray([np.float32(own[g][n]) for g in groups], jnp.float32), groups)
+    return out
+
+
+def group_value(hyper: Mapping, name: str, group: int):
+    """The value of ``name`` that the leaves of group ``group`` (known when
+    the program is built) use: the group's own, else the optimizer's."""
+    held = hyper.get(group_key(name))
+    if isinstance(held, GroupHyper) and group in held.groups:
+        return held.of(group)
+    return hyper[name]
+
+
+def slot_value(hyper: Mapping, name: str, slot):
+    """The value of ``name`` for the leaves whose group position is ``slot``
+    (an int32 array, traced: the group slot a state holds): the group's own
+    where it sets one, else the optimizer's."""
+    out = hyper[name] if name in hyper else None
+    held = hyper.get(group_key(name))
+    if not isinstance(held, GroupHyper):
+        return out
+    values = _raw(held.values)
+    for i, g in enumerate(held.groups):
+        out = values[i] if out is None else jnp.where(slot == g, values[i], out)
+    return out
+
+
+def _former_keys(key, held: GroupHyper) -> list[str]:
+    return [_FORMER.format(name=base_name(key), group=g) for g in held.groups]
+
+
+def former_group_hyper(tree):
+    """``tree`` with every `GroupHyper` of a ``hyper`` dict written out as the
+    scalars files held before (``<name>_group_<k>``, one per group); None
+    when ``tree`` holds none. Only key paths and leaf shapes matter: what a
+    file of that layout is matched against (`group_hyper_plan`)."""
+    found = False
+
+    def spread(_, node):
+        nonlocal found
+        d = getattr(node, HYPER, None)
+        if HYPER not in node._fields or not isinstance(d, dict) or \
+                not any(isinstance(v, GroupHyper) for v in d.values()):
+            return node
+        found = True
+        out = {}
+        for k, v in d.items():
+            if isinstance(v, GroupHyper):
+                out.update({f: jax.ShapeDtypeStruct((), v.dtype or jnp.float32) for f in _former_keys(k, v)})
+            else:
+                out[k] = v
+        return node._replace(**{HYPER: out})
+
+    out = map_states(spread, tree)
+    return out if found else None
+
+
+def _spread_paths(like) -> dict[str, list[str]]:
+    """``{keystr path of a GroupHyper's values in like: the keystr paths of its
+    groups' scalars in the former layout}``."""
+    out: dict[str, list[str]] = {}
+    for path, node in state_paths(like):
+        d = getattr(node, HYPER, None)
+        if HYPER not in node._fields or not isinstance(d, dict):
+            continue
+        at = path + (GetAttrKey(HYPER),)
+        for k, v in d.items():
+            if isinstance(v, GroupHyper):
+                out[keystr(at + (DictKey(k), GetAttrKey("values")))] = [keystr(at + (DictKey(f),))
+                                                                        for f in _former_keys(k, v)]
+    return out
+
+
+def _paths(tree) -> list[str]:
+    return [keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def group_hyper_plan(file_paths: Sequence[str], like, inner_plan: Callable) -> list[tuple[int, ...]] | None:
+    """For each leaf of ``like``, the entries of a file written before
+    (per-group values as ``<name>_group_<k>`` scalars) it is read from: a
+    `GroupHyper`'s values from its groups' scalars, in its groups' order,
+    any other leaf from its own entry; None when the file is not ``like`` in
+    that layout. ``inner_plan(file_paths, former_paths, former)`` matches a
+    file of a still older layout to the former tree (`gradxform._state_v1.v1_plan`)."""
+    former = former_group_hyper(like)
+    if former is None:
+        return None
+    former_paths = _paths(former)
+    inner = [(i,) for i in range(len(file_paths))] if list(file_paths) == former_paths else \
+        inner_plan(file_paths, former_paths, former)
+    if inner is None:
+        return None
+    at = {p: i for i, p in enumerate(former_paths)}
+    spread = _spread_paths(like)
+    plan = []
+    for p in _paths(like):
+        sources = spread.get(p, [p])
+        if any(s not in at for s in sources):
+            return None
+        plan.append(tuple(f for s in sources for f in inner[at[s]]))
+    return plan
