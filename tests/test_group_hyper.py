@@ -1,9 +1,10 @@
 """Per-group hyperparameters as one array per field (`gradxform._group_hyper.GroupHyper`, issue 37
 item 2): the layout, reading and writing one group's value (eager, jitted, through nnx), and files
-written before (``tests/fixtures/group_hyper_v1/``: each group's value a ``<name>_group_<k>``
-scalar) loading into it and continuing bit for bit."""
+written before loading into it and continuing bit for bit: ``tests/fixtures/group_hyper_v1/`` (each
+group's value a ``<name>_group_<k>`` scalar) and ``group_hyper_v0/`` (written before issue 37 item 3
+too: per-leaf fields a scalar per leaf as well; `tools/group_state_fixtures.py` says how)."""
 import os
-import sys
+import re
 
 import jax
 import jax.numpy as jnp
@@ -14,10 +15,9 @@ import pytest
 import gradxform as gx
 from gradxform._group_hyper import GroupHyper
 
-HERE = os.path.dirname(__file__)
-sys.path.insert(0, os.path.join(HERE, "..", "tools"))
-from group_state_fixtures import CASES, PARAMS, grads  # noqa: E402  (the configurations the files were written with)
+from group_cases import CASES, PARAMS, grads  # the configurations the files were written with
 
+HERE = os.path.dirname(__file__)
 FIXTURES = os.path.join(HERE, "fixtures", "group_hyper_v1")
 
 
@@ -42,14 +42,16 @@ def test_every_groups_own_values_are_one_float32_vector_per_field(case):
     assert not [k for k in keys if "_group_" in str(k)]  # no scalar per group any more
 
 
+@pytest.mark.parametrize("layout", ["group_hyper_v1", "group_hyper_v0"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_file_written_with_per_group_scalars_loads_and_continues_bit_for_bit(case):
+def test_a_file_written_with_per_group_scalars_loads_and_continues_bit_for_bit(case, layout):
     tx = CASES[case]()
     like = {"params": PARAMS, "state": tx.init(PARAMS)}
-    loaded = gx.load_state(os.path.join(FIXTURES, f"{case}.gxckpt"), like=like)
+    fixtures = os.path.join(HERE, "fixtures", layout)
+    loaded = gx.load_state(os.path.join(fixtures, f"{case}.gxckpt"), like=like)
     assert jax.tree.structure(loaded) == jax.tree.structure(like)
     u, _ = tx.update(grads(3), loaded["state"], loaded["params"])
-    want = np.load(os.path.join(FIXTURES, f"{case}.npz"))
+    want = np.load(os.path.join(fixtures, f"{case}.npz"))
     got = optax.apply_updates(loaded["params"], u)
     for k in PARAMS:
         np.testing.assert_array_equal(np.asarray(got[k]), want[k], err_msg=f"{case} {k}")
@@ -65,6 +67,16 @@ def test_the_former_files_values_land_in_their_groups():
     assert float(gx.get_hyper(loaded, "epsilon", group=0)) == np.float32(1e-6)
     assert float(gx.get_hyper(loaded, "clip_norm", group=1)) == np.float32(0.5)
     assert float(gx.get_hyper(loaded, "l2_coeff", group=0)) == np.float32(0.01)
+
+
+def test_a_former_file_of_other_groups_is_a_mismatch_naming_the_value():
+    # the run's group 2 set no weight_decay of its own; this optimizer's does
+    other = gx.mindspore.adam(0.01, weight_decay=0.05, groups=[
+        {"params": ["a"], "lr": 0.02, "weight_decay": 0.0}, {"params": ["b", "c"], "weight_decay": 0.1},
+        {"params": ["d"], "weight_decay": 0.2}])
+    with pytest.raises(gx.CheckpointError, match=re.escape("groups set other hyperparameters of their own "
+                                                           "(weight_decay: groups [0, 1] in the file, [0, 1, 2] here)")):
+        gx.load_state(os.path.join(FIXTURES, "mindspore_adam.gxckpt"), like={"params": PARAMS, "state": other.init(PARAMS)})
 
 
 def test_a_new_file_round_trips_and_holds_the_vector(tmp_path):

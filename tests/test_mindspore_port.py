@@ -4,6 +4,7 @@ the run, ``optimizer.get_lr()``, a dynamic weight decay, MindSpore's ``learning_
 ``dynamic_lr`` modules, and resuming a checkpoint with other learning rates than the run's."""
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 import gradxform
 import gradxform.mindspore as nn
+import cases
 import gradxform.schedules as S
 from gradxform.migrate import from_mindspore_checkpoint
 
@@ -267,3 +269,12 @@ def test_a_mindspore_optimizer_attribute_says_where_it_lives_here(attr, says):
     with pytest.raises(AttributeError, match=rf"optimizer.{attr}: MindSpore's optimizer Cell attribute.*{says}"):
         getattr(opt, attr)
     assert not hasattr(opt, attr)
+
+
+@pytest.mark.parametrize("name", [n for n in cases.names() if n.startswith("mindspore.")])
+def test_calling_the_optimizer_as_mindspore_2_does_says_what_to_write(name):
+    # MindSpore 2's training step ends with `optimizer(grads)`, the Cell writing its Parameters in place
+    opt = cases.create(name)
+    with pytest.raises(TypeError, match=re.escape("updates, state = opt.update(grads, state, params); params = "
+                                                  "optax.apply_updates(params, updates)")):
+        opt({"w": jnp.ones(2)})

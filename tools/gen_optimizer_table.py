@@ -75,15 +75,17 @@ def _where(factory) -> str:
     return f"[`{rel}`]({rel})"
 
 
-def _declared(name: str) -> tuple[str, str]:
-    """(resumes from the framework's file, framework goldens) as the declaration says."""
+def _declared(name: str) -> tuple[str, str, str]:
+    """(resumes from the framework's file, framework goldens, parameter-group keys) as the declaration says."""
     import gradxform  # noqa: PLC0415
+    from gradxform._registry import group_keys_of  # noqa: PLC0415
 
     decl = gradxform.declaration(name)
     if decl is None:
-        return "-", "-"
+        return "-", "-", "-"
     goldens = "yes" if decl.no_goldens is None else "no: " + decl.no_goldens.split(":", 1)[0]
-    return ("yes" if decl.migrates else "no"), goldens.replace("|", "\\|")
+    keys = ", ".join(f"`{k}`" for k in group_keys_of(name) if k != "params") or "-"
+    return ("yes" if decl.migrates else "no"), goldens.replace("|", "\\|"), keys
 
 
 def rows() -> list[tuple[str, ...]]:
@@ -100,8 +102,8 @@ def rows() -> list[tuple[str, ...]]:
 
 def table() -> str:
     lines = ["| family | `create(...)` name | rule and source (docstring) | default lr | resumes from the framework's "
-             "file | framework goldens | defined in |",
-             "|---|---|---|---|---|---|---|"]
+             "file | framework goldens | parameter-group keys | defined in |",
+             "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {' | '.join(r)} |" for r in rows()]
     families = sorted({r[0] for r in rows()})
     lines.append("")

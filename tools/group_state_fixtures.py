@@ -7,48 +7,27 @@ then ``{"params", "state"}`` saved with `gradxform.save_state` (``<case>.gxckpt`
 one more update gives from there (``<case>.npz``: the continuation the loaded state must reproduce).
 
     PYTHONPATH=$PWD/src:$PWD/tests python tools/group_state_fixtures.py   # run once, at the layout's last commit
+
+``tests/fixtures/group_hyper_v0/`` holds the same runs written by the code before issue 37 item 3
+as well (per-leaf fields a scalar per leaf, the v1 layout of `gradxform._state_v1`), so that the
+two conversions are checked together: a worktree at commit a8b1d4c (the v1 fixtures' commit), with
+``tests/group_cases.py`` copied in, and this tool run from here with that worktree's code:
+
+    PYTHONPATH=<worktree>/src:$PWD/tests python tools/group_state_fixtures.py --out tests/fixtures/group_hyper_v0
 """
 from __future__ import annotations
 
 import os
+import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
 import gradxform as gx
+from group_cases import CASES, PARAMS, grads
 
 OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "group_hyper_v1")
-PARAMS = {"a": jnp.asarray([0.5, -1.0, 2.0], jnp.float32), "b": jnp.asarray([[1.0, -2.0], [0.25, 3.0]], jnp.float32),
-          "c": jnp.asarray([0.3, 0.7], jnp.float32), "d": jnp.asarray([-0.4], jnp.float32)}
-P, M = gx.paddle, gx.mindspore
-
-# name -> a function building the optimizer (kept in the test that loads these files, tests/test_group_hyper.py)
-CASES = {
-    "mindspore_momentum": lambda: M.momentum(0.1, 0.9, weight_decay=0.02, groups=[
-        {"params": ["a", "b"], "lr": [0.05, 0.04, 0.03, 0.02, 0.01], "weight_decay": 0.01},
-        {"params": ["c"], "lr": 0.2}, {"params": ["d"]}]),
-    "mindspore_adam": lambda: M.adam(0.01, weight_decay=0.05, groups=[
-        {"params": ["a"], "lr": 0.02, "weight_decay": 0.0}, {"params": ["b", "c"], "weight_decay": 0.1},
-        {"params": ["d"]}]),
-    "paddle_adam": lambda: P.adam(0.01, parameters=[
-        {"params": ["a"], "beta1": 0.8, "epsilon": 1e-6, "weight_decay": P.L2Decay(0.01)},
-        {"params": ["b", "c"], "learning_rate": 0.5, "beta2": 0.99,
-         "grad_clip": P.ClipGradByGlobalNorm(0.5)}, {"params": ["d"]}],
-        weight_decay=P.L1Decay(0.001), grad_clip=P.ClipGradByNorm(1.0)),
-    "paddle_momentum": lambda: P.momentum(0.05, momentum=0.9, parameters=[
-        {"params": ["a", "b"], "momentum": 0.5, "weight_decay": P.L2Decay(0.02)},
-        {"params": ["c", "d"], "grad_clip": P.ClipGradByValue(0.3, -0.2)}]),
-    "paddle_lamb": lambda: P.lamb(0.01, lamb_weight_decay=0.01, parameters=[
-        {"params": ["a", "b"], "lamb_weight_decay": 0.05, "beta1": 0.85}, {"params": ["c", "d"]}]),
-    "paddle_rmsprop": lambda: P.rmsprop(0.01, parameters=[
-        {"params": ["a"], "centered": True, "rho": 0.9}, {"params": ["b", "c", "d"], "momentum": 0.5}]),
-}
-
-
-def grads(k: int):
-    return jax.tree.map(lambda p: jnp.sin(p * (k + 1)) + 0.1 * k, PARAMS)
 
 
 def record(name: str) -> None:
@@ -58,12 +37,14 @@ def record(name: str) -> None:
         u, state = tx.update(grads(k), state, params)
         params = optax.apply_updates(params, u)
     gx.save_state(os.path.join(OUT, f"{name}.gxckpt"), {"params": params, "state": state},
-                  meta={"optimizer": name, "layout": "group_hyper_v1"})
+                  meta={"optimizer": name, "layout": os.path.basename(os.path.normpath(OUT))})
     u, _ = tx.update(grads(3), state, params)
     np.savez(os.path.join(OUT, f"{name}.npz"), **jax.tree.map(np.asarray, optax.apply_updates(params, u)))
 
 
 if __name__ == "__main__":
+    if "--out" in sys.argv:
+        OUT = sys.argv[sys.argv.index("--out") + 1]
     os.makedirs(OUT, exist_ok=True)
     for n in CASES:
         record(n)

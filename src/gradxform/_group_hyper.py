@@ -29,7 +29,7 @@ from jax.tree_util import DictKey, GetAttrKey, keystr
 from ._state_paths import map_states, state_paths
 
 __all__ = ["GroupHyper", "SUFFIX", "group_key", "base_name", "with_group_hyper", "group_value", "slot_value",
-           "former_group_hyper", "group_hyper_plan"]
+           "former_group_hyper", "group_hyper_plan", "group_difference"]
 
 SUFFIX = "_groups"
 _FORMER = "{name}_group_{group}"  # the key of one group's value in files written before
@@ -80,16 +80,6 @@ class GroupHyper:
         """Group ``group``'s value (a float32 scalar)."""
         return _raw(self.values)[self.groups.index(group)]
 
-    def __eq__(self, other):
-        if not isinstance(other, GroupHyper) or self.groups != other.groups:
-            return False
-        a, b = self.values, other.values
-        if isinstance(a, (np.ndarray, jax.Array)):
-            return isinstance(b, (np.ndarray, jax.Array)) and bool(np.array_equal(np.asarray(a), np.asarray(b)))
-        return bool(a == b)  # what a tree map put there (shapes, dtypes, structs)
-
-    __hash__ = None  # type: ignore[assignment]  # mutable-array holder, as a NumPy array
-
     def __repr__(self) -> str:
         return f"GroupHyper({self.values!r}, groups={self.groups})"
 
@@ -106,10 +96,9 @@ def group_key(name: str) -> str:
     return name + SUFFIX
 
 
-def base_name(key: str) -> str | None:
-    """``name`` for ``name + "_groups"``, else None."""
-    key = str(key)
-    return key[:-len(SUFFIX)] if key.endswith(SUFFIX) and len(key) > len(SUFFIX) else None
+def base_name(key: str) -> str:
+    """``name`` for the key ``name + "_groups"`` of a `GroupHyper`."""
+    return str(key).removesuffix(SUFFIX)
 
 
 def with_group_hyper(hyper: Mapping[str, Any], own: Mapping[int, Mapping[str, Any]]) -> dict:
@@ -127,12 +116,9 @@ def with_group_hyper(hyper: Mapping[str, Any], own: Mapping[int, Mapping[str, An
 
 
 def group_value(hyper: Mapping, name: str, group: int):
-    """The value of ``name`` that the leaves of group ``group`` (known when
-    the program is built) use: the group's own, else the optimizer's."""
-    held = hyper.get(group_key(name))
-    if isinstance(held, GroupHyper) and group in held.groups:
-        return held.of(group)
-    return hyper[name]
+    """Group ``group``'s own value of ``name`` (the group known when the
+    program is built, and one that sets ``name``)."""
+    return hyper[group_key(name)].of(group)
 
 
 def slot_value(hyper: Mapping, name: str, slot):
@@ -155,28 +141,21 @@ def _former_keys(key, held: GroupHyper) -> list[str]:
 
 def former_group_hyper(tree):
     """``tree`` with every `GroupHyper` of a ``hyper`` dict written out as the
-    scalars files held before (``<name>_group_<k>``, one per group); None
-    when ``tree`` holds none. Only key paths and leaf shapes matter: what a
-    file of that layout is matched against (`group_hyper_plan`)."""
-    found = False
-
+    scalars files held before (``<name>_group_<k>``, one per group). Only
+    key paths and leaf shapes matter: what a file of that layout is matched
+    against (`group_hyper_plan`)."""
     def spread(_, node):
-        nonlocal found
         d = getattr(node, HYPER, None)
-        if HYPER not in node._fields or not isinstance(d, dict) or \
-                not any(isinstance(v, GroupHyper) for v in d.values()):
+        if not isinstance(d, dict):
             return node
-        found = True
         out = {}
         for k, v in d.items():
             if isinstance(v, GroupHyper):
-                out.update({f: jax.ShapeDtypeStruct((), v.dtype or jnp.float32) for f in _former_keys(k, v)})
+                out.update({f: jax.ShapeDtypeStruct((), v.dtype) for f in _former_keys(k, v)})
             else:
                 out[k] = v
         return node._replace(**{HYPER: out})
-
-    out = map_states(spread, tree)
-    return out if found else None
+    return map_states(spread, tree)
 
 
 def _spread_paths(like) -> dict[str, list[str]]:
@@ -185,7 +164,7 @@ def _spread_paths(like) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for path, node in state_paths(like):
         d = getattr(node, HYPER, None)
-        if HYPER not in node._fields or not isinstance(d, dict):
+        if not isinstance(d, dict):
             continue
         at = path + (GetAttrKey(HYPER),)
         for k, v in d.items():
@@ -206,16 +185,16 @@ def group_hyper_plan(file_paths: Sequence[str], like, inner_plan: Callable) -> l
     any other leaf from its own entry; None when the file is not ``like`` in
     that layout. ``inner_plan(file_paths, former_paths, former)`` matches a
     file of a still older layout to the former tree (`gradxform._state_v1.v1_plan`)."""
-    former = former_group_hyper(like)
-    if former is None:
+    spread = _spread_paths(like)
+    if not spread:
         return None
+    former = former_group_hyper(like)
     former_paths = _paths(former)
     inner = [(i,) for i in range(len(file_paths))] if list(file_paths) == former_paths else \
         inner_plan(file_paths, former_paths, former)
     if inner is None:
         return None
     at = {p: i for i, p in enumerate(former_paths)}
-    spread = _spread_paths(like)
     plan = []
     for p in _paths(like):
         sources = spread.get(p, [p])
@@ -223,3 +202,24 @@ def group_hyper_plan(file_paths: Sequence[str], like, inner_plan: Callable) -> l
             return None
         plan.append(tuple(f for s in sources for f in inner[at[s]]))
     return plan
+
+
+def group_difference(file_paths: Sequence[str], like) -> str:
+    """``'weight_decay: groups [0, 1] in the file, [0, 1, 2] here'`` for each
+    `GroupHyper` of ``like`` whose groups differ from those a file written
+    before holds scalars for (``<name>_group_<k>``); '' when none differ."""
+    notes = []
+    for path, node in state_paths(like):
+        d = getattr(node, HYPER, None)
+        if not isinstance(d, dict):
+            continue
+        at = keystr(path + (GetAttrKey(HYPER),))
+        for k, v in d.items():
+            if not isinstance(v, GroupHyper):
+                continue
+            prefix = f"{at}['{base_name(k)}_group_"
+            held = sorted(int(p[len(prefix):-2]) for p in file_paths
+                          if p.startswith(prefix) and p.endswith("']") and p[len(prefix):-2].isdigit())
+            if held and held != list(v.groups):
+                notes.append(f"{base_name(k)}: groups {held} in the file, {list(v.groups)} here")
+    return "; ".join(notes)

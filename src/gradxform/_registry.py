@@ -26,11 +26,12 @@ from ._base import GradientTransformation, transformation
 from ._ranges import Range, register_range
 
 __all__ = ["create", "register", "registered_names", "register_family", "family_classes", "registered_name",
-           "registered_factory", "keyword_checked", "Declaration", "declaration", "declarations"]
+           "registered_factory", "keyword_checked", "Declaration", "declaration", "declarations", "group_keys_of"]
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}  # factories: what they return is checked by create
 _NAMES: dict[Callable, str] = {}  # factory -> the name it was first registered under (its owner name)
 _DECLARED: dict[str, Declaration] = {}  # 'family.name' -> its declaration (the families' optimizers)
+_FAMILY_GROUP_KEYS: dict[str, tuple[str, ...]] = {}  # family -> the keys its parameter-group dicts take
 DEFAULT_FAMILY = "mxnet"
 
 # what porting users type for another framework's keyword
@@ -76,16 +77,25 @@ class Declaration:
       before reading the file).
     no_goldens: None where ``tests/goldens/<family>`` holds trajectories its
       framework recorded; otherwise why there are none (the tests read it).
+    group_keys: the keys a parameter-group dict of this optimizer may hold,
+      as its framework takes them (Paddle's ``_update_param_group``: Adam's
+      ``'beta1'``; MindSpore: no per-group ``'lr'`` for AdaFactor); None: its
+      family's (`group_keys_of`). The family's parser reads it.
     """
     name: str
     classes: tuple[str, ...] = ()
     ranges: Mapping[str, Range] = dataclasses.field(default_factory=dict)
     migrates: bool = False
     no_goldens: str | None = None
+    group_keys: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if not isinstance(self.classes, tuple) or not all(isinstance(c, str) for c in self.classes):
             raise TypeError(f"Declaration({self.name!r}, classes=...): a tuple of class names; got {self.classes!r}.")
+        if self.group_keys is not None and (not isinstance(self.group_keys, tuple)
+                                            or not all(isinstance(k, str) for k in self.group_keys)):
+            raise TypeError(f"Declaration({self.name!r}, group_keys=...): a tuple of key names; "
+                            f"got {self.group_keys!r}.")
         bad = [k for k, v in self.ranges.items() if not isinstance(v, Range)]
         if bad:
             raise TypeError(f"Declaration({self.name!r}, ranges=...): {bad[0]!r} is not a Range.")
@@ -130,11 +140,13 @@ def register(name=None, *, family: str = DEFAULT_FAMILY):
     return deco
 
 
-def register_family(family: str, modules) -> dict[str, Callable]:
+def register_family(family: str, modules, *, group_keys: tuple[str, ...] | None = None) -> dict[str, Callable]:
     """Registers the optimizers each of ``modules`` declares in its
     ``DECLARED`` tuple (`Declaration`) as ``family.<name>``: the factory of
     that name, as it is (its signature is what it accepts), its ranges for
     the name it is registered under, and its declaration (`declaration`).
+    ``group_keys``: the keys the family's parameter-group dicts take, where
+    a declaration gives none (`group_keys_of`); None: the family has none.
     Each factory and class is replaced in its module by its keyword-checked
     twin (`keyword_checked`), so the package's generated imports
     (``tools/gen_exports.py``) take those. Returns ``{name: factory}``.
@@ -142,6 +154,8 @@ def register_family(family: str, modules) -> dict[str, Callable]:
     where the framework's positional order differs, its `Declaration`), the
     piece it needs, its tests/cases.py row and the generated README table."""
     out = {}
+    if group_keys is not None:
+        _FAMILY_GROUP_KEYS[family] = tuple(group_keys)
     for module in modules:
         for decl in module.DECLARED:
             original = getattr(module, decl.name)
@@ -162,6 +176,17 @@ def declaration(name: str) -> Declaration | None:
     as `create` resolves it); None for one registered with `register`."""
     registered_factory(name)  # an unknown name: the ValueError naming the closest ones
     return _DECLARED.get(_resolve(name))
+
+
+def group_keys_of(owner: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The keys a parameter-group dict of optimizer ``owner`` (a registered
+    name) takes: its declaration's, else its family's (`register_family`),
+    else ``default`` (an optimizer registered with `register` and built from
+    a family's pieces: that family's keys); () for a family without groups."""
+    decl = _DECLARED.get(owner)
+    if decl is not None and decl.group_keys is not None:
+        return decl.group_keys
+    return _FAMILY_GROUP_KEYS.get(owner.split(".", 1)[0], default) if decl is not None else default
 
 
 def declarations(family: str | None = None) -> dict[str, Declaration]:

@@ -79,7 +79,7 @@ from ._files import create_locked_temp, new_file_mode, path_of, read_regular, re
 from ._msgpack_cost import decoded_cost as _header_cost
 from ._hyper import settle_schedule_bases
 from ._state_paths import former_names, hyper_difference, state_paths
-from ._group_hyper import group_hyper_plan
+from ._group_hyper import group_difference, group_hyper_plan
 from ._state_v1 import v1_plan, v1_stack
 
 __all__ = ["CheckpointError", "save_state", "load_state", "read_metadata", "FORMAT_VERSION"]
@@ -536,6 +536,11 @@ def load_state(path, like=None, *, meta: dict | None = None, alternatives=(), sc
         if any(".count" in p or ".leaf_counts" in p for p in missing + extra):
             order += (" (step counts are shared in a fresh state and per leaf after a masked step: pass "
                       "alternatives=[gradxform.per_leaf_counts(state, params)]);")
+        groups = group_difference(file_paths, like)
+        if groups:  # parameter groups that set other values of their own
+            raise CheckpointError("mismatch", path, f"the file was written by an optimizer whose parameter groups "
+                                                    f"set other hyperparameters of their own ({groups}); build the "
+                                                    "optimizer with the saved run's groups, then load.")
         differ = hyper_difference(missing, [p for p in file_paths if p not in paths])
         if differ:  # an optimizer built with other keywords: say which, not the tree structure
             raise CheckpointError("mismatch", path, f"the file was written by an optimizer built with other "

@@ -13,6 +13,7 @@ from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._ranges import POSITIVE, UNIT_HALF_OPEN, check_hyper
 from ._common import check_bool, check_float, parse
+from ._groups import group_keys_but
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE
 
@@ -20,7 +21,7 @@ __all__ = ["adafactor", "AdaFactorState"]
 # weight_decay in [0, 1) (check_float_range INC_LEFT); beta1 in [0, 1) and eps > 0 as the
 # seed's Raises (MindSpore's code checks only beta1 >= 0, eps >= 0; 0 = no first moment)
 DECLARED = (  # registered as 'mindspore.<name>' by the family's __init__ (gradxform._registry.Declaration)
-    Declaration('adafactor', classes=('AdaFactor',), migrates=True,
+    Declaration('adafactor', classes=('AdaFactor',), migrates=True, group_keys=group_keys_but("lr", "grad_centralization"),
                 ranges={"beta1": UNIT_HALF_OPEN, "weight_decay": UNIT_HALF_OPEN, "epsilon1": POSITIVE,
                         "epsilon2": POSITIVE}),
 )
@@ -176,7 +177,6 @@ def adafactor(learning_rate=None, eps=(1e-30, 1e-3), clip_threshold=1.0, decay_r
         beta1 = 0.0
     fixed_lr = learning_rate is None or (isinstance(learning_rate, (int, float)) and not isinstance(learning_rate, bool))
     o = parse(owner, 0.0 if learning_rate is None else learning_rate, weight_decay, loss_scale, groups,
-              allow_group_lr=False, allow_gc=False,
               params=params, skip_nonfinite=skip_nonfinite)
     if not isinstance(eps, (list, tuple)):
         raise TypeError(f"{owner}(eps=...): eps must be a list or tuple of 2 floats; got {eps!r}.")

@@ -21,6 +21,7 @@ from ..pieces.internal import MomentsState, adam_emas
 from ..pieces.internal import leaf_sq_norm
 from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
+from ._groups import group_keys_but
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER
 
@@ -28,7 +29,8 @@ __all__ = ["adam", "adam_weight_decay", "lazy_adam", "adam_offload", "lamb", "Am
            "BetaPowerState", "beta_power_correction"]
 DECLARED = (  # registered as 'mindspore.<name>' by the family's __init__ (gradxform._registry.Declaration)
     Declaration('adam', classes=('Adam',), migrates=True),
-    Declaration('adam_weight_decay', classes=('AdamWeightDecay',), migrates=True),
+    Declaration('adam_weight_decay', classes=('AdamWeightDecay',), migrates=True,
+                group_keys=group_keys_but("grad_centralization")),
     Declaration('lazy_adam', classes=('LazyAdam',), migrates=True),
     Declaration('adam_offload', classes=('AdamOffload',), migrates=True),
     Declaration('lamb', classes=('Lamb',), migrates=True,
@@ -282,7 +284,7 @@ def adam_weight_decay(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-6, weig
     has none of them here). ``weight_decay`` is decoupled from the moments.
     """
     owner = registered_name(adam_weight_decay)
-    o = parse(owner, learning_rate, weight_decay, 1.0, groups, allow_gc=False,
+    o = parse(owner, learning_rate, weight_decay, 1.0, groups,
               params=params, skip_nonfinite=skip_nonfinite)
     _check_betas(owner, beta1, beta2, eps)
     return o.build(scale_by_adam_moments(beta1, beta2, eps), o.decay(loss_scaled=False), scale_by_lr())

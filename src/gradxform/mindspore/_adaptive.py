@@ -20,6 +20,7 @@ from .._spec import Fusion, declare
 from .._hyper import hyper_scalar
 from .._tree import full_like_params
 from ._common import check_bool, check_float, parse
+from ._groups import group_keys_but
 from .._ranges import POSITIVE
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, non_negative_if
@@ -29,7 +30,8 @@ __all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "Mind
 DECLARED = (  # registered as 'mindspore.<name>' by the family's __init__ (gradxform._registry.Declaration)
     Declaration('adagrad', classes=('Adagrad',), migrates=True),
     Declaration('proximal_adagrad', classes=('ProximalAdagrad',), migrates=True),
-    Declaration('ftrl', classes=('FTRL',), ranges={"learning_rate": POSITIVE}, migrates=True),
+    Declaration('ftrl', classes=('FTRL',), ranges={"learning_rate": POSITIVE}, migrates=True,
+                group_keys=group_keys_but("lr")),
     Declaration('rmsprop', classes=('RMSProp',), migrates=True),
 )
 
@@ -225,7 +227,7 @@ def ftrl(initial_accum=0.1, learning_rate=0.001, lr_power=-0.5, l1=0.0, l2=0.0, 
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, float):
         raise TypeError(f"{owner}(learning_rate=...): learning_rate must be a float; got {learning_rate!r}.")
     check_float(owner, "learning_rate", learning_rate)
-    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, allow_dynamic_lr=False, allow_group_lr=False,
+    o = parse(owner, learning_rate, weight_decay, loss_scale, groups, allow_dynamic_lr=False,
               params=params, skip_nonfinite=skip_nonfinite)
     initial_accum = check_float(owner, "initial_accum", initial_accum, low=0.0)
     lr_power = check_float(owner, "lr_power", lr_power)

@@ -138,7 +138,7 @@ class MSOptions(Setup):
 
 
 def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=None, *,
-          allow_dynamic_lr=True, allow_group_lr=True, allow_gc=True, check_loss_scale=True,
+          allow_dynamic_lr=True, allow_gc=True, check_loss_scale=True,
           params=None, skip_nonfinite: bool = False) -> MSOptions:
     """Checks the base-class arguments at construction (MindSpore's
     ``Optimizer.__init__`` rules) and returns the shared options.
@@ -152,6 +152,6 @@ def parse(owner: str, learning_rate, weight_decay=0.0, loss_scale=1.0, groups=No
     check_hyper(owner, "weight_decay", weight_decay)
     if check_loss_scale:
         check_float(owner, "loss_scale", loss_scale, ints=True)
-    specs, order = parse_groups(owner, groups, allow_lr=allow_group_lr, allow_gc=allow_gc, list_cls=MindSporeListLR)
+    specs, order = parse_groups(owner, groups, allow_gc=allow_gc, list_cls=MindSporeListLR)
     return MSOptions(owner=owner, learning_rate=base, schedule=sched, weight_decay=float(weight_decay),
                      loss_scale=float(loss_scale), specs=specs, order=order, skip_nonfinite=skip_nonfinite)

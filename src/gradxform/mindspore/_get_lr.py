@@ -76,6 +76,13 @@ class MindSporeOptimizer(optax.GradientTransformationExtraArgs):
             raise TypeError("get_lr(state): " + _NO_STATE.format("get_lr", ""))
         return get_lr(self, state)
 
+    def __call__(self, *args, **kwargs):
+        # MindSpore 2's training step is `optimizer(grads)`: the Cell writes its Parameters in place
+        raise TypeError("optimizer(grads): a MindSpore optimizer Cell updates its parameters in place when "
+                        "called; this one is a pure (init, update) pair, as optax's. Write: state = opt.init(params) "
+                        "once, then per step updates, state = opt.update(grads, state, params); params = "
+                        "optax.apply_updates(params, updates) (inside jax.jit for speed).")
+
     def __getattr__(self, name):
         if name in _MS_ATTRIBUTES:  # what MindSpore scripts read off an optimizer Cell
             raise AttributeError(f"optimizer.{name}: MindSpore's optimizer Cell attribute; {_MS_ATTRIBUTES[name]}")

@@ -45,6 +45,7 @@ import numpy as np
 from .._base import GradientTransformation, StepContext, transformation
 from .._spec import Fusion, declare
 from .._group_hyper import group_value, with_group_hyper
+from .._registry import group_keys_of
 from .._selectors import Selector, assign_slots, describe_names, names_of
 from .._state_paths import find_states, is_optax_placeholder
 from ..pieces.internal import RateAdjuster, buffer_segments, only_slotted
@@ -53,10 +54,16 @@ from .._tree import leaf_values, param_names
 from ..schedules.internal import MindSporeListLR, as_schedule, check_number
 from .._types import Hyper
 
-__all__ = ["GroupSpec", "parse_groups", "assign_groups", "beta_gamma_filter", "group_learning_rate",
+__all__ = ["GroupSpec", "GROUP_KEYS", "group_keys_but", "parse_groups", "assign_groups", "beta_gamma_filter", "group_learning_rate",
            "group_weight_decay", "GroupState", "unselected_frozen", "check_weight_decay", "list_lr"]
 
-GROUP_KEYS = ("params", "lr", "weight_decay", "grad_centralization", "order_params")
+GROUP_KEYS = ("params", "lr", "weight_decay", "grad_centralization", "order_params")  # the family's
+
+
+def group_keys_but(*refused: str) -> tuple[str, ...]:
+    """The family's group keys but ``refused`` (a `Declaration`'s
+    ``group_keys`` where MindSpore says a key "is not supported")."""
+    return tuple(k for k in GROUP_KEYS if k not in refused)
 
 
 def beta_gamma_filter(name: str) -> bool:
@@ -106,10 +113,15 @@ def check_weight_decay(owner: str, weight_decay, where: str = "") -> None:
     raise TypeError(f"{owner}(weight_decay=...): weight_decay must be a float or int; got {weight_decay!r}.{hint}")
 
 
-def parse_groups(owner: str, groups, *, allow_lr=True, allow_gc=True, list_cls=None):
-    """Checks a group list at construction; returns ``(specs, order_params)``."""
+def parse_groups(owner: str, groups, *, allow_gc=True, list_cls=None):
+    """Checks a group list at construction; returns ``(specs, order_params)``.
+    The keys a group may hold are ``owner``'s declared ``group_keys``;
+    ``allow_gc=False`` refuses grad_centralization besides (a keyword of the
+    call, Adam's use_offload, takes it away)."""
     if groups is None:
         return None, None
+    keys = group_keys_of(owner, GROUP_KEYS)
+    allow_lr, allow_gc = "lr" in keys, allow_gc and "grad_centralization" in keys
     if not isinstance(groups, (list, tuple)) or not groups:
         raise TypeError(f"{owner}(groups=...): must be a non-empty list of dicts; got {groups!r}.")
     specs, order = [], None

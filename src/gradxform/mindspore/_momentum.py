@@ -19,6 +19,7 @@ from .._elementwise import fusable
 from .._spec import Fusion, declare
 from .._errors import validated
 from .._optimizer import guarded
+from ._get_lr import MindSporeOptimizer
 from ._groups import beta_gamma_filter, list_lr
 from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
 from .._ranges import NON_NEGATIVE, check_hyper
@@ -411,7 +412,9 @@ def lars(optimizer: GradientTransformation, epsilon=1e-05, coefficient=0.001, us
     # come in. master_weights=True lets a float32 gradient of a float16
     # parameter through to the wrapped optimizer, which refuses it unless it
     # keeps master weights (LARS keeps the gradient's dtype).
-    return guarded(validated(transformation(init, update), master_weights=True, name=owner), skip_nonfinite)
+    # a MindSpore optimizer Cell, called as one (`optimizer(grads)`) says what to write
+    return MindSporeOptimizer(*guarded(validated(transformation(init, update), master_weights=True, name=owner),
+                                       skip_nonfinite))
 
 
 

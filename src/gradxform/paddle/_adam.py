@@ -25,19 +25,25 @@ from .._ranges import ANY, NON_NEGATIVE, check_hyper
 from .._group_values import partition, per_group, stepped
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import leaf_sq_norm
-from ._common import check_bool, check_float, leaf_hyper, param_infos, parse, refuse_selecting_nothing, with_groups
+from ._common import (check_bool, check_float, group_keys, leaf_hyper, param_infos, parse, refuse_selecting_nothing,
+                      with_groups)
 from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE, FLAG, NON_NEGATIVE_FINITE, POWER
 
 __all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]
 # Paddle's own checks where they differ from the generic ranges: ``0 <= epsilon``;
 # Lamb's lamb_weight_decay, which Paddle does not check, any finite number
+ADAM_KEYS = group_keys("beta1", "beta2", "epsilon", "lazy_mode")  # what Paddle's _update_param_group reads
 DECLARED = (  # registered as 'paddle.<name>' by the family's __init__ (gradxform._registry.Declaration)
-    Declaration('adam', classes=('Adam',), ranges={"epsilon": NON_NEGATIVE}, migrates=True),
-    Declaration('adamw', classes=('AdamW',), ranges={"epsilon": NON_NEGATIVE}, migrates=True),
-    Declaration('adamax', classes=('Adamax',), ranges={"epsilon": NON_NEGATIVE}, migrates=True),
+    Declaration('adam', classes=('Adam',), ranges={"epsilon": NON_NEGATIVE}, migrates=True,
+                group_keys=ADAM_KEYS),
+    Declaration('adamw', classes=('AdamW',), ranges={"epsilon": NON_NEGATIVE}, migrates=True, group_keys=ADAM_KEYS),
+    Declaration('adamax', classes=('Adamax',), ranges={"epsilon": NON_NEGATIVE}, migrates=True,
+                group_keys=group_keys("beta1", "beta2", "epsilon")),
     Declaration('lamb', classes=('Lamb',), ranges={"epsilon": NON_NEGATIVE, "lamb_weight_decay": ANY},
-                migrates=True),
+                migrates=True,
+                group_keys=group_keys("beta1", "beta2", "epsilon", "lamb_weight_decay",
+                                      "exclude_from_weight_decay_fn")),
 )
 
 
@@ -61,7 +67,6 @@ def _check_betas(owner, beta1, beta2, epsilon):
         raise ValueError(f"{owner}(epsilon=...): Invalid value of epsilon, expect epsilon >= 0; got {epsilon}.")
 
 
-ADAM_KEYS = ("beta1", "beta2", "epsilon", "lazy_mode")
 _ADAM_FIELDS = ("beta1_pow", "beta2_pow", "lr_ratio", "decay", "group")  # AdamState's per-leaf fields, held per group
 _ADAM_DTYPES = (np.float32, np.float32, np.float32, np.int32, np.int32)
 
@@ -239,7 +244,7 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=N
     _check_betas(owner, beta1, beta2, epsilon)
     for k, v in (("lazy_mode", lazy_mode), ("use_multi_tensor", use_multi_tensor), ("amsgrad", amsgrad)):
         check_bool(owner, k, v)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, multi_precision, group_keys=ADAM_KEYS)
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, multi_precision)
     groups = _checked_groups(owner, o, beta1=beta1, beta2=beta2, epsilon=epsilon)
     return o.build(_adam_rule(owner, beta1, beta2, epsilon, amsgrad, groups=groups, slots_of=o.slots),
                    skip_nonfinite=skip_nonfinite)
@@ -301,7 +306,7 @@ def adamw(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
         if f is not None and not callable(f):
             raise TypeError(f"{owner}({k}=...): must be None or callable; got {f!r}.")
     _check_group_decay(owner, parameters)
-    o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision, group_keys=ADAM_KEYS)
+    o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision)
     groups = _checked_groups(owner, o, beta1=beta1, beta2=beta2, epsilon=epsilon)
     for g in o.groups:
         if g.reg is not None:
@@ -381,7 +386,7 @@ def adamax(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters
     owner = registered_name(adamax)
     del name
     _check_betas(owner, beta1, beta2, epsilon)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, group_keys=("beta1", "beta2", "epsilon"))
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
     groups = _checked_groups(owner, o, beta1=beta1, beta2=beta2, epsilon=epsilon)
     return o.build(_adamax_rule(owner, beta1, beta2, epsilon, groups, o.slots), skip_nonfinite=skip_nonfinite)
 
@@ -496,8 +501,7 @@ def lamb(learning_rate=0.001, lamb_weight_decay=0.01, beta1=0.9, beta2=0.999, ep
     check_bool(owner, "always_adapt", always_adapt)
     if exclude_from_weight_decay_fn is not None and not callable(exclude_from_weight_decay_fn):
         raise TypeError(f"{owner}(exclude_from_weight_decay_fn=...): must be None or callable.")
-    o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision,
-              group_keys=("beta1", "beta2", "epsilon", "lamb_weight_decay", "exclude_from_weight_decay_fn"))
+    o = parse(owner, learning_rate, parameters, None, grad_clip, multi_precision)
     groups = o.group_values(("beta1", "beta2", "epsilon", "lamb_weight_decay"))
     for k, vals in groups.items():
         for n, v in vals.items():

@@ -21,7 +21,7 @@ from .._types import Hyper, ParamTree
 from .._group_values import GroupValues, by_group, group_by_value, in_groups, shared_groups
 from .._tree import full_like_params, leaf_values, leaf_vector, map_unzip
 from ._adam import _c, _check_betas, _zeros
-from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
+from ._common import check_bool, check_float, group_keys, leaf_hyper, parse, with_groups
 
 __all__ = ["adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop", "AdagradState", "AdadeltaState",
            "RMSPropState", "NAdamState", "RAdamState", "RpropState"]
@@ -30,15 +30,18 @@ __all__ = ["adagrad", "adadelta", "rmsprop", "nadam", "radam", "rprop", "Adagrad
 # groups disagree); NAdam's momentum_decay >= 0; Rprop's 0 < etas[0] < 1 < etas[1] and rates
 # > 0; Adadelta's rho in [0, 1], which Paddle does not check
 DECLARED = (  # registered as 'paddle.<name>' by the family's __init__ (gradxform._registry.Declaration)
-    Declaration('adagrad', classes=('Adagrad',), ranges={"epsilon": NON_NEGATIVE}, migrates=True),
+    Declaration('adagrad', classes=('Adagrad',), ranges={"epsilon": NON_NEGATIVE}, migrates=True,
+                group_keys=group_keys("epsilon", "initial_accumulator_value")),
     Declaration('adadelta', classes=('Adadelta',), ranges={"epsilon": NON_NEGATIVE, "rho": UNIT_CLOSED},
-                migrates=True),
+                migrates=True, group_keys=group_keys("epsilon", "rho")),
     Declaration('rmsprop', classes=('RMSProp',), migrates=True,
                 ranges={"epsilon": NON_NEGATIVE, "rho": NON_NEGATIVE, "momentum": NON_NEGATIVE,
-                        "centered": UNIT_CLOSED}),
+                        "centered": UNIT_CLOSED},
+                group_keys=group_keys("rho", "epsilon", "momentum", "centered")),
     Declaration('nadam', classes=('NAdam',), ranges={"epsilon": NON_NEGATIVE, "momentum_decay": NON_NEGATIVE},
-                migrates=True),
-    Declaration('radam', classes=('RAdam',), ranges={"epsilon": NON_NEGATIVE}, migrates=True),
+                migrates=True, group_keys=group_keys("epsilon", "beta1", "beta2", "momentum_decay")),
+    Declaration('radam', classes=('RAdam',), ranges={"epsilon": NON_NEGATIVE}, migrates=True,
+                group_keys=group_keys("epsilon", "beta1", "beta2")),
     Declaration('rprop', classes=('Rprop',), migrates=True,
                 ranges={"eta_negative": UNIT_OPEN, "eta_positive": Range(low=1.0, low_open=True), "lr_min": POSITIVE,
                         "lr_max": POSITIVE}),
@@ -136,8 +139,7 @@ def adagrad(learning_rate, epsilon=1e-6, parameters=None, weight_decay=None, gra
     del name
     check_float(owner, "epsilon", epsilon)
     check_float(owner, "initial_accumulator_value", initial_accumulator_value)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip,
-              group_keys=("epsilon", "initial_accumulator_value"))
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
     init_acc = o.group_extra("initial_accumulator_value", initial_accumulator_value)
     for k, v in init_acc.items():
         check_float(f"{owner}(parameters[{k}])", "initial_accumulator_value", v)
@@ -172,7 +174,7 @@ def adadelta(learning_rate=0.001, epsilon=1e-6, rho=0.95, parameters=None, weigh
     del name
     check_float(owner, "epsilon", epsilon)
     check_float(owner, "rho", rho)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, group_keys=("epsilon", "rho"))
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
 
     def one(h, g, w, l, on, eg, ex):
         c = lambda x: _c(x, g)  # noqa: E731
@@ -208,8 +210,7 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
     for k, v in (("rho", rho), ("epsilon", epsilon), ("momentum", momentum)):
         check_float(owner, k, v, low=0.0)
     check_bool(owner, "centered", centered)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip,
-              group_keys=("rho", "epsilon", "momentum", "centered"))
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
     for k, c in o.group_extra("centered", centered).items():
         check_bool(f"{owner}(parameters[{k}])", "centered", c)
     # a group's own 'centered' (Paddle's _update_param_group): every leaf keeps a
@@ -259,8 +260,7 @@ def nadam(learning_rate=0.002, beta1=0.9, beta2=0.999, epsilon=1e-8, momentum_de
     del name
     _check_betas(owner, beta1, beta2, epsilon)
     check_float(owner, "momentum_decay", momentum_decay, low=0.0)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip,
-              group_keys=("epsilon", "beta1", "beta2", "momentum_decay"))
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
 
     def one(h, g, w, l, on, m1, m2, dp, b2p, mup):
         c = lambda x: _c(x, g)  # noqa: E731
@@ -311,7 +311,7 @@ def radam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, parameters=
     owner = registered_name(radam)
     del name
     _check_betas(owner, beta1, beta2, epsilon)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, group_keys=("epsilon", "beta1", "beta2"))
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip)
 
     def one(h, g, w, l, on, m1, m2, b1p, b2p, rho):
         c = lambda x: _c(x, g)  # noqa: E731

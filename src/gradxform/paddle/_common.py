@@ -49,6 +49,7 @@ import optax
 from .._base import GradientTransformation, chain, identity
 from .._hyper import _scheduled, get_hyper, get_learning_rate, set_hyper
 from .._optimizer import Setup
+from .._registry import group_keys_of
 from .._ranges import check_bool
 from .._selectors import Selector, as_names, assign_slots, describe_names
 from .._state_paths import find_states
@@ -66,7 +67,7 @@ from ._regularizer import Decay, as_regularizer, group_regularization
 from .._types import Hyper, PerLeaf
 from .._domains import FINITE
 
-__all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "with_groups", "leaf_hyper", "parse", "get_lr", "set_lr", "check_bool", "check_float",
+__all__ = ["ParamInfo", "PaddleOptions", "PaddleOptimizer", "group_keys", "with_groups", "leaf_hyper", "parse", "get_lr", "set_lr", "check_bool", "check_float",
            "GroupState", "PADDLE_FP16_WARNING"]
 
 # what a PaddleOptimizer's methods read, by its init and update functions (weakly: a dropped
@@ -77,7 +78,14 @@ SET_LR_UNDER_SCHEDULER = ("optimizer's learning rate can't be LRScheduler when i
                           "will lead to conflict.")
 PADDLE_FP16_WARNING = ("Accumulating with FP16/BF16 in optimizer can lead to poor accuracy or slow convergence. "
                        "Consider using multi_precision=True option of the optimizer.")
-GROUP_KEYS = ("params", "learning_rate", "weight_decay", "grad_clip")
+GROUP_KEYS = ("params", "learning_rate", "weight_decay", "grad_clip")  # every Paddle optimizer's
+
+
+def group_keys(*own: str) -> tuple[str, ...]:
+    """A Paddle optimizer's parameter-group keys (its `Declaration`'s
+    ``group_keys``): the family's and ``own``, the optimizer's own
+    hyperparameters that Paddle's ``_update_param_group`` reads from a group."""
+    return GROUP_KEYS + own
 
 
 class ParamInfo(NamedTuple):
@@ -278,9 +286,9 @@ def _clip_arg(owner, where, value):
 
 
 def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_clip=None,
-          multi_precision: bool = False, group_keys: tuple = ()) -> PaddleOptions:
+          multi_precision: bool = False) -> PaddleOptions:
     """Checks the base-class arguments at construction (``Optimizer.__init__``);
-    ``group_keys``: the optimizer's own keys a group may set."""
+    the keys a group may set are the optimizer's declared ``group_keys``."""
     if learning_rate is None:
         raise ValueError(f"{owner}(learning_rate=None): learning_rate is not set.")
     if isinstance(learning_rate, (list, tuple)) or (hasattr(learning_rate, "shape") and np.ndim(learning_rate)):
@@ -301,6 +309,7 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
     check_bool(owner, "multi_precision", multi_precision)
     parameters, bound = bind_parameters(owner, parameters)  # arrays bind (the stateful face), names select
     groups, explicit = [_Group(0, None, 1.0, wd, clip)], False
+    keys = group_keys_of(owner, GROUP_KEYS)
     if parameters is not None:
         explicit = True
         if isinstance(parameters, dict) or isinstance(parameters, str) or not isinstance(parameters, (list, tuple)):
@@ -312,10 +321,10 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
         if all(isinstance(g, dict) for g in parameters):
             groups = []
             for i, g in enumerate(parameters):
-                bad = [k for k in g if k not in GROUP_KEYS + tuple(group_keys)]
+                bad = [k for k in g if k not in keys]
                 if bad:
                     raise ValueError(f"{owner}(parameters=...): group {i} has key(s) {bad}; a group of this "
-                                     f"optimizer takes {GROUP_KEYS + tuple(group_keys)}.")
+                                     f"optimizer takes {keys}.")
                 if "params" not in g:
                     raise ValueError(f"{owner}(parameters=...): group {i}: params should be set in parameters "
                                      "if parameter groups are optimized in different options.")
@@ -324,7 +333,7 @@ def parse(owner: str, learning_rate, parameters=None, weight_decay=None, grad_cl
                 reg = as_regularizer(f"{owner}(parameters[{i}])", "weight_decay", g.get("weight_decay")) or wd
                 gclip = _clip_arg(f"{owner}(parameters[{i}])", "grad_clip", g["grad_clip"]) if "grad_clip" in g \
                     else clip
-                extra = {k: g[k] for k in group_keys if k in g}
+                extra = {k: g[k] for k in keys if k in g and k not in GROUP_KEYS}
                 groups.append(_Group(i, _selection(owner, i, g["params"]), float(ratio), reg, gclip, extra))
         elif all(isinstance(g, str) for g in parameters):
             groups = [_Group(0, list(parameters), 1.0, wd, clip)]

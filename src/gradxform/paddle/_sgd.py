@@ -17,14 +17,15 @@ from .._ranges import check_hyper
 from .._group_values import group_by_value, partition
 from .._tree import leaf_values, map_unzip, zeros_like_params
 from ..pieces import scale_by_lr
-from ._common import check_bool, check_float, leaf_hyper, parse, with_groups
+from ._common import check_bool, check_float, group_keys, leaf_hyper, parse, with_groups
 from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE
 
 __all__ = ["sgd", "momentum", "MomentumState"]
 DECLARED = (  # registered as 'paddle.<name>' by the family's __init__ (gradxform._registry.Declaration)
     Declaration('sgd', classes=('SGD',), migrates=True),
-    Declaration('momentum', classes=('Momentum',), migrates=True),
+    Declaration('momentum', classes=('Momentum',), migrates=True,
+                group_keys=group_keys("momentum", "use_nesterov", "rescale_grad")),
 )
 
 
@@ -165,8 +166,7 @@ def momentum(learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=Fa
     check_bool(owner, "use_nesterov", use_nesterov)
     check_bool(owner, "use_multi_tensor", use_multi_tensor)
     check_float(owner, "rescale_grad", rescale_grad)
-    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, multi_precision,
-              group_keys=("momentum", "use_nesterov", "rescale_grad"))
+    o = parse(owner, learning_rate, parameters, weight_decay, grad_clip, multi_precision)
     for k, vals in o.group_values(("momentum", "rescale_grad")).items():
         for n, v in vals.items():
             check_float(f"{owner}(parameters[{k}])", n, v)
