@@ -40,6 +40,7 @@ from ..pieces.internal import StepState
 from ._errors import refuse_unmigratable, short
 from ._ndarray import Budget
 from ._pickle import _BUDGET_FACTOR, _BUDGET_SLACK, MigrateError, read_bytes
+from ._loss_scale import mindspore_scale
 from ._state import SET_BY_CALLER, Slot, at_boundary, checked_count, fill_state, has_slot, tree_hyper
 
 __all__ = ["read_mindspore_checkpoint", "from_mindspore_checkpoint"]
@@ -294,7 +295,11 @@ def from_mindspore_checkpoint(fname, params, tx, names=None):
     ``beta^global_step``; AdaMax's running ``beta1_power`` is restored;
     AdaFactor's ``afactor_step`` must equal ``global_step``; ASGD's
     ``mu``/``eta`` are checked against tx's ``t0``, ``lambd``, ``alpha``:
-    a warning when they differ).
+    a warning when they differ). A training checkpoint of a
+    ``TrainOneStepWithLossScaleCell`` also gives the loss scale
+    (``scale_sense``, and ``DynamicLossScaleUpdateCell``'s counters), restored
+    into ``tx``'s `gradxform.pieces.dynamic_loss_scale`; where ``tx`` scales
+    no loss, a `MigrateError` says what to wrap it in.
 
     Args:
       fname: the ``.ckpt`` path (or a binary file object).
@@ -382,7 +387,7 @@ def _fill(ckpt, params, tx, state0, names):
                                f"MindSpore advances both on every update, and gradxform's {kind.name} counts "
                                "with the one step count, so the two must agree.")
     hint = f"the checkpoint holds {kind.name} state; was tx made with gradxform.create('mindspore.<that>', ...)?"
-    new_state = fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint)
+    new_state = mindspore_scale(ckpt, fill_state(state0, params, per_leaf, whole, who=WHO, hint=hint), WHO)
     _warn_run_mismatch(ckpt, tx, new_state)
     _check_beta_powers(ckpt, new_state, step)
     if kind.name == "ASGD":

@@ -35,6 +35,7 @@ from ..pieces.internal import MasterWeightsState
 from ..pieces.internal import StepState
 from ..paddle._plateau import PlateauState
 from ._errors import refuse_unmigratable, short
+from ._loss_scale import paddle_scaler
 from ._pickle import NUMPY_GLOBALS, MigrateError, read_bytes, safe_loads
 from .._ranges import Range, declared_range
 from ._state import Slot, at_boundary, checked_count, checked_value, fill_state
@@ -130,7 +131,8 @@ def _accumulators(index, sd: dict, pname: str, gname: str) -> dict[str, tuple[st
 
 
 @at_boundary(WHO)
-def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | None = None, *, state=None):
+def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | None = None, *, state=None,
+                           scaler=None):
     """The gradxform state of ``tx`` (``gradxform.create('paddle.<optimizer>', ...)``
     with the run's hyperparameters: SGD ... Rprop, ASGD) continuing a Paddle run.
 
@@ -156,6 +158,10 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
         ``tx.init(params)``): what it holds beyond Paddle's layout (a
         ``set_lr`` rate, the step count without a scheduler) is kept, as
         Paddle's ``set_state_dict`` keeps the optimizer's own attributes.
+      scaler: a mixed-precision run's ``GradScaler.state_dict()`` (the dict,
+        or the file ``paddle.save`` wrote it to): its ``scale`` and counters
+        go into ``tx``'s `gradxform.pieces.dynamic_loss_scale` (a
+        `MigrateError` says what to wrap ``tx`` in when it scales no loss).
 
     Raises: `MigrateError` naming the parameter for a missing or extra entry
     or a shape/dtype that does not fit; `UnsafePickleError` for a pickle
@@ -172,6 +178,8 @@ def from_paddle_state_dict(path_or_dict, params, tx, names: Mapping[str, str] | 
         raise MigrateError(f"{WHO}(names=...): {unknown[0]!r} is not a parameter name; the names are "
                            f"{gnames[:8]}{' ...' if len(gnames) > 8 else ''}.")
     held = getattr(tx, "lr_scheduler", None) is not None  # a scheduler object the user steps (paddle.lr)
+    if scaler is not None:  # checked before the optimizer's file is read into the state
+        state0 = paddle_scaler(scaler, state0, WHO)
     if find_states(state0, ASGDState):
         return _fill_asgd(sd, params, leaves, gnames, names, state0, held)
     return _fill_accumulators(sd, params, leaves, gnames, names, state0, held)

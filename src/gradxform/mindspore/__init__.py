@@ -32,7 +32,9 @@ from ._dynamic_lr import (cosine_decay_lr, exponential_decay_lr, inverse_decay_l
 from ._get_lr import get_lr, get_lr_parameter
 from ._groups import GROUP_KEYS as _GROUP_KEYS, beta_gamma_filter
 # MindSpore's submodules, for its imports as written (from mindspore.nn.learning_rate_schedule import ...)
-from . import dynamic_lr, learning_rate_schedule  # noqa: F401  (attributes of this package)
+from . import amp, dynamic_lr, learning_rate_schedule  # noqa: F401  (attributes of this package)
+# MindSpore's loss-scale cells (nn.DynamicLossScaleUpdateCell, ...): constructing one names its port
+from .amp import DynamicLossScaleUpdateCell, FixedLossScaleUpdateCell, TrainOneStepWithLossScaleCell
 
 # THOR's statistics: gradxform.mindspore.thor_capture
 register_family("mindspore", (_momentum, _adam, _adaptive, _adafactor, _thor, _rules), group_keys=_GROUP_KEYS)
@@ -56,4 +58,5 @@ _EXPORTED = ['momentum', 'sgd', 'lars', 'Momentum', 'SGD', 'LARS', 'adam', 'adam
 __all__ = [*_EXPORTED, "get_lr", "get_lr_parameter", "beta_gamma_filter", "offloaded_moments",
            "piecewise_constant_lr", "warmup_lr", "cosine_decay_lr", "exponential_decay_lr", "natural_exp_decay_lr",
            "inverse_decay_lr", "polynomial_decay_lr", "LearningRateSchedule", "WarmUpLR", "PolynomialDecayLR",
-           "CosineDecayLR", "ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR"]
+           "CosineDecayLR", "ExponentialDecayLR", "NaturalExpDecayLR", "InverseDecayLR", "DynamicLossScaleUpdateCell",
+           "FixedLossScaleUpdateCell", "TrainOneStepWithLossScaleCell"]

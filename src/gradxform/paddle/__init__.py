@@ -32,6 +32,6 @@ __all__ = [
     "clip_grad_by_norm", "clip_grad_by_value", "L1Decay", "L2Decay", "l1_decay", "l2_decay", "ParamInfo",
     "get_lr", "set_lr", "Optimizer",
 ]
-from . import lr, regularizer  # paddle.optimizer.lr and paddle.regularizer, as modules
+from . import amp, lr, regularizer  # paddle.amp, paddle.optimizer.lr and paddle.regularizer, as modules
 
-__all__ += ["lr", "regularizer"]
+__all__ += ["amp", "lr", "regularizer"]

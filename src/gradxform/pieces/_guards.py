@@ -91,6 +91,7 @@ class LossScaleState(NamedTuple):
 register_check("growth_factor", low=1.0)
 register_check("backoff_factor", low=0.0, low_open=True, high=1.0)
 register_check("growth_interval", low=1.0)
+register_check("backoff_interval", low=1.0)
 # dynamic_loss_scale's own arguments (read by its checks, `gradxform._ranges.check_hyper`)
 register_ranges("dynamic_loss_scale", {"init_scale": POSITIVE, "growth_interval": Range(low=1.0),
                                        "backoff": Range(low=0.0, high=1.0, low_open=True),
@@ -283,18 +284,22 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
                        growth_interval: int = 2000, backoff: float = 0.5, growth: float = 2.0,
                        min_scale: float | None = None, max_scale: float | None = None,
                        max_consecutive: int | None = 64, check_updates: bool = True,
-                       check_state: bool = True) -> GradientTransformation:
-    """Dynamic loss scaling (PyTorch ``GradScaler``, MXNet AMP ``DynamicLossScaler``).
+                       check_state: bool = True, backoff_interval: int = 1) -> GradientTransformation:
+    """Dynamic loss scaling (PyTorch ``GradScaler``, MXNet AMP ``DynamicLossScaler``,
+    Paddle ``paddle.amp.GradScaler``, MindSpore ``DynamicLossScaleUpdateCell``
+    and ``amp.DynamicLossScaler``).
 
     The user multiplies the loss by the current scale (`get_loss_scale` or
-    `scale_loss`); this piece divides the incoming gradients by it (in at
-    least float32, cast back to each gradient's dtype) and hands them to
-    ``inner``. Then::
+    `scale_loss`); this piece multiplies the incoming gradients by the
+    float32 reciprocal of it (in at least float32, cast back to each
+    gradient's dtype: what PyTorch, Paddle's ``check_finite_and_unscale`` and
+    MindSpore's unscale compute) and hands them to ``inner``. Then::
 
         overflow (a non-finite gradient, or a non-finite inner update or new
             inner state, the check of `skip_nonfinite`): skip the step (zero
-            updates, inner state kept bit for bit), scale *= backoff,
-            good_steps = 0
+            updates, inner state kept bit for bit), good_steps = 0, and on
+            every ``backoff_interval``-th overflow in a row scale *= backoff
+            (Paddle's ``decr_every_n_nan_or_inf``; 1: every overflow)
         otherwise: apply the step, good_steps += 1, and when good_steps reaches
             growth_interval: scale *= growth (if still finite), good_steps = 0
 
@@ -308,7 +313,10 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
     trained with ``multi_precision=True`` on the inner optimizer.
     ``check_updates`` and ``check_state`` (static) are those of
     `skip_nonfinite`: the gradients are always checked, before and after
-    unscaling.
+    unscaling. Paddle and MindSpore check only the gradients (a finite
+    gradient that overflows Adam's second moment is applied there):
+    ``check_updates=False, check_state=False`` for their numbers.
+    ``backoff_interval`` other than 1 is a hyperparameter in the state too.
     """
     check_hyper("dynamic_loss_scale", "init_scale", init_scale)
     check_hyper("dynamic_loss_scale", "growth_interval", growth_interval)
@@ -322,13 +330,20 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
     if min_scale is not None and max_scale is not None and min_scale > max_scale:
         raise ValueError(f"dynamic_loss_scale(min_scale=..., max_scale=...): min_scale must be <= "
                          f"max_scale; got {min_scale!r} > {max_scale!r}.")
+    check_hyper("dynamic_loss_scale", "backoff_interval", backoff_interval)
+    if int(backoff_interval) != backoff_interval:
+        raise ValueError(f"dynamic_loss_scale(backoff_interval=...): backoff_interval must be an integer; "
+                         f"got {backoff_interval!r}.")
     limit = _check_limit("dynamic_loss_scale", max_consecutive)
+    # every overflow backs off unless told otherwise: then the interval is state too (states
+    # and files of the default keep their layout)
+    every = {} if backoff_interval == 1 else {"backoff_interval": backoff_interval}
 
     def init(params):
         return LossScaleState(
             _guard_init(limit),
             {"growth_factor": hyper_scalar(growth), "backoff_factor": hyper_scalar(backoff),
-             "growth_interval": hyper_scalar(growth_interval)},
+             "growth_interval": hyper_scalar(growth_interval), **{k: hyper_scalar(v) for k, v in every.items()}},
             hyper_scalar(init_scale), jnp.zeros((), jnp.int32), inner.init(params))
 
     def unscale(g, s):
@@ -336,7 +351,7 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
         if not jnp.issubdtype(g.dtype, jnp.inexact):
             return g
         wide = jnp.promote_types(g.dtype, jnp.float32)
-        return (g.astype(wide) / s.astype(wide)).astype(g.dtype)
+        return (g.astype(wide) * (jnp.float32(1) / s).astype(wide)).astype(g.dtype)
 
     @declare(inner=(inner,), fusion=Fusion(reductions=("whole",)))
     def update(updates, state, params=None, **extra_args):
@@ -351,14 +366,18 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
         grow = ok & (good.astype(jnp.float32) >= h["growth_interval"])
         grown = state.scale * h["growth_factor"]
         grow_scale = jnp.where(jnp.isfinite(grown), grown, state.scale)
-        scale = jnp.where(ok, jnp.where(grow, grow_scale, state.scale), state.scale * h["backoff_factor"])
+        guard = _guard_step(state.guard, ok)
+        backs_off = ~ok
+        if "backoff_interval" in h:  # the n-th overflow in a row (Paddle: bad_steps reaching n, then reset)
+            backs_off &= jnp.remainder(guard.consecutive.astype(jnp.float32), h["backoff_interval"]) == 0
+        backed_off = jnp.where(backs_off, state.scale * h["backoff_factor"], state.scale)
+        scale = jnp.where(ok, jnp.where(grow, grow_scale, state.scale), backed_off)
         if min_scale is not None:
             scale = jnp.maximum(scale, jnp.float32(min_scale))
         if max_scale is not None:
             scale = jnp.minimum(scale, jnp.float32(max_scale))
         good = jnp.where(ok & ~grow, good, 0).astype(jnp.int32)
-        return new_updates, LossScaleState(
-            _guard_step(state.guard, ok), h, scale.astype(jnp.float32), good, new_inner)
+        return new_updates, LossScaleState(guard, h, scale.astype(jnp.float32), good, new_inner)
 
     return transformation(init, update)
 

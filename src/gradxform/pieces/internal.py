@@ -25,3 +25,5 @@ from ._trust import CorrectedMomentsState, LarsRatioState, LrRatioTraceState, Tr
 __all__ += ["CorrectedMomentsState", "LarsRatioState", "LrRatioTraceState", "TrustRatioState"]
 from ._rules import AdadeltaState, AveragedState, RpropState, RunningPowerState  # noqa: E402
 __all__ += ["AdadeltaState", "AveragedState", "RpropState", "RunningPowerState"]
+from ._guards import LossScaleState  # noqa: E402
+__all__ += ["LossScaleState"]
