@@ -1,5 +1,5 @@
 """The frameworks' loss-scaling names (``gradxform.paddle.amp``, ``gradxform.mindspore.amp`` and the
-``nn`` cells) fail at once with the gradxform line that replaces them, filled with the script's
+``nn`` cells, ``gradxform.mxnet.amp``) fail at once with the gradxform line that replaces them, filled with the script's
 values; the line, run as written, gives the framework's scale after every step (Paddle's kernels:
 tests/fixtures/paddle/loss_scaling.npz; MindSpore's cell: tests/fixtures/mindspore/loss_scale/)."""
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 import gradxform
 import gradxform.mindspore as nn
 from gradxform.mindspore import amp as ms_amp
+from gradxform.mxnet import amp as mx_amp
 from gradxform.paddle import amp as paddle_amp
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -69,6 +70,10 @@ def test_fixed_scalers_name_a_line_that_keeps_the_scale(make):
     (lambda: paddle_amp.GradScaler(enable=False), "leave the loss scale out"),
     (lambda: paddle_amp.auto_cast(), "JAX has no autocast"),
     (lambda: paddle_amp.decorate(None), "multi_precision=True"),
+    (lambda: mx_amp.init(), "loss_scale='dynamic'"),
+    (lambda: mx_amp.init_trainer(None), "loss_scale='dynamic'"),
+    (lambda: mx_amp.scale_loss(1.0, None), "multiply the loss by trainer.loss_scale themselves"),
+    (lambda: mx_amp.unscale(None), "would unscale twice"),
 ])
 def test_the_other_names_say_what_to_write(make, says):
     with pytest.raises(TypeError, match=re.escape(says)):

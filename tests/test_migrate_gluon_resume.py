@@ -141,6 +141,21 @@ def test_trainer_load_states_resumes_the_12_layer_run_step_for_step(form):
         assert_step(z, meta, j, t.params, f"Trainer, {form}")
 
 
+def test_a_loss_scaled_trainer_resumes_a_gluon_file_with_a_fresh_scaler_as_mxnet():
+    """MXNet's .states holds no AMP loss scale; its resume starts a new LossScaler at 2**16. The
+    Trainer with loss_scale= does the same and continues the run (the gradients given to step are
+    of the scaled loss, a power of two: the numbers are unchanged)."""
+    z, meta = load("order12")
+    t = gx.Trainer(nested(split(z["p"][0], meta)), "adam", {"learning_rate": 0.05}, devices=DEV1,
+                   loss_scale="dynamic")
+    t.load_states(os.path.join(ROOT, "order12.states"))
+    assert t.loss_scale == 2.0 ** 16
+    for j in range(1, meta["n"] - meta["k"] + 1):
+        g = _like(t.params, {n: a[None] * t.loss_scale for n, a in split(z["g"][j - 1], meta).items()})
+        t.step(g, meta["batch_size"])
+        assert_step(z, meta, j, t.params, "Trainer with loss_scale")
+
+
 def test_a_list_of_arrays_keeps_its_order():
     """A list at the top: MXNet index i is leaf str(i) (the list written in the Trainer's order)."""
     z, meta = load("order12")
@@ -388,3 +403,14 @@ def test_fuzzed_user_scheduler_files_load_or_are_refused():
     files = [os.path.join(ROOT, f) for f in ("user_sched.states", "user_seq.states")]
     out = fuzz_reader(read_gluon_states, files, 40, seed=3)
     assert out["refused"] > 0
+
+
+def test_a_rescale_grad_that_differs_from_the_files_says_to_give_one_over_the_batch_size():
+    # the file holds the last step's 1/batch_size (an AMP run's, 1/(loss_scale*batch_size)): copying it is wrong
+    z, meta = load("order12")
+    tx = gx.create("adam", learning_rate=0.05, rescale_grad=1.0)
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        from_gluon_states(os.path.join(ROOT, "order12.states"), nested(split(z["p"][0], meta)), tx)
+    said = [str(r.message) for r in rec]
+    assert len(said) == 1 and "give tx rescale_grad=1/batch_size, not the file's value" in said[0], said

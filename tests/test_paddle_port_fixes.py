@@ -436,3 +436,15 @@ def test_paddle_hyperparameter_attributes_are_read_and_set_through_the_state():
         opt._beta1 = 2.0
     with pytest.raises(TypeError, match="learning_rate=scheduler"):
         opt._learning_rate = lr.StepDecay(0.1, 2)
+
+
+def test_the_stateful_face_refuses_to_be_wrapped_or_to_swap_its_pair_saying_what_to_write():
+    # a port of GradScaler wraps the optimizer: the face holds parameters and state made by its own pair
+    from gradxform.pieces import dynamic_loss_scale  # noqa: PLC0415
+
+    opt = P.AdamW(learning_rate=1e-3, parameters={"w": jnp.ones(3)})
+    with pytest.raises(TypeError, match=r"build the optimizer without parameters= \(or pass opt.tx\)"):
+        dynamic_loss_scale(opt)
+    with pytest.raises(AttributeError, match="optimizer.tx = ...: the optimizer is fixed when built"):
+        opt.tx = dynamic_loss_scale(opt.tx)
+    assert "LossScaleState" not in repr(opt.state)

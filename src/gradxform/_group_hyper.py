@@ -19,6 +19,7 @@ Files written before (each group's value a scalar ``<name>_group_<k>``,
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -217,9 +218,8 @@ def group_difference(file_paths: Sequence[str], like) -> str:
         for k, v in d.items():
             if not isinstance(v, GroupHyper):
                 continue
-            prefix = f"{at}['{base_name(k)}_group_"
-            held = sorted(int(p[len(prefix):-2]) for p in file_paths
-                          if p.startswith(prefix) and p.endswith("']") and p[len(prefix):-2].isdigit())
+            former = re.compile(re.escape(f"{at}['{base_name(k)}_group_") + r"(\d+)'\]")
+            held = sorted(int(m.group(1)) for p in file_paths for m in [former.fullmatch(p)] if m)
             if held and held != list(v.groups):
                 notes.append(f"{base_name(k)}: groups {held} in the file, {list(v.groups)} here")
     return "; ".join(notes)

@@ -183,6 +183,11 @@ def declare(target=None, *, who: str | None = None, needs: Iterable = _KEEP, pro
     if inner is not _KEEP:
         inner = tuple(inner)
         bad = [t for t in inner if not _is_tx(t)]
+        if bad and _is_tx(getattr(bad[0], "tx", None)):  # Paddle's stateful face: it holds its pair
+            raise TypeError(f"expected an (init, update) transformation; got {type(bad[0]).__name__}, an optimizer "
+                            "object that holds its parameters (built with parameters=<arrays>). Wrap the pure "
+                            "pair: build the optimizer without parameters= (or pass opt.tx) and step it with "
+                            "tx.update(grads, state, params).")
         if bad:
             raise TypeError(f"declare(inner=...): expected transformations; got {bad[0]!r}.")
         changes["inner"] = inner

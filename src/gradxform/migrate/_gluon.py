@@ -460,6 +460,11 @@ def _check_attr_types(opt: PickledObject) -> None:
         raise MigrateError(f"{WHO}: the optimizer's idx2name is {short(opt.attrs['idx2name'])}, not a dict.")
 
 
+_RESCALE_NOTE = ("Gluon's Trainer sets rescale_grad to 1/batch_size at every step, so the file holds the last "
+                 "step's (an AMP run's: 1/(loss_scale*batch_size)); give tx rescale_grad=1/batch_size, not the "
+                 "file's value (gradxform.Trainer sets it itself, as Gluon's).")
+
+
 def _check_hypers(opt: PickledObject, state, port_sched=None) -> None:
     """Warns where tx's hyperparameters or its use of a scheduler differ from the run's;
     ``port_sched``: tx's scheduler object, which counts as one where the Trainer evaluates it
@@ -469,7 +474,7 @@ def _check_hypers(opt: PickledObject, state, port_sched=None) -> None:
     sched = opt.attrs.get("lr_scheduler")
     if sched is None and isinstance(opt.attrs.get("lr"), (int, float)):
         expected["learning_rate"] = opt.attrs["lr"]
-    warn_hyper_mismatch(state, expected, WHO)
+    warn_hyper_mismatch(state, expected, WHO, notes={"rescale_grad": _RESCALE_NOTE})
     scheduled = [bool(np.asarray(h["scheduled"])) for h in _step_hypers(state)]
     if scheduled and (sched is not None) != (any(scheduled) or port_sched is not None):
         warn_at_caller(f"{WHO}: the run {'used' if sched is not None else 'did not use'} an lr_scheduler "

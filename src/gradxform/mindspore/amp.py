@@ -9,7 +9,7 @@ works as MindSpore's. The cells are also ``gradxform.mindspore.TrainOneStepWithL
 """
 from __future__ import annotations
 
-from ..pieces import all_finite as _all_finite
+from ..pieces import all_finite  # MindSpore's ms.amp.all_finite: gradxform's own (a scalar bool, jittable)
 
 __all__ = ["DynamicLossScaler", "StaticLossScaler", "DynamicLossScaleManager", "FixedLossScaleManager", "all_finite",
            "DynamicLossScaleUpdateCell", "FixedLossScaleUpdateCell", "TrainOneStepWithLossScaleCell"]
@@ -90,8 +90,3 @@ class TrainOneStepWithLossScaleCell:
                         "tx = gradxform.pieces.dynamic_loss_scale(opt, ...) built from the scale_sense cell (construct "
                         "nn.DynamicLossScaleUpdateCell(...) here to see its line).")
 
-
-def all_finite(inputs):
-    """``mindspore.amp.all_finite(inputs)``: whether every value of ``inputs``
-    (a tree of arrays) is finite, a scalar bool (jittable)."""
-    return _all_finite(inputs)

@@ -41,4 +41,5 @@ _EXPORTED = ['sgd', 'ccsgd', 'nag', 'signum', 'lbsgd', 'dcasgd', 'sgld', 'SGD', 
     'Nadam', 'AdaGrad', 'RMSProp', 'AdaDelta', 'FTML', 'Ftrl', 'lamb', 'lars', 'groupadagrad', 'LAMB', 'LARS',
     'GroupAdaGrad']
 # -- end of generated exports --
-__all__ = [*_EXPORTED, "create", "register", "Updater", "get_updater"]
+__all__ = [*_EXPORTED, "create", "register", "Updater", "get_updater", "amp"]
+from . import amp  # noqa: E402  (mxnet.contrib.amp: each call names its port)

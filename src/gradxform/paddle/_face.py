@@ -359,6 +359,11 @@ class Optimizer:
     def __setattr__(self, name, value):
         # Paddle's update reads self._beta1 etc. at every step, so scripts assign them: here they are
         # hyperparameters in the state (no recompile); any other private name would be set and never read
+        if name == "tx" and "tx" in self.__dict__:  # its state, step and parameters were made by the first
+            raise AttributeError("optimizer.tx = ...: the optimizer is fixed when built (its state was made by it). "
+                                 "To wrap it (gradxform.pieces.dynamic_loss_scale, skip_nonfinite), build the pure "
+                                 "pair without parameters=, wrap that, and step it: updates, state = "
+                                 "tx.update(grads, state, params).")
         if name in _HELD or not name.startswith("_") or hasattr(type(self), name):
             object.__setattr__(self, name, value)
             return

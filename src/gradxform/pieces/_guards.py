@@ -44,7 +44,7 @@ from ._segments import on_every_shard
 from .._hyper import hyper_scalar, register_check
 from .._types import Hyper, InnerState
 from .._domains import FLAG, NON_NEGATIVE_FINITE
-from .._ranges import NON_NEGATIVE, POSITIVE, Range, check_hyper, register_ranges
+from .._ranges import NON_NEGATIVE, POSITIVE, Range, check_bool, check_hyper, register_ranges
 
 __all__ = [
     "GuardState", "SkipNonfiniteState", "LossScaleState", "NonFiniteError",
@@ -77,15 +77,20 @@ class SkipNonfiniteState(NamedTuple):
 
 
 class LossScaleState(NamedTuple):
-    """``scale``: the current loss scale (float32); ``good_steps``: clean steps
-    since the last change of scale; ``hyper``: ``growth_factor``,
-    ``backoff_factor``, ``growth_interval`` (float32, settable with set_hyper)."""
+    """``scale``: the loss scale the next step's loss is multiplied by
+    (float32); ``good_steps``: clean steps since the last change of scale;
+    ``hyper``: ``growth_factor``, ``backoff_factor``, ``growth_interval``
+    (float32, settable with set_hyper); ``next_scale``: with ``delayed``
+    (MXNet AMP), the scale the step after next uses, else None (no leaf:
+    files of the other kind keep their layout)."""
     guard: GuardState
     hyper: Hyper
     scale: jax.Array
     good_steps: jax.Array
     inner: InnerState
-    domains = {"scale": NON_NEGATIVE_FINITE, "good_steps": NON_NEGATIVE_FINITE}  # growth keeps the scale finite
+    next_scale: jax.Array | None = None
+    domains = {"scale": NON_NEGATIVE_FINITE, "good_steps": NON_NEGATIVE_FINITE,  # growth keeps the scale finite
+               "next_scale": NON_NEGATIVE_FINITE}
 
 
 register_check("growth_factor", low=1.0)
@@ -280,11 +285,17 @@ def skip_nonfinite(inner: GradientTransformation, *, max_consecutive: int | None
     return transformation(init, update)
 
 
+# MXNet 1.9.1's amp.init_trainer, its LossScaler: a ceiling of 2**24 and no floor, the gradients
+# checked, each new scale used one step late (the Trainer's loss_scale='dynamic')
+MXNET_AMP = {"max_scale": 2.0 ** 24, "delayed": True, "check_updates": False, "check_state": False}
+
+
 def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 ** 16, *,
                        growth_interval: int = 2000, backoff: float = 0.5, growth: float = 2.0,
                        min_scale: float | None = None, max_scale: float | None = None,
                        max_consecutive: int | None = 64, check_updates: bool = True,
-                       check_state: bool = True, backoff_interval: int = 1) -> GradientTransformation:
+                       check_state: bool = True, backoff_interval: int = 1,
+                       delayed: bool = False) -> GradientTransformation:
     """Dynamic loss scaling (PyTorch ``GradScaler``, MXNet AMP ``DynamicLossScaler``,
     Paddle ``paddle.amp.GradScaler``, MindSpore ``DynamicLossScaleUpdateCell``
     and ``amp.DynamicLossScaler``).
@@ -304,7 +315,15 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
             growth_interval: scale *= growth (if still finite), good_steps = 0
 
     then the scale is clipped to ``[min_scale, max_scale]`` where given (MXNet
-    AMP uses 1 and 2**24; PyTorch neither). Skips are counted as in
+    AMP: a ceiling of 2**24 and no floor; Paddle and MindSpore: a floor of 1;
+    PyTorch neither).
+
+    ``delayed`` (MXNet AMP's ``LossScaler``): a scale decided at one step
+    reaches the loss one step later. MXNet's ``has_overflow`` first takes the
+    scale the previous step decided, then decides the next from it, while
+    ``scale_loss`` already read the older one; so at an overflow MXNet skips
+    twice per halving, and a growth decided before an overflow still
+    happens. The state then holds ``next_scale`` beside ``scale``. Skips are counted as in
     `skip_nonfinite`, and ``max_consecutive`` overflows in a row trip the
     guard (the scale has collapsed: 64 halvings take 2**16 to 2**-48).
 
@@ -338,13 +357,15 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
     # every overflow backs off unless told otherwise: then the interval is state too (states
     # and files of the default keep their layout)
     every = {} if backoff_interval == 1 else {"backoff_interval": backoff_interval}
+    check_bool("dynamic_loss_scale", "delayed", delayed)
 
     def init(params):
         return LossScaleState(
             _guard_init(limit),
             {"growth_factor": hyper_scalar(growth), "backoff_factor": hyper_scalar(backoff),
              "growth_interval": hyper_scalar(growth_interval), **{k: hyper_scalar(v) for k, v in every.items()}},
-            hyper_scalar(init_scale), jnp.zeros((), jnp.int32), inner.init(params))
+            hyper_scalar(init_scale), jnp.zeros((), jnp.int32), inner.init(params),
+            hyper_scalar(init_scale) if delayed else None)
 
     def unscale(g, s):
         g = jnp.asarray(g)
@@ -362,21 +383,26 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
             lambda u, s: step_is_finite(updates, u, s, check_updates=check_updates, check_state=check_state,
                                         extra_args=extra_args, also=(unscaled(updates),)),
             inner, updates, state.inner, params, extra_args, prepare=unscaled)
+        # the scale the decision starts from: the one this step used, or (delayed) the one the
+        # previous step decided, which the next step uses
+        base = state.next_scale if delayed else state.scale
         good = state.good_steps + 1
         grow = ok & (good.astype(jnp.float32) >= h["growth_interval"])
-        grown = state.scale * h["growth_factor"]
-        grow_scale = jnp.where(jnp.isfinite(grown), grown, state.scale)
+        grown = base * h["growth_factor"]
+        grow_scale = jnp.where(jnp.isfinite(grown), grown, base)
         guard = _guard_step(state.guard, ok)
         backs_off = ~ok
         if "backoff_interval" in h:  # the n-th overflow in a row (Paddle: bad_steps reaching n, then reset)
             backs_off &= jnp.remainder(guard.consecutive.astype(jnp.float32), h["backoff_interval"]) == 0
-        backed_off = jnp.where(backs_off, state.scale * h["backoff_factor"], state.scale)
-        scale = jnp.where(ok, jnp.where(grow, grow_scale, state.scale), backed_off)
+        backed_off = jnp.where(backs_off, base * h["backoff_factor"], base)
+        scale = jnp.where(ok, jnp.where(grow, grow_scale, base), backed_off)
         if min_scale is not None:
             scale = jnp.maximum(scale, jnp.float32(min_scale))
         if max_scale is not None:
             scale = jnp.minimum(scale, jnp.float32(max_scale))
         good = jnp.where(ok & ~grow, good, 0).astype(jnp.int32)
+        if delayed:
+            return new_updates, LossScaleState(guard, h, base, good, new_inner, scale.astype(jnp.float32))
         return new_updates, LossScaleState(guard, h, scale.astype(jnp.float32), good, new_inner)
 
     return transformation(init, update)

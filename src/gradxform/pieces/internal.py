@@ -25,5 +25,5 @@ from ._trust import CorrectedMomentsState, LarsRatioState, LrRatioTraceState, Tr
 __all__ += ["CorrectedMomentsState", "LarsRatioState", "LrRatioTraceState", "TrustRatioState"]
 from ._rules import AdadeltaState, AveragedState, RpropState, RunningPowerState  # noqa: E402
 __all__ += ["AdadeltaState", "AveragedState", "RpropState", "RunningPowerState"]
-from ._guards import LossScaleState  # noqa: E402
-__all__ += ["LossScaleState"]
+from ._guards import MXNET_AMP, LossScaleState  # noqa: E402
+__all__ += ["MXNET_AMP", "LossScaleState"]

@@ -63,20 +63,17 @@ def no_order(order) -> None:
                          "Trainer's order: call trainer.load_states(fname) without order.")
 
 
-def migrated_state(source, params, like, tx, *, guarded: bool, order=None):
+def migrated_state(source, params, like, tx, *, order=None):
     """The optimizer state from a Gluon ``.states`` file (read for ``tx`` by
     `gradxform.migrate.from_gluon_states`, in ``order``: default Gluon's,
     `gradxform.migrate._gluon.gluon_order`) or a migrated state tree, checked
     against ``like`` (the Trainer's per-leaf state: structure and shapes).
-    ``guarded``: the Trainer wraps ``tx`` (skip_nonfinite, loss_scale), whose
-    state a Gluon file cannot hold."""
+    ``tx`` wrapped by the Trainer (skip_nonfinite, loss_scale): the wrapper's
+    counters, which a Gluon file does not hold, start afresh, as MXNet's own
+    resume starts a new AMP ``LossScaler`` at 2**16."""
     if not is_file(source):
         no_order(order)
     else:
-        if guarded:
-            raise ValueError("Trainer.load_states: a Gluon .states file holds the optimizer's own state; load "
-                             "it into a Trainer without skip_nonfinite/loss_scale, or migrate it with "
-                             "gradxform.migrate.from_gluon_states and wrap the result yourself.")
         from ..migrate import from_gluon_states  # noqa: PLC0415  (the readers load only when used)
         from ..migrate._state import SET_BY_CALLER  # noqa: PLC0415
         token = SET_BY_CALLER.set(("rescale_grad",))  # step() sets it (1/batch_size), as Gluon's

@@ -15,7 +15,7 @@ import numpy as np
 import optax
 
 from .._hyper import check_range, get_hyper, get_learning_rate, hyper_names, set_learning_rate
-from ..pieces.internal import check_guard, dynamic_loss_scale, get_loss_scale, host_done
+from ..pieces.internal import MXNET_AMP, check_guard, dynamic_loss_scale, get_loss_scale, host_done
 from ..pieces.internal import skip_nonfinite as guard_nonfinite
 from .._fused import FlatTree, FusedState, flatten_state, fuse, unflatten_state
 from .._registry import _resolve, create
@@ -106,9 +106,11 @@ class Trainer:
         every step raises `NonFiniteError` once ``max_consecutive`` steps in a row were
         bad. True, or a dict of keywords for the guard (``{'max_consecutive': 10}``).
       loss_scale: None, ``'dynamic'`` or a dict of keywords for
-        `gradxform.pieces.dynamic_loss_scale` (float16 training as MXNet AMP /
-        PyTorch GradScaler: start at 2**16, halve and skip on overflow,
-        double after 2000 clean steps). `compile_step` and `grads` multiply
+        `gradxform.pieces.dynamic_loss_scale` (float16 training as MXNet AMP's
+        ``amp.init_trainer``: start at 2**16, skip a step whose gradients
+        overflow and halve, double after 2000 clean steps up to 2**24, a new scale
+        reaching the loss one step late (``delayed``); a dict overrides these:
+        ``{'growth_interval': 1000}`` for ``_scale_seq_len``). `compile_step` and `grads` multiply
         the loss by the current scale (``trainer.loss_scale``) before the
         backward pass and the optimizer divides it out; gradients you compute
         yourself for `step`/`update` must be of ``loss * trainer.loss_scale``.
@@ -157,7 +159,7 @@ class Trainer:
         self._optimizer = MXNetOptimizer.bound(tx, self, given if self._opt_name else None, self._opt_name)
         if loss_scale is not None:
             kw = {} if loss_scale == "dynamic" else dict(loss_scale)
-            tx = dynamic_loss_scale(tx, **kw)
+            tx = dynamic_loss_scale(tx, **{**MXNET_AMP, **kw})
         if skip_nonfinite:
             tx = guard_nonfinite(tx, **({} if skip_nonfinite is True else dict(skip_nonfinite)))
         self._guarded = bool(skip_nonfinite) or loss_scale is not None
@@ -567,7 +569,8 @@ class Trainer:
         source, file_meta = read_source(fname) if is_file(fname) else fname, None
         if not is_file(fname) or is_gluon_states(source.getvalue()):
             params = self.params
-            state = migrated_state(source, params, state, self._optimizer, guarded=self._guarded, order=order)
+            state = migrated_state(source, params, state, self._leaf_tx if self._guarded else self._optimizer,
+                                   order=order)
             residual = [np.zeros(r.shape, r.dtype) for r in residual]
         else:
             no_order(order)
