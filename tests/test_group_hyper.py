@@ -13,6 +13,7 @@ import optax
 import pytest
 
 import gradxform as gx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from gradxform._group_hyper import GroupHyper
 
 from group_cases import CASES, PARAMS, grads  # the configurations the files were written with
@@ -148,3 +149,60 @@ def test_lars_switches_off_the_groups_own_weight_decays_too():
     u, state = lars.update(grads(0), state, PARAMS)
     assert all(bool(jnp.isfinite(x).all()) for x in jax.tree.leaves(u))
     assert float(gx.get_hyper(state, "weight_decay", group=0)) == np.float32(0.05)  # given back after the step
+
+
+# -- as a JAX user holds the state: batched, sharded, serialized, rewritten by optax's tools --------------
+
+def _three_groups():
+    return gx.paddle.adam(0.01, parameters=[{"params": ["a"], "beta1": 0.8}, {"params": ["b"], "beta1": 0.7},
+                                            {"params": ["c", "d"]}])
+
+
+def test_a_vmapped_batch_of_states_reads_and_writes_each_runs_group_value():
+    states = jax.vmap(lambda _: _three_groups().init(PARAMS))(jnp.arange(3))
+    np.testing.assert_array_equal(np.asarray(gx.get_hyper(states, "beta1", group=1)), np.float32([0.7] * 3))
+    states = gx.set_hyper(states, group=1, beta1=0.6)
+    np.testing.assert_array_equal(np.asarray(gx.get_hyper(states, "beta1_groups")), np.float32([[0.8, 0.6]] * 3))
+    states = gx.set_hyper(states, beta2=0.95)  # a scalar for every run
+    np.testing.assert_array_equal(np.asarray(gx.get_hyper(states, "beta2")), np.float32([0.95] * 3))
+
+
+def test_set_hyper_keeps_a_sharded_steps_placement_so_it_never_retraces(tmp_path):
+    mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
+    params = {"a": jax.device_put(jnp.ones(8), NamedSharding(mesh, P("x"))),
+              "b": jax.device_put(jnp.ones(2), NamedSharding(mesh, P()))}
+    tx = gx.paddle.adam(0.01, parameters=[{"params": ["a"], "beta1": 0.8}, {"params": ["b"]}])
+    traces = []
+
+    @jax.jit
+    def step(s, g):
+        traces.append(1)
+        return tx.update(g, s, params)[1]
+
+    state = step(step(tx.init(params), params), params)
+    before = len(traces)
+    for write in (lambda s: gx.set_hyper(s, group=0, beta1=0.7), lambda s: gx.set_hyper(s, beta1_groups=[0.6]),
+                  lambda s: gx.set_hyper(s, beta2=0.99)):
+        state = step(write(state), params)
+    gx.save_state(tmp_path / "s", state)
+    step(gx.load_state(tmp_path / "s", like=state), params)  # a loaded state lives where like's does
+    assert len(traces) == before
+
+
+def test_flax_serialization_and_a_replaced_group_vector_say_what_they_are():
+    from flax import serialization  # noqa: PLC0415
+
+    state = _three_groups().init(PARAMS)
+    back = serialization.from_bytes(state, serialization.to_bytes(gx.set_hyper(state, group=0, beta1=0.5)))
+    assert float(gx.get_hyper(back, "beta1", group=0)) == 0.5
+    replaced = optax.tree_utils.tree_set(state, beta1_groups=jnp.asarray([0.5, 0.5]))
+    with pytest.raises(TypeError, match="beta1_groups is a .*not the GroupHyper its optimizer made"):
+        gx.get_hyper(replaced, "beta1", group=0)
+
+
+def test_a_multi_transform_label_that_gets_no_leaf_steps():
+    def make():
+        return gx.paddle.adam(0.01, parameters=[{"params": ["a"], "beta1": 0.8}, {"params": ["b", "c", "d"]}])
+    tx = optax.multi_transform({"main": make(), "frozen": make()}, {k: "main" for k in PARAMS})
+    updates, _ = tx.update(grads(0), tx.init(PARAMS), PARAMS)
+    assert all(bool(jnp.isfinite(u).all()) for u in jax.tree.leaves(updates))

@@ -64,3 +64,11 @@ def test_a_delayed_state_round_trips_through_a_file_and_the_default_keeps_its_la
     assert float(back.next_scale) == 2.0 ** 15 and float(back.scale) == 2.0 ** 16
     plain = dynamic_loss_scale(optax.sgd(0.1)).init(params)
     assert not [k for k in gx.load_state.__globals__["_describe"](plain)[0] if "next_scale" in k]
+
+
+def test_a_loss_scaled_state_donates_and_refuses_the_other_kind_of_state():
+    params = {"w": jnp.ones(2)}
+    tx = dynamic_loss_scale(optax.sgd(0.1), delayed=True)
+    jax.jit(lambda s, g: tx.update(g, s, params)[1], donate_argnums=0)(tx.init(params), params)  # one buffer each
+    with pytest.raises(ValueError, match=r"delayed=True\): the state was made with delayed=False"):
+        tx.update(params, dynamic_loss_scale(optax.sgd(0.1)).init(params), params)

@@ -6,9 +6,11 @@ and `EmptyState`. Registered where Flax is installed; Flax is not a
 dependency (orbax-checkpoint, which reads any pytree, needs nothing here)."""
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 
 from ._base import EmptyState
+from ._group_hyper import GroupHyper
 from ._group_values import GroupValues, fitted
 
 __all__ = ["register"]
@@ -25,6 +27,9 @@ def register() -> bool:
         lambda target, state: fitted(np.asarray(state["per_leaf"]), target), override=True)
     serialization.register_serialization_state(
         EmptyState, lambda _: {}, lambda target, _: target, override=True)
+    serialization.register_serialization_state(  # the groups are the target's (static, as built)
+        GroupHyper, lambda g: {"values": np.asarray(g)},
+        lambda target, state: GroupHyper(jnp.asarray(state["values"], jnp.float32), target.groups), override=True)
     return True
 
 

@@ -62,8 +62,9 @@ class GroupHyper:
         return out
 
     @property
-    def shape(self) -> tuple[int]:
-        return (len(self.groups),)
+    def shape(self) -> tuple[int, ...]:
+        """``(len(groups),)``, with a batch's leading axes (a vmapped state) first."""
+        return tuple(np.shape(_raw(self.values)))
 
     @property
     def dtype(self):
@@ -78,8 +79,8 @@ class GroupHyper:
         return self.groups.index(group) if group in self.groups else None
 
     def of(self, group: int):
-        """Group ``group``'s value (a float32 scalar)."""
-        return _raw(self.values)[self.groups.index(group)]
+        """Group ``group``'s value (a float32 scalar; one per run of a vmapped batch of states)."""
+        return _raw(self.values)[..., self.groups.index(group)]
 
     def __repr__(self) -> str:
         return f"GroupHyper({self.values!r}, groups={self.groups})"
@@ -132,7 +133,7 @@ def slot_value(hyper: Mapping, name: str, slot):
         return out
     values = _raw(held.values)
     for i, g in enumerate(held.groups):
-        out = values[i] if out is None else jnp.where(slot == g, values[i], out)
+        out = values[..., i] if out is None else jnp.where(slot == g, values[..., i], out)
     return out
 
 

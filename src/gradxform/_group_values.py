@@ -152,6 +152,9 @@ def _expanded(x: GroupValues, abstract: bool):
         return jax.ShapeDtypeStruct((len(x.groups),), x.values.dtype)
     if isinstance(x.values, jax.core.Tracer):
         return x.values[jnp.asarray(x.groups, jnp.int32)]
+    sharding = getattr(x.values, "sharding", None)
+    if sharding is not None and getattr(sharding, "is_fully_replicated", False):
+        return jax.device_put(np.asarray(x), sharding)  # where the grouped values live (a replicated scalar vector)
     return jnp.asarray(np.asarray(x))
 
 

@@ -232,6 +232,11 @@ def _group_error(dicts, name: str, group: int, who: str) -> Exception:
 
 def _holds_group(d: dict, name: str, group: int) -> bool:
     held = d.get(group_key(name))
+    if held is not None and not isinstance(held, GroupHyper):
+        raise TypeError(f"the state's {group_key(name)} is a {type(held).__name__}, not the GroupHyper its optimizer "
+                        "made (replaced by optax.tree_utils.tree_set?), so which groups it holds is lost: write a "
+                        f"group's value with gradxform.set_hyper(state, group=k, {name}=value), or all of them with "
+                        f"set_hyper(state, {group_key(name)}=[...]).")
     return isinstance(held, GroupHyper) and group in held.groups
 
 
@@ -260,7 +265,7 @@ def get_hyper(state, name: str, *, where=None, group=None):
     found = [d[name] for _, d in _chosen(state, where, "get_hyper", (name,)) if name in d]
     if not found:
         raise KeyError(_unknown_name("get_hyper", name, hyper_names(state)))
-    return _raw(found[0])
+    return _raw(found[0].values if isinstance(found[0], GroupHyper) else found[0])
 
 
 def set_hyper(state, *, where=None, group=None, **values):
@@ -308,9 +313,9 @@ def set_hyper(state, *, where=None, group=None, **values):
         if name not in known:
             raise KeyError(_unknown_name("set_hyper", name, known))
         value = _raw(value)
-        vectors = {np.shape(d[name]) for _, d in chosen if isinstance(d.get(name), GroupHyper)}
+        vectors = {np.shape(d[name])[-1:] for _, d in chosen if isinstance(d.get(name), GroupHyper)}
         if group is None and vectors:  # every group's own value at once: a vector, judged entry by entry
-            if len(vectors) > 1 or {np.shape(value)} != vectors:
+            if len(vectors) > 1 or {np.shape(value)[-1:]} != vectors or np.ndim(value) < 1:
                 raise ValueError(f"set_hyper({name}=...): expected one value per group holding it, shape "
                                  f"{' or '.join(map(str, sorted(vectors)))}; got shape {np.shape(value)} "
                                  f"(group=k, {base_name(name)}=value writes one group's).")
@@ -335,17 +340,20 @@ def set_hyper(state, *, where=None, group=None, **values):
                 return v
             raw = _raw(v.values)
             new = jnp.asarray(_raw(values[k]), dtype=raw.dtype)
-            new = raw.at[v.groups.index(group)].set(new) if group is not None else new.reshape(raw.shape)
+            # the last axis is the groups' (a vmapped batch of states has its runs first)
+            new = raw.at[..., v.groups.index(group)].set(new) if group is not None else jnp.broadcast_to(new, raw.shape)
             if k in accepted:
                 new = jnp.where(accepted[k], new, raw)
+            new = _placed_as(new, raw)
             if raw is not v.values:  # an nnx Variable: written in place
                 v.values.set_value(new)
                 return v
             return GroupHyper(new, v.groups)
         raw = _raw(v)
-        new = jnp.asarray(_raw(values[k]), dtype=jnp.asarray(raw).dtype).reshape(jnp.shape(raw))
+        new = jnp.broadcast_to(jnp.asarray(_raw(values[k]), dtype=jnp.asarray(raw).dtype), jnp.shape(raw))
         if k in accepted:
             new = jnp.where(accepted[k], new, raw)
+        new = _placed_as(new, raw)
         if raw is not v:  # an nnx Variable: written in place, as nnx.Optimizer holds it
             v.set_value(new)
             return v
@@ -370,6 +378,15 @@ def set_hyper(state, *, where=None, group=None, **values):
         return node._replace(**kids) if kids else node
 
     return map_states(write, state)
+
+
+def _placed_as(new, old):
+    """``new`` where ``old`` lives (a sharded step's replicated scalar stays on its devices:
+    a value on another placement would retrace the step); a traced value as it is."""
+    sharding = getattr(old, "sharding", None)
+    if sharding is None or isinstance(new, jax.core.Tracer) or isinstance(old, jax.core.Tracer):
+        return new
+    return new if getattr(new, "sharding", None) == sharding else jax.device_put(new, sharding)
 
 
 def tag_owner(state, owner: str):

@@ -120,6 +120,8 @@ def select_tree(mask, new, old):
         grouped = {}
         for f in stepped_in_groups(type(node), node):
             x = getattr(node, f)
+            if not x.groups:  # no leaves (a label of optax.multi_transform that gets none): nothing to select
+                continue
             picks = by_group(mask_leaves, x.groups)  # one flag object per group: the mask never parts one
             if picks is None:
                 raise ValueError(f"select_tree: {type(node).__name__}.{f} is held per group and this mask parts a "

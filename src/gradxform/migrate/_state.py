@@ -309,15 +309,15 @@ def warn_hyper_mismatch(state, expected: dict[str, float], who: str, notes: dict
     but for those the caller sets itself (`SET_BY_CALLER`); ``notes``: what to
     say instead of "build tx with the run's value" for a name whose file value
     is not the one to copy."""
-    have = tree_hyper(state)
+    have, notes = tree_hyper(state), notes or {}
     bad = [(k, have[k], float(v)) for k, v in expected.items()
            if k in have and v is not None and k not in SET_BY_CALLER.get()
            and not np.isclose(have[k], np.float32(v), rtol=1e-6, atol=0)]
-    noted = [notes[k] for k, _, _ in bad if k in (notes or {})]
+    noted = [notes[k] for k, _, _ in bad if k in notes]
     if len(noted) < len(bad):
-        listing = ", ".join(f"{k}: tx {a:g} vs file {b:g}" for k, a, b in bad if k not in (notes or {}))
+        listing = ", ".join(f"{k}: tx {a:g} vs file {b:g}" for k, a, b in bad if k not in notes)
         warn_at_caller(f"{who}: tx's hyperparameters differ from the saved run's ({listing}); the next "
                        "steps follow tx's. Build tx with the run's values (or gradxform.set_hyper) to "
                        "continue the same run.")
-    for note, (k, a, b) in zip(noted, [x for x in bad if x[0] in (notes or {})]):
+    for note, (k, a, b) in zip(noted, [x for x in bad if x[0] in notes]):
         warn_at_caller(f"{who}: {k}: tx {a:g} vs file {b:g}. {note}")

@@ -304,10 +304,11 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
         else:
             flags = treedef.flatten_up_to(leaf_values(state.decay_flag, updates))
         wd = []
+        own_wd = [group_value(h, "weight_decay", s.index) for _, s in own]  # once, not once per leaf
         for slot, flag in zip(slots, flags):
             d = h["weight_decay"]
-            for k, s in own:
-                d = jnp.where(slot == k, group_value(h, "weight_decay", s.index), d)
+            for (k, _), value in zip(own, own_wd):
+                d = jnp.where(slot == k, value, d)
             wd.append(jnp.where(flag, d, 0.0))
         ctx = StepContext.of(extra_args)
         if ctx is not None:

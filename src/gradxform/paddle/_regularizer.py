@@ -148,9 +148,11 @@ def group_regularization(regs: list, slots_of, *, default=None,
         leaves, treedef = jax.tree.flatten(updates)
         out = []
         slots = treedef.flatten_up_to(leaf_values(state.slot, updates))
+        # each group's coefficient read once, not once per leaf (a slice of its vector each)
+        coeffs = [state.hyper[f"{r.kind}_coeff"] if r is default else group_value(state.hyper, f"{r.kind}_coeff", k)
+                  for k, r in active]
         for g, w, s in zip(leaves, treedef.flatten_up_to(params), slots):
-            for k, r in active:
-                c = state.hyper[f"{r.kind}_coeff"] if r is default else group_value(state.hyper, f"{r.kind}_coeff", k)
+            for (k, r), c in zip(active, coeffs):
                 # g + (-0.0) is g bit for bit; reading g once lets XLA fuse the rule's
                 # arithmetic into this loop (where(s, g + d, g) reads it twice)
                 g = g + jnp.where(s == k, _scaled(c, r.kind, w, g.dtype), jnp.asarray(-0.0, g.dtype))

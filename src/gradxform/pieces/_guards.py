@@ -191,8 +191,9 @@ def _check_limit(owner, max_consecutive):
 
 
 def _guard_init(limit) -> GuardState:
-    zero = jnp.zeros((), jnp.int32)
-    return GuardState(zero, zero, jnp.asarray(limit, jnp.int32), zero)  # tripped: int32 0/1 (survives sam's arithmetic)
+    def zero():  # a buffer per field: a donated state must not hold one buffer twice
+        return jnp.zeros((), jnp.int32)
+    return GuardState(zero(), zero(), jnp.asarray(limit, jnp.int32), zero())  # tripped: int32 0/1 (survives sam's arithmetic)
 
 
 def _guard_step(g: GuardState, ok) -> GuardState:
@@ -383,6 +384,10 @@ def dynamic_loss_scale(inner: GradientTransformation, init_scale: float = 2.0 **
             lambda u, s: step_is_finite(updates, u, s, check_updates=check_updates, check_state=check_state,
                                         extra_args=extra_args, also=(unscaled(updates),)),
             inner, updates, state.inner, params, extra_args, prepare=unscaled)
+        if delayed != (state.next_scale is not None):
+            raise ValueError(f"dynamic_loss_scale(delayed={delayed}): the state was made with delayed={not delayed} "
+                             "(its next_scale is " + ("None" if delayed else "held") + "); build the optimizer "
+                             "as the run was built, or start from its init(params).")
         # the scale the decision starts from: the one this step used, or (delayed) the one the
         # previous step decided, which the next step uses
         base = state.next_scale if delayed else state.scale
@@ -453,7 +458,9 @@ def get_loss_scale(state) -> jax.Array:
     if not found:
         raise ValueError("get_loss_scale: this state has no dynamic_loss_scale; wrap the optimizer "
                          "with gradxform.pieces.dynamic_loss_scale(optimizer).")
-    return found[0].scale
+    scale = found[0].scale
+    return scale if isinstance(scale, jax.Array) or not callable(getattr(scale, "get_value", None)) \
+        else scale.get_value()  # an nnx.Optimizer's Variable
 
 
 def scale_loss(loss, state):
