@@ -9,6 +9,7 @@
   ``incr_count`` and ``decr_count``."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import jax
@@ -120,3 +121,44 @@ def test_paddle_scaler_settings_that_differ_warn_and_a_tx_without_scaling_is_ref
         from_paddle_state_dict({}, PADDLE_PARAMS, gx.paddle.sgd(0.1), scaler=_scaler_sd())
     with pytest.raises(MigrateError, match="expected GradScaler.state_dict"):
         from_paddle_state_dict({}, PADDLE_PARAMS, _paddle_tx(), scaler={"incr_count": 1})
+
+
+def test_the_restored_counters_are_the_cells():
+    # saved after step 7: current_iterator_step 8, last_overflow_iterator_step 5 -> steps 6 and 7 were clean
+    state = from_mindspore_checkpoint(CKPT, _params_from_checkpoint(), _ms_port())
+    node = gx._state_paths.find_states(state, gx.pieces._guards.LossScaleState)[0]
+    assert (int(node.good_steps), int(node.guard.consecutive)) == (2, 0)
+
+
+def _ckpt_with(**entries):
+    c = dict(read_mindspore_checkpoint(CKPT))
+    c.update({k: np.asarray(v) for k, v in entries.items()})
+    return c
+
+
+def test_a_mindspore_scale_and_counters_no_run_reaches_are_refused_and_a_scale_below_one_is_taken():
+    from gradxform.migrate._loss_scale import mindspore_scale  # noqa: PLC0415
+
+    state = _ms_port().init(_params_from_checkpoint())
+    with pytest.raises(MigrateError, match="'last_overflow_iterator_step' \\(8\\) is not before"):
+        mindspore_scale(_ckpt_with(last_overflow_iterator_step=8), state, "who")
+    with pytest.raises(MigrateError, match="scale_sense"):
+        mindspore_scale(_ckpt_with(scale_sense=np.float32(0.0)), state, "who")
+    assert float(gx.get_loss_scale(mindspore_scale(_ckpt_with(scale_sense=np.float32(0.5)), state, "who"))) == 0.5
+    without_counters = {k: v for k, v in _ckpt_with().items() if k != "last_overflow_iterator_step"}
+    node = gx._state_paths.find_states(mindspore_scale(without_counters, state, "who"),
+                                       gx.pieces._guards.LossScaleState)[0]
+    assert int(node.good_steps) == 0  # a FixedLossScaleUpdateCell's file: no counters
+
+
+def test_a_paddle_scaler_without_counters_starts_them_at_zero_and_a_default_interval_is_paddles():
+    state = from_paddle_state_dict({}, PADDLE_PARAMS, _paddle_tx(), scaler={"scale": np.float32(64.0)})
+    node = gx._state_paths.find_states(state, gx.pieces._guards.LossScaleState)[0]
+    assert (float(node.scale), int(node.good_steps), int(node.guard.consecutive)) == (64.0, 0, 0)
+    plain = dynamic_loss_scale(gx.paddle.sgd(0.1), 1024.0, growth_interval=3, min_scale=1.0)  # backoff_interval 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Paddle's default decr_every_n_nan_or_inf=1 is tx's default
+        from_paddle_state_dict({}, PADDLE_PARAMS, plain, scaler=_scaler_sd(decr_every_n_nan_or_inf=1))
+    with pytest.raises(MigrateError) as err:
+        from_paddle_state_dict({}, PADDLE_PARAMS, gx.paddle.sgd(0.1), scaler=_scaler_sd(decr_every_n_nan_or_inf=1))
+    assert "backoff_interval" not in str(err.value)

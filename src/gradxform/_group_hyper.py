@@ -198,11 +198,8 @@ def group_hyper_plan(file_paths: Sequence[str], like, inner_plan: Callable) -> l
         return None
     at = {p: i for i, p in enumerate(former_paths)}
     plan = []
-    for p in _paths(like):
-        sources = spread.get(p, [p])
-        if any(s not in at for s in sources):
-            return None
-        plan.append(tuple(f for s in sources for f in inner[at[s]]))
+    for p in _paths(like):  # the former tree is made from like: each of its paths is there
+        plan.append(tuple(f for s in spread.get(p, [p]) for f in inner[at[s]]))
     return plan
 
 

@@ -101,7 +101,7 @@ def paddle_scaler(scaler, state, who: str):
     scalers = find_states(state, LossScaleState)
     if not scalers:
         raise MigrateError(f"{who}(scaler=...): tx does not scale the loss. Wrap it as the run's GradScaler: "
-                           + _wrap_line(float(np.asarray(sd["scale"]).reshape(-1)[0]),
+                           + _wrap_line(float(np.asarray(sd["scale"]).item()),
                                         sd.get("incr_every_n_steps", "<incr_every_n_steps>"),
                                         sd.get("incr_ratio", "<incr_ratio>"))
                            + (f" and backoff_interval={sd['decr_every_n_nan_or_inf']}"
@@ -114,8 +114,9 @@ def paddle_scaler(scaler, state, who: str):
         if theirs not in sd:
             continue
         have = float(get_hyper(state, ours)) if ours in hyper_names(state) else 1.0  # backoff_interval: 1
-        if float(np.asarray(sd[theirs]).reshape(-1)[0]) != np.float32(have):
-            differ.append(f"{theirs}={float(np.asarray(sd[theirs]).reshape(-1)[0]):g} (tx's {ours}={have:g})")
+        theirs_value = float(np.asarray(sd[theirs]).item())
+        if theirs_value != np.float32(have):
+            differ.append(f"{theirs}={theirs_value:g} (tx's {ours}={have:g})")
     if differ:
         warn_at_caller(f"{who}(scaler=...): the run's GradScaler differs from tx's loss scaling: "
                        f"{', '.join(differ)}; the next steps follow tx's.")
