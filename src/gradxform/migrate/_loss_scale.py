@@ -105,7 +105,7 @@ def paddle_scaler(scaler, state, who: str):
                                         sd.get("incr_every_n_steps", "<incr_every_n_steps>"),
                                         sd.get("incr_ratio", "<incr_ratio>"))
                            + (f" and backoff_interval={sd['decr_every_n_nan_or_inf']}"
-                              if sd.get("decr_every_n_nan_or_inf", 1) != 1 else "") + ".")
+                              if sd.get("decr_every_n_nan_or_inf") not in (None, 1) else "") + ".")
     scale = checked_value(np.asarray(sd["scale"]), f"{who}(scaler=...): 'scale'", _POSITIVE_SCALE)
     good = checked_count(np.asarray(sd.get("incr_count", 0)), f"{who}(scaler=...): 'incr_count'")
     bad = checked_count(np.asarray(sd.get("decr_count", 0)), f"{who}(scaler=...): 'decr_count'")
