@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import DictKey, GetAttrKey, keystr
 
+from ._group_values import ValuesByGroup
 from ._state_paths import map_states, state_paths
 
 __all__ = ["GroupHyper", "SUFFIX", "group_key", "base_name", "with_group_hyper", "group_value", "slot_value",
@@ -38,28 +39,12 @@ HYPER = "hyper"
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class GroupHyper:
+class GroupHyper(ValuesByGroup):
     """The values some parameter groups give hyperparameter ``name``:
     ``values[i]`` is group ``groups[i]``'s (``values``: float32, shape
     ``(len(groups),)``, the one leaf; ``groups``: positions in the
     optimizer's groups, counted from 0 as given, kept in the tree structure)."""
-    __slots__ = ("values", "groups")
-
-    def __init__(self, values, groups: Sequence[int]):
-        self.values = values
-        self.groups = tuple(int(g) for g in groups)
-
-    def tree_flatten_with_keys(self):
-        return ((GetAttrKey("values"), self.values),), self.groups
-
-    def tree_flatten(self):
-        return (self.values,), self.groups
-
-    @classmethod
-    def tree_unflatten(cls, groups, children):
-        out = object.__new__(cls)
-        out.values, out.groups = children[0], groups
-        return out
+    __slots__ = ()
 
     @property
     def shape(self) -> tuple[int, ...]:

@@ -35,24 +35,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import GetAttrKey
 
-__all__ = ["GroupValues", "group_by_value", "host_groups", "fitted", "in_groups", "expand_groups", "regroup_like", "per_leaf_list",
+__all__ = ["ValuesByGroup", "GroupValues", "group_by_value", "host_groups", "fitted", "in_groups", "expand_groups", "regroup_like", "per_leaf_list",
            "shared_groups", "by_group", "stepped_in_groups", "partition", "PerGroup", "per_group", "read_per_leaf",
            "stepped"]
 
 
-@jax.tree_util.register_pytree_with_keys_class
-class GroupValues:
-    """One number per parameter leaf, held as ``values[groups[i]]``.
-
-    ``values``: an array of shape ``(n_groups,)``, the state's only leaf here
-    (``.values`` in a key path); ``groups``: for each leaf in flatten order the
-    index of its group, a tuple of ints kept in the tree structure (static).
-    It answers ``shape`` (``(n_leaves,)``), ``dtype``, ``np.asarray`` (the
-    per-leaf vector, on the host) and indexing (an int: that leaf's value; an
-    index array: the `GroupValues` of those leaves, as `gradxform.fused`
-    takes one leaf per buffer), so walkers written for per-leaf vectors read
-    it as one.
-    """
+class ValuesByGroup:
+    """A pytree node of one leaf, ``values``, and a tuple of ints, ``groups``,
+    kept in the tree structure (static): what `GroupValues` and
+    `gradxform._group_hyper.GroupHyper` share. Each subclass registers itself."""
     __slots__ = ("values", "groups")
 
     def __init__(self, values, groups: Sequence[int]):
@@ -70,6 +61,22 @@ class GroupValues:
         out = object.__new__(cls)
         out.values, out.groups = children[0], groups
         return out
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class GroupValues(ValuesByGroup):
+    """One number per parameter leaf, held as ``values[groups[i]]``.
+
+    ``values``: an array of shape ``(n_groups,)``, the state's only leaf here
+    (``.values`` in a key path); ``groups``: for each leaf in flatten order the
+    index of its group, a tuple of ints kept in the tree structure (static).
+    It answers ``shape`` (``(n_leaves,)``), ``dtype``, ``np.asarray`` (the
+    per-leaf vector, on the host) and indexing (an int: that leaf's value; an
+    index array: the `GroupValues` of those leaves, as `gradxform.fused`
+    takes one leaf per buffer), so walkers written for per-leaf vectors read
+    it as one.
+    """
+    __slots__ = ()
 
     @property
     def shape(self) -> tuple[int]:
