@@ -162,3 +162,11 @@ def test_a_paddle_scaler_without_counters_starts_them_at_zero_and_a_default_inte
     with pytest.raises(MigrateError) as err:
         from_paddle_state_dict({}, PADDLE_PARAMS, gx.paddle.sgd(0.1), scaler=_scaler_sd(decr_every_n_nan_or_inf=1))
     assert "backoff_interval" not in str(err.value)
+
+
+@pytest.mark.parametrize("bad", [{"scale": "big"}, {"scale": np.float32(8.0), "incr_ratio": np.asarray([1.0, 2.0])},
+                                 {"scale": np.float32(8.0), "incr_every_n_steps": "often"}])
+def test_a_paddle_scaler_state_with_text_or_a_vector_is_refused_whatever_tx_is(bad):
+    for tx in (_paddle_tx(), gx.paddle.sgd(0.1)):
+        with pytest.raises(MigrateError, match=r"scaler=\.\.\.\): '"):
+            from_paddle_state_dict({}, PADDLE_PARAMS, tx, scaler=bad)

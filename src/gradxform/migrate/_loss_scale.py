@@ -98,23 +98,27 @@ def paddle_scaler(scaler, state, who: str):
         raise MigrateError(f"{who}(scaler=...): expected GradScaler.state_dict() (a dict with 'scale', "
                            f"'incr_count', 'decr_count', ...); got {type(sd).__name__}"
                            + (f" with keys {sorted(map(str, sd))[:8]}" if isinstance(sd, dict) else "") + ".")
+    # every number checked before any is used (a message or the state): a file's text or vector is refused
+    scale = checked_value(np.asarray(sd["scale"]), f"{who}(scaler=...): 'scale'", _POSITIVE_SCALE)
+    settings = {theirs: checked_value(np.asarray(sd[theirs]), f"{who}(scaler=...): {theirs!r}", Range())
+                for theirs, _ in _PADDLE_SETTINGS if theirs in sd}
     scalers = find_states(state, LossScaleState)
     if not scalers:
         raise MigrateError(f"{who}(scaler=...): tx does not scale the loss. Wrap it as the run's GradScaler: "
-                           + _wrap_line(float(np.asarray(sd["scale"]).item()),
-                                        sd.get("incr_every_n_steps", "<incr_every_n_steps>"),
-                                        sd.get("incr_ratio", "<incr_ratio>"))
-                           + (f" and backoff_interval={sd['decr_every_n_nan_or_inf']}"
-                              if sd.get("decr_every_n_nan_or_inf") not in (None, 1) else "") + ".")
-    scale = checked_value(np.asarray(sd["scale"]), f"{who}(scaler=...): 'scale'", _POSITIVE_SCALE)
+                           + _wrap_line(scale,
+                                        f"{settings['incr_every_n_steps']:g}" if "incr_every_n_steps" in settings
+                                        else "<incr_every_n_steps>",
+                                        f"{settings['incr_ratio']:g}" if "incr_ratio" in settings else "<incr_ratio>")
+                           + (f" and backoff_interval={settings['decr_every_n_nan_or_inf']:g}"
+                              if settings.get("decr_every_n_nan_or_inf") not in (None, 1) else "") + ".")
     good = checked_count(np.asarray(sd.get("incr_count", 0)), f"{who}(scaler=...): 'incr_count'")
     bad = checked_count(np.asarray(sd.get("decr_count", 0)), f"{who}(scaler=...): 'decr_count'")
     differ = []
     for theirs, ours in _PADDLE_SETTINGS:
-        if theirs not in sd:
+        if theirs not in settings:
             continue
         have = float(get_hyper(state, ours)) if ours in hyper_names(state) else 1.0  # backoff_interval: 1
-        theirs_value = float(np.asarray(sd[theirs]).item())
+        theirs_value = settings[theirs]
         if theirs_value != np.float32(have):
             differ.append(f"{theirs}={theirs_value:g} (tx's {ours}={have:g})")
     if differ:
