@@ -12,10 +12,11 @@ import jax
 import jax.numpy as jnp
 
 from .._registry import Declaration, registered_name
-from .._base import GradientTransformation, chain, context_value, needs_params, transformation
-from .._spec import Fusion, declare
+from .._base import GradientTransformation, StepContext, chain, context_value, needs_params, run_inner, transformation
+from .._spec import Fusion, LocalKey, declare
 from .._elementwise import fusable
 from .._hyper import hyper_scalar
+from .._tree import once_per_value
 from ..pieces import lazy_rows, scale_by_adam_moments, scale_by_lr
 from ..pieces.internal import MomentsState, adam_emas
 from ..pieces.internal import leaf_sq_norm
@@ -50,24 +51,95 @@ def _check_betas(owner, beta1, beta2, eps):
     check_hyper(owner, "epsilon", eps, arg="eps")
 
 
-def _nesterov_adam_moments(beta1, beta2, eps) -> GradientTransformation:
-    """``P.Adam(use_nesterov=True)``: the usual EMAs, but emits
-    ``(beta1 * m + (1 - beta1) * g) / (sqrt(v) + eps)``."""
+# P.Adam's kernel divides by sqrt(v) + eps last; its moments piece hands the divisor on
+ADAM_DENOMINATOR = LocalKey("adam_denominator", "MindSpore Adam's moments (sqrt(v) + eps)")
+
+
+def _kernel_moments(beta1, beta2, eps, nesterov: bool, offload: bool = False) -> GradientTransformation:
+    """``P.Adam``'s moments in its kernel's order of operations::
+
+        m += (g - m) * (1 - beta1);   v += (g * g - v) * (1 - beta2)
+
+    (``offload``: AdamOffload's ``AdamNoUpdateParam`` kernel, ``AdamDeltaFp32``:
+    ``m = m * beta1 + (1 - beta1) * g;  v = v * beta2 + (1 - beta2) * g * g``)
+
+    emits ``m`` (``use_nesterov``: ``m * beta1 + (1 - beta1) * g``) and hands
+    ``sqrt(v) + eps`` to `_kernel_divide` (`ADAM_DENOMINATOR`).
+
+    The order is the rounding: MindSpore's CPU kernel (``nnacl/fp32/adam_fp32.c``,
+    compiled with contraction, so ``fma(g - m, 1 - beta1, m)`` and
+    ``fma(fma(g, g, -v), 1 - beta2, v)``) and its GPU kernel (``adam_impl.cu``,
+    the same lines, contracted by nvcc) both write it so, and XLA contracts the
+    same expression the same way: bit-exact with MindSpore 2.10's CPU ``Adam``
+    (tests/fixtures/mindspore/adam_kernel_order.npz). ``b2 * v + (1 - b2) * g^2``
+    (`gradxform.pieces.adam_emas`) is the same number up to the last bits, and
+    overflows at other gradients: ``g * g`` is inf from ``|g|`` about 1.8e19,
+    where MindSpore's moment becomes inf."""
 
     def init(params):
         z = jax.tree.map(jnp.zeros_like, params)
         return MomentsState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2),
                              "epsilon": hyper_scalar(eps)}, z, z)
 
-    @fusable
+    @declare(provides=(ADAM_DENOMINATOR,), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
-        del params, extra_args
+        del params
         h = state.hyper
         b1, b2, e = h["beta1"], h["beta2"], h["epsilon"]
-        mu, nu = adam_emas(state.mu, state.nu, updates, b1, b2)
-        out = jax.tree.map(lambda m, v, g: (_c(b1, g) * m + (1 - _c(b1, g)) * g) / (jnp.sqrt(v) + _c(e, g)),
-                           mu, nu, updates)
+        if offload:
+            mu, nu = adam_emas(state.mu, state.nu, updates, b1, b2)
+        else:
+            mu = jax.tree.map(lambda m, g: m + (g - m) * (1 - _c(b1, g)), state.mu, updates)
+            nu = jax.tree.map(lambda v, g: v + (g * g - v) * (1 - _c(b2, g)), state.nu, updates)
+        if nesterov:
+            out = jax.tree.map(lambda m, g: (1 - _c(b1, g)) * g + m * _c(b1, g), mu, updates)
+        else:
+            out = mu
+        denominator = jax.tree.map(lambda v: jnp.sqrt(v) + _c(e, v), nu)
+        cast(StepContext, StepContext.of(extra_args)).publish_local({ADAM_DENOMINATOR: denominator})
         return out, MomentsState(h, mu, nu)
+
+    return transformation(init, update)
+
+
+def _kernel_step_size(beta1, beta2) -> GradientTransformation:
+    """``P.Adam``'s step size, ``lr * sqrt(1 - beta2_power) / (1 - beta1_power)``
+    in float32 (``adam_cpu_kernel.cc``), times the numerator from
+    `_kernel_moments`; the powers as `beta_power_correction` keeps them (the
+    same state)."""
+
+    def init(params):
+        del params
+        one = jnp.ones((), jnp.float32)
+        return BetaPowerState({"beta1": hyper_scalar(beta1), "beta2": hyper_scalar(beta2)}, one, one)
+
+    @declare(needs=("lr",), fusion=Fusion())
+    def update(updates, state, params=None, **extra_args):
+        del params
+        lr = context_value(extra_args, "lr", update)
+        p1 = state.beta1_power * state.hyper["beta1"]
+        p2 = state.beta2_power * state.hyper["beta2"]
+        one = jnp.ones((), jnp.float32)
+        step_size = once_per_value(lambda l: l.astype(jnp.float32) * jnp.sqrt(one - p2) / (one - p1))
+        out = jax.tree.map(lambda u, l: step_size(l).astype(u.dtype) * u, updates, lr)
+        return out, BetaPowerState(state.hyper, p1, p2)
+
+    return transformation(init, update)
+
+
+def _kernel_divide() -> GradientTransformation:
+    """``P.Adam``'s last operation: ``u -> -(u / (sqrt(v) + eps))`` with the
+    divisor from `_kernel_moments` (``var -= lr * m / (sqrt(v) + eps)``)."""
+
+    def init(params):
+        del params
+        return ()
+
+    @declare(needs=(ADAM_DENOMINATOR,), fusion=Fusion())
+    def update(updates, state, params=None, **extra_args):
+        del params
+        denominator = context_value(extra_args, ADAM_DENOMINATOR, update)
+        return jax.tree.map(lambda u, d: -(u / d), updates, denominator), state
 
     return transformation(init, update)
 
@@ -179,9 +251,10 @@ def offloaded_moments(inner: GradientTransformation) -> GradientTransformation:
             return s
         return s._replace(mu=to_host(s.mu), nu=to_host(s.nu))
 
+    @declare(inner=(inner,))
     def update(updates, state, params=None, **extra_args):
         state = state._replace(mu=to_device(state.mu), nu=to_device(state.nu))
-        out, new = inner.update(updates, state, params, **extra_args)
+        out, new = run_inner(inner, updates, state, params, **extra_args)
         new = cast(_MomentsLike, new)
         if _host_offered():
             new = new._replace(mu=to_host(new.mu), nu=to_host(new.nu))
@@ -196,10 +269,15 @@ def adam(learning_rate=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, use_locking=False
     """MindSpore Adam (``nn.Adam`` -> ``P.Adam``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
-        m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g^2
-        w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + eps)
-        use_nesterov: m in the last line is beta1 * m + (1 - beta1) * g
+        m += (g - m) * (1 - beta1);   v += (g * g - v) * (1 - beta2)
+        w -= (lr * sqrt(1 - beta2^t) / (1 - beta1^t)) * m / (sqrt(v) + eps)
+        use_nesterov: m in the last line is (1 - beta1) * g + m * beta1
         use_amsgrad:  v in the last line is vhat = max(vhat, v)
+
+    Written in the order of MindSpore's kernels (CPU and GPU), so a jitted
+    step on a backend that contracts multiply-adds, as XLA:CPU does, is
+    MindSpore's to the last bit (`_kernel_moments`); AdamOffload's kernel
+    orders its moments as ``m = m * beta1 + (1 - beta1) * g``.
 
     Args:
       beta1: float in (0, 1) (hyperparameter).
@@ -236,14 +314,12 @@ def _adam(owner, learning_rate, beta1, beta2, eps, use_locking, use_nesterov, we
               params=params, skip_nonfinite=skip_nonfinite)
     _check_betas(owner, beta1, beta2, eps)
     if use_amsgrad:
-        moments = _amsgrad_moments(beta1, beta2, eps)
-    elif use_nesterov:
-        moments = _nesterov_adam_moments(beta1, beta2, eps)
-    else:
-        moments = scale_by_adam_moments(beta1, beta2, eps)
-    if use_offload:
-        moments = offloaded_moments(moments)
-    body = chain(o.head(), moments, beta_power_correction(beta1, beta2), scale_by_lr(), needs=("lr", "count"))
+        body = chain(o.head(), _amsgrad_moments(beta1, beta2, eps), beta_power_correction(beta1, beta2),
+                     scale_by_lr(), needs=("lr", "count"))
+    else:  # P.Adam's kernel, operation for operation: the state as the pieces above keep it
+        moments = _kernel_moments(beta1, beta2, eps, use_nesterov, offload=use_offload)
+        body = chain(o.head(), offloaded_moments(moments) if use_offload else moments,
+                     _kernel_step_size(beta1, beta2), _kernel_divide(), needs=("lr", "count"))
     return o.build(lazy_rows(body) if use_lazy else body)
 
 

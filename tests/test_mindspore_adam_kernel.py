@@ -1,0 +1,73 @@
+"""MindSpore's Adam kernels to the last bit (tests/fixtures/mindspore/adam_kernel_order.npz,
+tools/mindspore_adam_kernel_golden.py: MindSpore 2.10's own nn.Adam, LazyAdam, AdamOffload).
+
+Tolerance: none where XLA contracts a multiply-add into an FMA, as MindSpore's AVX kernels
+(compiled with contraction) and its CUDA kernels do; the jitted step is then MindSpore's, weight
+for weight, the overflow of ``g * g`` at |g| = 3e19 included (inf, then NaN, as in MindSpore).
+Where XLA does not contract (another backend or CPU), 4 ulps (the rounding of the two fused
+multiply-adds per moment, compounded over 6 steps): asserted for every element that is finite.
+"""
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import gradxform
+
+FIXTURE = np.load(os.path.join(os.path.dirname(__file__), "fixtures", "mindspore", "adam_kernel_order.npz"))
+CONFIGS = {
+    "adam": ("mindspore.adam", {}),
+    "adam_nesterov": ("mindspore.adam", {"use_nesterov": True}),
+    "lazy_adam": ("mindspore.lazy_adam", {}),
+    "adam_offload": ("mindspore.adam_offload", {}),
+}
+
+
+def _xla_contracts() -> bool:
+    """Whether jitted ``a * b + c`` rounds once here (an FMA), as the kernels do."""
+    a, b, c = np.float32(1 + 2 ** -12), np.float32(1 - 2 ** -12), np.float32(-1)
+    fused = np.float32(np.float64(a) * np.float64(b) + np.float64(c))  # -2**-24, exact
+    return float(jax.jit(lambda a, b, c: a * b + c)(a, b, c)) == float(fused)
+
+
+def _run(name):
+    factory, kw = CONFIGS[name]
+    tx = gradxform.create(factory, learning_rate=float(FIXTURE["lr"]), **kw)
+    grads = FIXTURE["g_adam"] if name == "adam" else FIXTURE["g"]
+    params = {"w": jnp.asarray(FIXTURE["w0"])}
+    state = tx.init(params)
+
+    @jax.jit
+    def step(params, state, g):
+        updates, state = tx.update({"w": g}, state, params)
+        return optax.apply_updates(params, updates), state
+
+    out = []
+    for g in grads:
+        params, state = step(params, state, jnp.asarray(g))
+        out.append(np.asarray(params["w"]))
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_jitted_step_is_mindspores_kernel(name):
+    ours, theirs = _run(name), FIXTURE[f"w_{name}"]
+    if _xla_contracts():
+        for t in range(len(ours)):
+            np.testing.assert_array_equal(ours[t], theirs[t], err_msg=f"{name}, step {t + 1}")
+    else:
+        finite = np.isfinite(theirs)
+        np.testing.assert_array_max_ulp(ours[finite], theirs[finite], maxulp=4)
+    np.testing.assert_array_equal(np.isfinite(ours), np.isfinite(theirs), err_msg=f"{name}: where inf/NaN arise")
+
+
+def test_the_overflow_of_g_squared_is_mindspores():
+    """|g| = 3e19: ``g * g`` is inf in MindSpore's kernel, so the moment is inf (the weight keeps
+    its value: m / inf = 0), then NaN at the next step; ``(1 - b2) * g * g`` would be finite."""
+    theirs = FIXTURE["w_adam"]
+    assert np.isfinite(theirs[1, 7]) and theirs[2, 7] == theirs[1, 7] and np.isnan(theirs[3, 7])
+    ours = _run("adam")
+    assert ours[2, 7] == ours[1, 7] and np.isnan(ours[3, 7])
