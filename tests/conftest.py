@@ -53,7 +53,7 @@ TIERS = {
                "test_trust_ratio_zero", "test_paddle_rmsprop_groups", "test_migrate_gluon", "test_migrate_mindspore",
                "test_migrate_paddle", "test_migrate_params", "test_migrate_ndarray", "test_thor",
                "test_migrate_hostile", "test_neutral", "test_paddle_loss_scaling", "test_loss_scale_resume",
-               "test_mxnet_amp_loss_scale", "test_mindspore_adam_kernel"),
+               "test_mxnet_amp_loss_scale", "test_mindspore_adam_kernel", "test_kernel_order_ms_paddle"),
     "e2e": ("test_examples", "test_docs", "test_trainer_multiprocess", "test_ports_round5", "test_porting",
             "test_trainer_gluon", "test_trainer", "test_trainer_zero", "test_trainer_resume", "test_paddle_face",
             "test_api_docs", "test_typing", "test_trainer_model_state", "test_optimizer_objects",

@@ -9,13 +9,11 @@ multiply-adds per moment, compounded over 6 steps): asserted for every element t
 """
 import os
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 import gradxform
+from kernel_order import assert_kernel_trajectory, run_jitted
 
 FIXTURE = np.load(os.path.join(os.path.dirname(__file__), "fixtures", "mindspore", "adam_kernel_order.npz"))
 CONFIGS = {
@@ -26,42 +24,15 @@ CONFIGS = {
 }
 
 
-def _xla_contracts() -> bool:
-    """Whether jitted ``a * b + c`` rounds once here (an FMA), as the kernels do."""
-    a, b, c = np.float32(1 + 2 ** -12), np.float32(1 - 2 ** -12), np.float32(-1)
-    fused = np.float32(np.float64(a) * np.float64(b) + np.float64(c))  # -2**-24, exact
-    return float(jax.jit(lambda a, b, c: a * b + c)(a, b, c)) == float(fused)
-
-
 def _run(name):
     factory, kw = CONFIGS[name]
     tx = gradxform.create(factory, learning_rate=float(FIXTURE["lr"]), **kw)
-    grads = FIXTURE["g_adam"] if name == "adam" else FIXTURE["g"]
-    params = {"w": jnp.asarray(FIXTURE["w0"])}
-    state = tx.init(params)
-
-    @jax.jit
-    def step(params, state, g):
-        updates, state = tx.update({"w": g}, state, params)
-        return optax.apply_updates(params, updates), state
-
-    out = []
-    for g in grads:
-        params, state = step(params, state, jnp.asarray(g))
-        out.append(np.asarray(params["w"]))
-    return np.stack(out)
+    return run_jitted(tx, FIXTURE["w0"], FIXTURE["g_adam"] if name == "adam" else FIXTURE["g"])
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_jitted_step_is_mindspores_kernel(name):
-    ours, theirs = _run(name), FIXTURE[f"w_{name}"]
-    if _xla_contracts():
-        for t in range(len(ours)):
-            np.testing.assert_array_equal(ours[t], theirs[t], err_msg=f"{name}, step {t + 1}")
-    else:
-        finite = np.isfinite(theirs)
-        np.testing.assert_array_max_ulp(ours[finite], theirs[finite], maxulp=4)
-    np.testing.assert_array_equal(np.isfinite(ours), np.isfinite(theirs), err_msg=f"{name}: where inf/NaN arise")
+    assert_kernel_trajectory(_run(name), FIXTURE[f"w_{name}"], name)
 
 
 def test_the_overflow_of_g_squared_is_mindspores():

@@ -51,6 +51,7 @@ from .._state_paths import find_states, is_optax_placeholder
 from ..pieces.internal import RateAdjuster, buffer_segments, only_slotted
 from .._group_values import partition, per_group, read_per_leaf
 from .._tree import leaf_values, param_names
+from .._rounding import rounded
 from ..schedules.internal import MindSporeListLR, as_schedule, check_number
 from .._types import Hyper
 
@@ -274,7 +275,8 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
     the decay because MindSpore decays the still-scaled gradient and divides
     by the loss scale afterwards. The per-leaf decay is published in the
     step context as ``wd``; ``add=False`` only publishes it (Lamb and
-    AdamWeightDecay use it inside their rule).
+    AdamWeightDecay use it inside their rule). ``wd * w`` is rounded before
+    it is added, as ``_apply_decay``'s ``op_mul`` then ``op_add`` round it.
     """
     own = [(k, s) for k, s in enumerate(specs or []) if s.weight_decay is not None]
 
@@ -324,7 +326,8 @@ def group_weight_decay(owner: str, weight_decay: float, specs, order, *,
             # u + (-0.0) is u bit for bit, and u is read once: XLA then fuses the
             # rule's division into this loop instead of keeping it as a buffer
             # (measured: AdamWeightDecay 2.2x -> see benchmarks/README.md)
-            decay = jnp.where(flag, scaled.astype(u.dtype) * p.astype(u.dtype), jnp.asarray(-0.0, u.dtype))
+            # MindSpore's _apply_decay: op_mul, then op_add (two roundings)
+            decay = jnp.where(flag, rounded(scaled.astype(u.dtype) * p.astype(u.dtype)), jnp.asarray(-0.0, u.dtype))
             out.append(u + decay)
         return treedef.unflatten(out), state
 

@@ -23,8 +23,9 @@ from ._get_lr import MindSporeOptimizer
 from ._groups import beta_gamma_filter, list_lr
 from .._hyper import get_hyper, hyper_names, hyper_scalar, tag_owner
 from .._ranges import NON_NEGATIVE, check_hyper
-from ..pieces import scale_by_lr, trace
-from ..pieces.internal import leaf_flags, leaf_sq_norm
+from ..pieces import scale_by_lr
+from ..pieces.internal import TraceState, leaf_flags, leaf_sq_norm
+from .._rounding import rounded
 from .._state_paths import get_path, map_states
 from ..schedules.internal import Constant, as_schedule
 from ._common import check_bool, check_float, parse
@@ -69,7 +70,31 @@ def momentum(learning_rate, momentum, weight_decay=0.0, loss_scale=1.0, use_nest
     o = parse(owner, learning_rate, weight_decay, loss_scale, groups, params=params, skip_nonfinite=skip_nonfinite)
     check_float(owner, "momentum", momentum)
     check_bool(owner, "use_nesterov", use_nesterov)
-    return o.build(o.head(), trace(momentum, nesterov=use_nesterov), scale_by_lr())
+    return o.build(o.head(), _apply_momentum(momentum, use_nesterov), scale_by_lr(rounded=True))
+
+
+def _apply_momentum(momentum, nesterov: bool) -> GradientTransformation:
+    """``ApplyMomentum``'s accumulation as its CPU kernel rounds it (no fused
+    multiply-add, ``apply_momentum_cpu_kernel.cc``)::
+
+        v = round(v * momentum) + g;   emits v   (use_nesterov: g + momentum * v)
+
+    The state is `gradxform.pieces.trace`'s (``TraceState``, hyperparameter
+    ``momentum``); with ``scale_by_lr(rounded=True)`` a jitted step is the
+    CPU kernel's to the last bit (tests/test_kernel_order_ms_paddle.py)."""
+
+    def init(params):
+        return TraceState({"momentum": hyper_scalar(momentum)}, jax.tree.map(jnp.zeros_like, params))
+
+    @fusable
+    def update(updates, state, params=None, **extra_args):
+        del params, extra_args
+        mu = state.hyper["momentum"]
+        v = jax.tree.map(lambda t, g: rounded(t * mu.astype(g.dtype)) + g, state.trace, updates)
+        out = jax.tree.map(lambda g, t: g + mu.astype(g.dtype) * t, updates, v) if nesterov else v
+        return out, TraceState(state.hyper, v)
+
+    return transformation(init, update)
 
 
 class SGDMomentumState(NamedTuple):
@@ -100,10 +125,10 @@ def _sgd_momentum(momentum: float, dampening: float, nesterov: bool) -> Gradient
 
         def one(g, a, s):
             m, dd = mu.astype(g.dtype), d.astype(g.dtype)
-            new_a = jnp.where(s > 0, g, a * m + (1 - dd) * g)
+            new_a = jnp.where(s > 0, g, rounded(a * m) + rounded((1 - dd) * g))  # the kernel's roundings
             a2 = jnp.where(active, new_a, a)
             s2 = jnp.where(active, jnp.zeros_like(s), s)
-            out = (g + a2 * m) if nesterov else a2
+            out = (g + rounded(a2 * m)) if nesterov else a2
             return jnp.where(active, out, g), a2, s2
 
         leaves, treedef = jax.tree.flatten(updates)
@@ -136,7 +161,7 @@ def sgd(learning_rate=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nester
     if nesterov and (momentum <= 0.0 or dampening != 0.0):
         raise ValueError(f"{owner}(nesterov=True): needs momentum > 0 and dampening == 0; got "
                          f"momentum={momentum}, dampening={dampening}.")
-    return o.build(o.head(), _sgd_momentum(momentum, dampening, nesterov), scale_by_lr())
+    return o.build(o.head(), _sgd_momentum(momentum, dampening, nesterov), scale_by_lr(rounded=True))
 
 
 class LarsState(NamedTuple):

@@ -27,6 +27,7 @@ from .._tree import leaf_values
 from ..pieces.internal import HyperState
 from ..schedules.internal import check_number
 from .._types import Hyper, PerLeaf
+from .._rounding import rounded
 
 __all__ = ["Decay", "L1Decay", "L2Decay", "l1_decay", "l2_decay", "as_regularizer", "group_regularization",
            "RegState"]
@@ -42,7 +43,7 @@ def _scaled(c, kind, w, dtype):
     t = _term(kind, w)
     if jnp.dtype(dtype).itemsize < 4:
         return (c * t.astype(jnp.float32)).astype(dtype)
-    return c.astype(dtype) * t.astype(dtype)
+    return rounded(c.astype(dtype) * t.astype(dtype))  # an op of its own: rounded before the addition
 
 
 class Decay(optax.GradientTransformationExtraArgs):

@@ -20,6 +20,7 @@ from ..pieces import scale_by_lr
 from ._common import check_bool, check_float, group_keys, leaf_hyper, parse, with_groups
 from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE
+from .._rounding import rounded
 
 __all__ = ["sgd", "momentum", "MomentumState"]
 DECLARED = (  # registered as 'paddle.<name>' by the family's __init__ (gradxform._registry.Declaration)
@@ -65,6 +66,9 @@ def _momentum_rule(o, momentum, use_nesterov):
     """Paddle's ``momentum_`` kernel after the gradient is rescaled and L2-decayed::
 
         v = mu * v + g;   w -= lr * v   (nesterov: w -= (g + mu * v) * lr)
+
+    each product rounded on its own, as the CPU kernel computes them (no
+    fused multiply-add): a jitted step is that kernel's to the last bit.
     """
     groups = o.group_values(("momentum",))
     nesterov = o.group_extra("use_nesterov", use_nesterov)
@@ -84,11 +88,12 @@ def _momentum_rule(o, momentum, use_nesterov):
 
         def one(g, v, k, nest, l):
             mu = (leaf_hyper(state.hyper, k, groups) if groups else state.hyper)["momentum"].astype(g.dtype)
-            v = v * mu + g
+            # the CPU kernel's roundings: no fused multiply-add (gradxform._rounding)
+            v = rounded(v * mu) + g
             l = l.astype(g.dtype)
             if nest is None:  # every leaf's the same: known when the program is built
-                return (-((g + v * mu) * l) if use_nesterov else -(l * v)), v
-            return jnp.where(nest, -((g + v * mu) * l), -(l * v)), v
+                return rounded(-((g + rounded(v * mu)) * l) if use_nesterov else -(l * v)), v
+            return rounded(jnp.where(nest, -((g + rounded(v * mu)) * l), -(l * v))), v
 
         # a per-leaf read of a stored vector is a slice XLA:CPU compiles at about 8 ms: only where
         # the leaves differ (a group with its own momentum or use_nesterov)
@@ -123,7 +128,7 @@ def sgd(learning_rate=0.001, parameters=None, weight_decay=None, grad_clip=None,
     """
     del name
     o = parse(registered_name(sgd), learning_rate, parameters, weight_decay, grad_clip, multi_precision)
-    return o.build(scale_by_lr(), skip_nonfinite=skip_nonfinite)
+    return o.build(scale_by_lr(rounded=True), skip_nonfinite=skip_nonfinite)  # sgd_: w - round(lr * g)
 
 
 def momentum(learning_rate=0.001, momentum=0.9, parameters=None, use_nesterov=False, weight_decay=None,

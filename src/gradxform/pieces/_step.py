@@ -10,6 +10,7 @@ import numpy as np
 from .._base import CONTEXT_KEY, EmptyState, GradientTransformation, StepContext, chain, context_value, transformation
 from .._spec import Fusion, check_key, declare, spec_of
 from .._hyper import hyper_scalar
+from .._rounding import rounded as _rounded
 from .._ranges import check_hyper, check_value
 from .._selectors import multipliers
 from .._state_paths import find_states, is_optax_placeholder, map_states, written_out
@@ -372,11 +373,13 @@ def adjusted_rate(track: GradientTransformation, *adjusters: RateAdjuster) -> Gr
     return transformation(init, update)
 
 
-def scale_by_lr(sign: float = -1.0, factor_key=None) -> GradientTransformation:
+def scale_by_lr(sign: float = -1.0, factor_key=None, *, rounded: bool = False) -> GradientTransformation:
     """``u -> sign * lr[i] * u`` with each parameter's learning rate from the
     step context (so it must follow `track_step` in a gradxform chain).
     ``factor_key`` names a further per-leaf factor in the context (LBSGD's
-    warmup multiplier, a `gradxform.LocalKey`)."""
+    warmup multiplier, a `gradxform.LocalKey`). ``rounded``: the product is
+    rounded before ``apply_updates`` adds it (`gradxform._rounding`): a kernel
+    that computes ``w -= lr * v`` without a fused multiply-add."""
 
     def init(params):
         del params
@@ -394,7 +397,8 @@ def scale_by_lr(sign: float = -1.0, factor_key=None) -> GradientTransformation:
         scale = once_per_value(lambda l, f=None: l * sign if f is None else l * f * sign)
 
         def one(u, l, f=None):
-            return u * scale(l, f).astype(u.dtype)
+            out = u * scale(l, f).astype(u.dtype)
+            return _rounded(out) if rounded else out
 
         if factor is None:
             return jax.tree.map(one, updates, lr), state
