@@ -55,7 +55,7 @@ def _check_betas(owner, beta1, beta2, eps):
 ADAM_DENOMINATOR = LocalKey("adam_denominator", "MindSpore Adam's moments (sqrt(v) + eps)")
 
 
-def _kernel_moments(beta1, beta2, eps, nesterov: bool, offload: bool = False) -> GradientTransformation:
+def _kernel_moments(beta1, beta2, eps, nesterov: bool, *, offload: bool) -> GradientTransformation:
     """``P.Adam``'s moments in its kernel's order of operations::
 
         m += (g - m) * (1 - beta1);   v += (g * g - v) * (1 - beta2)
