@@ -23,9 +23,10 @@ from .._ranges import check_hyper
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import one_minus_power
 from ..pieces.internal import leaf_scan
-from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adam_moments,
-                      scale_by_adamax, scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
+from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adamax,
+                      scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
 from ._common import check_unit, parse_options
+from ._kernels import adam_divide, adam_moments, adam_step_size, rescaled
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER
 
@@ -53,14 +54,18 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, lazy_update=
          clip_gradient=None, lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
          param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
          use_fused_step=None) -> GradientTransformation:
-    """MXNet Adam (``Adam.update`` -> ``adam_update``)::
+    """MXNet Adam (``Adam.update`` -> ``adam_update``, ``AdamUpdateKernel`` in
+    optimizer_op-inl.h:1292-1316), in its order of operations, each product rounded::
 
-        g = clip(rescale_grad * grad + wd * w, clip_gradient)
-        m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
-        w -= lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon)
+        g = clip(grad * rescale_grad + w * wd, clip_gradient)
+        m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + ((1 - beta2) * g) * g
+        lr_t = lr * (sqrt(1 - beta2^t) / (1 - beta1^t))     (MXNet: Python float64)
+        w -= (lr_t * m) / (sqrt(v) + epsilon)
 
-    ``t`` is the parameter's own update count. ``lazy_update`` as in `sgd`
-    (default False: MXNet's True only acts on row_sparse gradients).
+    ``t`` is the parameter's own update count. A jitted step is MXNet 1.9.1's to
+    the last bit (tests/test_mxnet_kernel_order.py; ``lr_t`` as
+    `gradxform.mxnet._kernels.adam_step_size` computes it). ``lazy_update`` as
+    in `sgd` (default False: MXNet's True only acts on row_sparse gradients).
     """
     o = parse_options(adam, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
                       lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
@@ -68,8 +73,8 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, lazy_update=
                       param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, beta1=beta1, beta2=beta2)
     _check_eps(o.owner, epsilon=epsilon)
-    body = chain(o.rescale(), o.add_wd(), o.clip(), scale_by_adam_moments(beta1, beta2, epsilon),
-                 bias_correction(beta1, beta2), scale_by_lr(), needs=("lr", "count"))
+    body = chain(rescaled(o.rescale_grad), o.add_wd_rounded(), o.clip(), adam_moments(beta1, beta2, epsilon),
+                 adam_step_size(beta1, beta2, o.learning_rate), adam_divide(), needs=("lr", "count"))
     return o.build(lazy_rows(body) if lazy_update else body)
 
 

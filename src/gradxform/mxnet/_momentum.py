@@ -22,6 +22,7 @@ from .._tree import leaf_values, leaf_vector, map_unzip
 from ..pieces import add_decoupled_weight_decay, ema, gated, lazy_rows, scale_by_lr, sign, trace
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_unit, parse_options
+from ._kernels import rescaled, sgd_momentum, sgd_terms
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE
 
@@ -43,11 +44,15 @@ DECLARED = (  # registered as 'mxnet.<name>' by the family's __init__ (gradxform
 def sgd(learning_rate=None, momentum=0.0, lazy_update=False, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
         lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None,
         skip_nonfinite=False, param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
-    """MXNet SGD with momentum (``SGD.update`` -> ``sgd_update`` / ``sgd_mom_update``)::
+    """MXNet SGD with momentum (``SGD.update`` -> ``multi_sgd_mom_update`` /
+    ``multi_sgd_update``, ``MultiSGDKernel`` in optimizer_op-inl.h:225-256, the kernels
+    Gluon's Trainer runs), in its order of operations, each product rounded::
 
-        g   = clip(rescale_grad * grad, clip_gradient) + wd * w
-        mom = momentum * mom - lr * g        (no buffer when momentum == 0)
-        w  += mom
+        mom = momentum * mom - (lr * wd) * w - (lr * rescale_grad) * grad
+              (clip_gradient: ... - lr * clip(grad * rescale_grad, clip_gradient))
+        w  += mom                            (no buffer when momentum == 0: mom = 0)
+
+    A jitted step is MXNet 1.9.1's to the last bit (tests/test_mxnet_kernel_order.py).
 
     Args:
       learning_rate: >= 0; None means 0.01, or the lr_scheduler's base_lr.
@@ -69,9 +74,13 @@ def sgd(learning_rate=None, momentum=0.0, lazy_update=False, *, wd=0.0, rescale_
 
 
 def _sgd_rule(o, momentum, lazy_update) -> GradientTransformation:
+    """MXNet's ``MultiSGDKernel`` (`gradxform.mxnet._kernels`), in the slots (and states) of
+    ``rescale, clip, add_wd, scale_by_lr, trace``."""
     check_unit(o.owner, momentum=momentum)
-    body = chain(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(),
-                 trace(momentum) if momentum > 0 else identity(), needs=("lr",))
+    deferred = not o.clip_gradient  # the unclipped branch multiplies (lr * rescale_grad) * g
+    body = chain(rescaled(o.rescale_grad, deferred=deferred), o.clip(), o.provide_wd(),
+                 sgd_terms(deferred_rescale=deferred, momentum=momentum > 0),
+                 sgd_momentum(momentum) if momentum > 0 else identity(), needs=("lr",))
     return o.build(lazy_rows(body) if lazy_update else body, warn_as="SGD")
 
 
