@@ -1,9 +1,11 @@
-"""MindSpore's and Paddle's momentum and SGD kernels to the last bit
+"""MindSpore's and Paddle's CPU kernels to the last bit: MindSpore Momentum, SGD, RMSProp
+(plain, centered, momentum + weight decay), Adagrad; Paddle Momentum, SGD, Adamax
 (tests/fixtures/{mindspore,paddle}/kernel_order.npz, tools/kernel_order_golden.py: the
 frameworks' own optimizer classes on the CPU, 6 steps x 1,024 weights, gradients e^-10..e^10).
 
-These CPU kernels round every product on its own (no fused multiply-add); XLA would contract
-``w - lr * v`` and ``mu * v + g``, so gradxform marks those products (`gradxform._rounding`).
+Most of these CPU kernels round every product on its own (no fused multiply-add); XLA would
+contract ``w - lr * v`` and ``mu * v + g``, so gradxform marks those products
+(`gradxform._rounding`). MindSpore's plain RMSProp (nnacl AVX loop) is contracted, as XLA does.
 Tolerance: none where XLA contracts (the marks are then what makes the numbers equal; without
 them 449 of 1,024 weights differ after one step); 4 ulps elsewhere (tests/kernel_order.py).
 Not here: Paddle's CPU Momentum ignores ``rescale_grad`` and MindSpore's CPU ApplyMomentum

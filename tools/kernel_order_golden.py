@@ -1,11 +1,14 @@
-"""Writes tests/fixtures/<framework>/kernel_order.npz: MindSpore 2.10's ``nn.Momentum`` and
-``nn.SGD`` (PyNative), or Paddle 3.3.1's ``Momentum`` and ``SGD`` (dygraph), on the CPU,
-6 steps over 1,024 float32 weights whose gradients span e^-10..e^10.
+"""Writes tests/fixtures/<framework>/kernel_order.npz: MindSpore 2.10's ``nn.Momentum``,
+``nn.SGD``, ``nn.RMSProp`` and ``nn.Adagrad`` (PyNative), or Paddle 3.3.1's ``Momentum``,
+``SGD`` and ``Adamax`` (dygraph), on the CPU, 6 steps over 1,024 float32 weights whose
+gradients span e^-10..e^10.
 
-What it pins is the kernels' roundings: these CPU kernels compute every product on its own
-(no fused multiply-add), so ``v = round(mu * v) + g; w -= round(lr * v)``; gradxform marks
-those products (`gradxform._rounding.rounded`) and a jitted step is then the kernel's
-(tests/test_kernel_order_ms_paddle.py). Run once per framework:
+What it pins is the kernels' roundings: most of these CPU kernels compute every product on
+its own (no fused multiply-add), so ``v = round(mu * v) + g; w -= round(lr * v)``; gradxform
+marks those products (`gradxform._rounding.rounded`) and a jitted step is then the kernel's
+(tests/test_kernel_order_ms_paddle.py). Not here: MindSpore FTRL (the kernel assigns the
+weight, an additive update cannot always reproduce it) and Paddle RMSProp/Adagrad (Eigen's
+approximate sqrt, host-dependent): tools/*_NOTES.md. Run once per framework:
 
     /work/venvs/mindspore/bin/python tools/kernel_order_golden.py
     /work/venvs/paddle/bin/python tools/kernel_order_golden.py
@@ -27,6 +30,11 @@ MINDSPORE = {
     "sgd": ("SGD", dict(learning_rate=0.01)),
     "sgd_momentum_wd": ("SGD", dict(learning_rate=0.01, momentum=0.9, dampening=0.1, weight_decay=0.01)),
     "sgd_nesterov": ("SGD", dict(learning_rate=0.01, momentum=0.9, nesterov=True)),
+    "rmsprop": ("RMSProp", dict(learning_rate=0.01)),
+    "rmsprop_momentum_wd": ("RMSProp", dict(learning_rate=0.01, momentum=0.9, weight_decay=0.01)),
+    "rmsprop_centered": ("RMSProp", dict(learning_rate=0.01, momentum=0.9, centered=True)),
+    "adagrad": ("Adagrad", dict(learning_rate=0.01)),
+    "adagrad_wd_loss_scale": ("Adagrad", dict(learning_rate=0.01, weight_decay=0.01, loss_scale=4.0)),
 }
 PADDLE = {
     "momentum": ("Momentum", dict(learning_rate=0.01, momentum=0.9)),
@@ -34,6 +42,8 @@ PADDLE = {
                                               weight_decay=0.01)),
     "sgd": ("SGD", dict(learning_rate=0.01)),
     "sgd_l2": ("SGD", dict(learning_rate=0.01, weight_decay=0.01)),
+    "adamax": ("Adamax", dict(learning_rate=0.001)),
+    "adamax_l2": ("Adamax", dict(learning_rate=0.001, weight_decay=0.01)),
 }
 
 

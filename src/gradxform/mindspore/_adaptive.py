@@ -24,6 +24,7 @@ from ._groups import group_keys_but
 from .._ranges import POSITIVE
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, non_negative_if
+from .._rounding import rounded
 
 __all__ = ["adagrad", "proximal_adagrad", "ftrl", "rmsprop", "AccumState", "MindSporeFtrlState", "RMSPropState"]
 # FTRL divides by the learning rate (check_positive_float in MindSpore)
@@ -37,6 +38,10 @@ DECLARED = (  # registered as 'mindspore.<name>' by the family's __init__ (gradx
 
 
 
+# ApplyAdagrad's CPU kernel adds this inside the square root (apply_adagrad_cpu_kernel.cc)
+_ADAGRAD_EPS = 1e-8
+
+
 class AccumState(NamedTuple):
     hyper: Hyper
     accum: ParamTree
@@ -44,18 +49,24 @@ class AccumState(NamedTuple):
 
 
 def _adagrad_step(accum: float, update_slots: bool) -> GradientTransformation:
-    """``ApplyAdagrad``: ``h += g^2`` (when update_slots); emits ``-lr * g / sqrt(h)``."""
+    """``ApplyAdagrad`` in the CPU kernel's order (see `adagrad`)."""
 
     def init(params):
         return AccumState({}, full_like_params(params, accum))
+
+    def one(g, a, l):
+        l = l.astype(g.dtype)
+        # the kernel's 1 / sqrt(h + 1e-8), rounded on its own (XLA would fold it into rsqrt),
+        # times the rounded lr * g; no product contracted into the subtraction
+        inv = 1 / rounded(jnp.sqrt(a + jnp.asarray(_ADAGRAD_EPS, g.dtype)))
+        return -rounded(rounded(l * g) * inv)
 
     @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", update)
-        h = jax.tree.map(lambda a, g: a + g * g, state.accum, updates) if update_slots else state.accum
-        out = jax.tree.map(lambda g, a, l: -l.astype(g.dtype) * g / jnp.sqrt(a), updates, h, lr)
-        return out, AccumState(state.hyper, h)
+        h = jax.tree.map(lambda a, g: a + rounded(g * g), state.accum, updates) if update_slots else state.accum
+        return jax.tree.map(one, updates, h, lr), AccumState(state.hyper, h)
 
     return transformation(init, update)
 
@@ -65,9 +76,16 @@ def adagrad(accum=0.1, learning_rate=0.001, update_slots=True, loss_scale=1.0, w
     """MindSpore Adagrad (``nn.Adagrad`` -> ``ApplyAdagrad``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
-        h += g^2            (only when update_slots; h starts at accum)
-        w -= lr * g / sqrt(h)
+        h += g * g          (only when update_slots; h starts at accum)
+        w -= (lr * g) * (1 / sqrt(h + 1e-8))
 
+    in the order of MindSpore 2.10's CPU kernel
+    (``ops/kernel/cpu/native/apply_adagrad_cpu_kernel.cc`` ``LaunchApplyAdagrad``:
+    ``var -= lr * grad * (one / sqrt(accum + eps))``, ``eps = 1e-8``), every
+    product rounded on its own (no fused multiply-add): a jitted step is that
+    kernel's to the last bit (tests/test_kernel_order_ms_paddle.py). The GPU
+    kernel writes ``lr * g / sqrt(h)`` without the 1e-8; it changes ``h`` only
+    where ``h < 0.25`` (by an ulp) and keeps ``h = g = 0`` finite.
     (The seed prints ``h += g``; the kernel accumulates the square, as here.)
     Warning: MindSpore 2.10's CPU ``ApplyAdagrad`` kernel ignores
     ``update_slots=False`` (it always accumulates); the seed's rule, kept here,
@@ -139,6 +157,19 @@ def proximal_adagrad(accum=0.1, learning_rate=0.001, l1=0.0, l2=0.0, use_locking
     return o.build(o.head(), _proximal_adagrad_step(accum, l1, l2))
 
 
+def _divided(x, c):
+    """``x / c`` for a scalar ``c``, as a true division: XLA rewrites a division by a
+    broadcast scalar into ``x * (1 / c)`` (an ulp off in about half the cases); a
+    divisor that depends on the element (the same value, NaN where ``x`` is) keeps it."""
+    return x / jnp.where(jnp.isnan(x), jnp.nan, c)
+
+
+def _power(x, e):
+    """``x ** e``; ``e = 0.5`` (FTRL's default ``lr_power = -0.5``) as a square root,
+    correctly rounded like the kernels' ``pow`` (XLA's ``pow`` goes through exp/log)."""
+    return jnp.where(e == 0.5, jnp.sqrt(x), jnp.power(x, e))
+
+
 class MindSporeFtrlState(NamedTuple):
     hyper: Hyper
     accum: ParamTree
@@ -149,11 +180,15 @@ class MindSporeFtrlState(NamedTuple):
 def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> GradientTransformation:
     """``ApplyFtrl`` as MindSpore's GPU kernel computes it (``p = lr_power``)::
 
-        m' = m + g^2
-        u += g - (m'^-p - m^-p) / lr * w
+        m' = m + g * g
+        u += g - ((m'^-p - m^-p) / lr) * w
         w' = (sign(u) * l1 - u) / (m'^-p / lr + 2 * l2)  if |u| > l1  else 0;   emits w' - w
 
-    (the CPU dense kernel differs for l1 > 0: see `ftrl`)
+    in the CPU dense kernel's order (``apply_ftrl_cpu_kernel.cc``), every product
+    rounded on its own, ``/ lr`` a true division, ``m^0.5`` a square root: ``m``
+    and ``u`` are that kernel's to the last bit; ``w'`` is too where
+    ``w + (w' - w) == w'`` (the kernel assigns ``w'``; the update is added).
+    (The CPU dense kernel differs for l1 > 0: see `ftrl`.)
     """
 
     def init(params):
@@ -171,10 +206,10 @@ def _ftrl_step(initial_accum: float, lr_power: float, l1: float, l2: float) -> G
         def one(g, m, u, w, lr):
             p_, l1_, l2_, lr = (x.astype(g.dtype) for x in (p, l1, l2, lr))
             w = w.astype(g.dtype)
-            m2 = m + g * g
-            pw_new, pw_old = jnp.power(m2, -p_), jnp.power(m, -p_)
-            u2 = u + g - (pw_new - pw_old) / lr * w
-            quad = pw_new / lr + 2 * l2_
+            m2 = m + rounded(g * g)
+            pw_new, pw_old = _power(m2, -p_), _power(m, -p_)
+            u2 = u + (g - rounded(_divided(pw_new - pw_old, lr) * w))
+            quad = rounded(_divided(pw_new, lr) + rounded(2 * l2_))
             new = jnp.where(jnp.abs(u2) > l1_, (jnp.sign(u2) * l1_ - u2) / quad, jnp.zeros_like(u2))
             return (new - w).astype(g.dtype), m2, u2
 
@@ -246,12 +281,8 @@ class RMSPropState(NamedTuple):
 
 
 def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool) -> GradientTransformation:
-    """``ApplyRMSProp`` / ``ApplyCenteredRMSProp`` (``ms`` starts at 1, MindSpore's init)::
-
-        ms = decay * ms + (1 - decay) * g^2;   mg = decay * mg + (1 - decay) * g   (centered)
-        mom = momentum * mom + lr * g / sqrt(ms + eps)   (centered: sqrt(ms - mg^2 + eps))
-        emits -mom
-    """
+    """``ApplyRMSProp`` / ``ApplyCenteredRMSProp`` in the CPU kernels' order (``ms`` starts
+    at 1, MindSpore's init; ``c = 1 - decay``; see `rmsprop`)."""
 
     def init(params):
         return RMSPropState({"decay": hyper_scalar(decay), "momentum": hyper_scalar(momentum),
@@ -260,22 +291,40 @@ def _rmsprop_step(decay: float, momentum: float, epsilon: float, centered: bool)
                             jax.tree.map(jnp.zeros_like, params) if centered else (),
                             jax.tree.map(jnp.zeros_like, params))
 
+    def plain(h, g, ms, mom, lr):
+        # nnacl RMSPropUnuseCenterFp32 (AVX, contracted): ms += (g*g - ms)*c and
+        # mom = mom*mu + q are fused multiply-adds, as XLA writes them
+        d, mu, e, lr = (x.astype(g.dtype) for x in (h["decay"], h["momentum"], h["epsilon"], lr))
+        ms = (g * g - ms) * (1 - d) + ms
+        mom = mom * mu + rounded(g * lr) / rounded(jnp.sqrt(ms + e))
+        return -mom, ms, (), mom
+
+    def center(h, g, ms, mg, mom, lr):
+        # RMSPropCpuKernelMod::LaunchRMSPropUseCenter (C++, not contracted): every
+        # product rounded; no update of mom and w where ms - mg^2 + eps > 0 fails
+        d, mu, e, lr = (x.astype(g.dtype) for x in (h["decay"], h["momentum"], h["epsilon"], lr))
+        c = 1 - d
+        ms = rounded((rounded(g * g) - ms) * c) + ms
+        mg = rounded((g - mg) * c) + mg
+        den = (ms - rounded(mg * mg)) + e
+        new = rounded(mom * mu) + rounded(g * lr) / rounded(jnp.sqrt(den))
+        on = den > 0
+        return jnp.where(on, -new, jnp.zeros_like(new)), ms, mg, jnp.where(on, new, mom)
+
     @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         del params
         lr = context_value(extra_args, "lr", update)
         h = state.hyper
-        d, mu, e = h["decay"], h["momentum"], h["epsilon"]
-        c = lambda v, x: v.astype(x.dtype)  # noqa: E731 (float32 hyperparameters, leaf-dtype arithmetic)
-        ms = jax.tree.map(lambda s, g: c(d, g) * s + (1 - c(d, g)) * g * g, state.mean_square, updates)
+        leaves, treedef = jax.tree.flatten(updates)
+        flat = lambda t: treedef.flatten_up_to(t)  # noqa: E731
         if centered:
-            mg = jax.tree.map(lambda s, g: c(d, g) * s + (1 - c(d, g)) * g, state.mean_grad, updates)
-            denom = jax.tree.map(lambda s, m: jnp.sqrt(s - m * m + c(e, s)), ms, mg)
+            res = [center(h, *a) for a in zip(leaves, flat(state.mean_square), flat(state.mean_grad),
+                                               flat(state.moment), flat(lr))]
         else:
-            mg = state.mean_grad
-            denom = jax.tree.map(lambda s: jnp.sqrt(s + c(e, s)), ms)
-        mom = jax.tree.map(lambda m, g, q, l: c(mu, g) * m + c(l, g) * g / q, state.moment, updates, denom, lr)
-        return jax.tree.map(jnp.negative, mom), RMSPropState(h, ms, mg, mom)
+            res = [plain(h, *a) for a in zip(leaves, flat(state.mean_square), flat(state.moment), flat(lr))]
+        col = lambda i: treedef.unflatten([r[i] for r in res])  # noqa: E731
+        return col(0), RMSPropState(h, col(1), col(2) if centered else state.mean_grad, col(3))
 
     return transformation(init, update)
 
@@ -286,10 +335,22 @@ def rmsprop(learning_rate=0.1, decay=0.9, momentum=0.0, epsilon=1e-10, use_locki
     """MindSpore RMSProp (``nn.RMSProp``)::
 
         g = (g + weight_decay * loss_scale * w) / loss_scale   (no decay for 'beta'/'gamma')
-        s = decay * s + (1 - decay) * g^2                  (s starts at 1)
-        m = momentum * m + lr * g / sqrt(s + epsilon)      (centered: sqrt(s - mg^2 + epsilon),
-        w -= m                                               mg = decay * mg + (1 - decay) * g)
+        s += (g * g - s) * (1 - decay)                     (s starts at 1)
+        m = m * momentum + (g * lr) / sqrt(s + epsilon)    (centered: mg += (g - mg) * (1 - decay),
+        w -= m                                               sqrt((s - mg * mg) + epsilon); m and w
+                                                             kept where (s - mg * mg) + epsilon <= 0)
 
+    in the order of MindSpore 2.10's CPU kernels, so that a jitted step is
+    theirs to the last bit (tests/test_kernel_order_ms_paddle.py): plain,
+    ``nnacl/fp32/rmsprop_fp32.c`` ``RMSPropUnuseCenterFp32``, whose AVX loop is
+    compiled with fused multiply-adds (``s`` and ``m`` are two each, as XLA
+    contracts them); centered, ``ops/kernel/cpu/native/rmsprop_cpu_kernel.cc``
+    ``LaunchRMSPropUseCenter``, every product rounded on its own, which leaves
+    ``m`` and ``w`` alone where the denominator is not positive (NaN included;
+    the GPU kernel would give NaN there). The AVX loop adds epsilon after the
+    square root (``sqrt(s) + epsilon``), its scalar tail, the GPU kernel and
+    MindSpore's documentation inside: gradxform keeps it inside (the same
+    float32 number wherever ``s`` is above about 1e7 * epsilon).
     The learning rate is inside the momentum (unlike MXNet/optax), so a
     changing lr acts on new gradients only. Args: decay, momentum: floats >= 0;
     epsilon: float > 0; centered (static); use_locking accepted and ignored.

@@ -29,6 +29,7 @@ from ._common import (check_bool, check_float, group_keys, leaf_hyper, param_inf
                       with_groups)
 from .._types import Hyper, ParamTree, PerLeaf
 from .._domains import FINITE, FLAG, NON_NEGATIVE_FINITE, POWER
+from .._rounding import rounded
 
 __all__ = ["adam", "adamw", "adamax", "lamb", "AdamState", "AdamaxState", "LambState"]
 # Paddle's own checks where they differ from the generic ranges: ``0 <= epsilon``;
@@ -338,6 +339,10 @@ def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
 
         m = beta1 m + (1 - beta1) g;  u = max(|g|, beta2 u + epsilon)
         w -= (lr / (1 - beta1_pow)) * (m / u)
+
+    in the CPU kernel's order (``impl/adamax_kernel_impl.h``), every product
+    rounded on its own: a jitted step is Paddle 3.3.1's to the last bit
+    (tests/test_kernel_order_ms_paddle.py).
     """
 
     def init(params):
@@ -359,10 +364,11 @@ def _adamax_rule(owner, beta1, beta2, epsilon, groups, slots_of):
         at = run.at
 
         def one(g, m, u, i):
+            # the kernel's Eigen expressions round every product (no fused multiply-add)
             c = lambda x: _c(_entry(x, i), g)  # noqa: E731
-            m = c(b1) * m + (1 - c(b1)) * g
-            u = jnp.maximum(jnp.abs(g), c(b2) * u + c(e))
-            return -(c(lr_t) * (m / u)), m, u
+            m = rounded(c(b1) * m) + rounded((1 - c(b1)) * g)
+            u = jnp.maximum(jnp.abs(g), rounded(c(b2) * u) + c(e))
+            return -rounded(c(lr_t) * (m / u)), m, u
 
         out, m, u = map_unzip(one, 3, updates, state.moment, state.inf_norm, at)
         return out, state._replace(moment=m, inf_norm=u,

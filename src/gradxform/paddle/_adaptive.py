@@ -16,6 +16,7 @@ from .._registry import Declaration, registered_name
 from .._base import GradientTransformation, context_value, transformation
 from .._spec import Fusion, declare
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER, non_negative_if
+from .._rounding import rounded
 from .._ranges import NON_NEGATIVE, POSITIVE, UNIT_CLOSED, UNIT_OPEN, Range, check_hyper
 from .._types import Hyper, ParamTree
 from .._group_values import GroupValues, by_group, group_by_value, in_groups, shared_groups
@@ -134,6 +135,12 @@ def adagrad(learning_rate, epsilon=1e-6, parameters=None, weight_decay=None, gra
         w -= lr * g / (sqrt(moment) + epsilon)
 
     ``learning_rate`` has no default, as in Paddle.
+
+    Rounding: the moment is the CPU kernel's (``cpu/adagrad_kernel.cc``, Eigen)
+    to the last bit; the weight differs by a few ulps in a few percent of
+    the elements: Eigen's vectorized ``sqrt()`` (``EIGEN_FAST_MATH``) is the
+    hardware's approximate ``rsqrtps`` with one Newton step, a number that
+    depends on the host CPU (tools/PADDLE_NOTES.md).
     """
     owner = registered_name(adagrad)
     del name
@@ -145,7 +152,9 @@ def adagrad(learning_rate, epsilon=1e-6, parameters=None, weight_decay=None, gra
         check_float(f"{owner}(parameters[{k}])", "initial_accumulator_value", v)
 
     def one(h, g, w, l, on, m):
-        m = m + g * g
+        # the kernel's products rounded (no fused multiply-add): the moment is Paddle's to
+        # the last bit; the weight is not (see the docstring)
+        m = m + rounded(g * g)
         return -((_c(l, g) * g) / (jnp.sqrt(m) + _c(h["epsilon"], g))), m
 
     def fill(params, i, slot):
@@ -204,6 +213,13 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
     A parameter group may set its own ``centered`` (and ``rho``,
     ``epsilon``, ``momentum``); where groups differ, ``centered`` is a 0/1
     hyperparameter per group (an entry of ``centered_groups``), else it is static.
+
+    Rounding: ``mean_square`` and ``mean_grad`` are the CPU kernel's
+    (``impl/rmsprop_kernel_impl.h``, Eigen) to the last bit; ``momentum`` and
+    the weight differ by a few ulps (momentum: about a third of the elements): Eigen's
+    vectorized ``sqrt()`` (``EIGEN_FAST_MATH``) is the hardware's approximate
+    ``rsqrtps`` with one Newton step, a number that depends on the host CPU
+    (tools/PADDLE_NOTES.md).
     """
     owner = registered_name(rmsprop)
     del name
@@ -223,18 +239,21 @@ def rmsprop(learning_rate, rho=0.95, epsilon=1e-6, momentum=0.0, centered=False,
 
     def one(h, g, w, l, on, mom, ms, mg):
         c = lambda x: _c(x, g)  # noqa: E731
+        # the kernel's products rounded (no fused multiply-add): mean_square and
+        # mean_grad are Paddle's to the last bit; momentum and the weight are not
+        # (Eigen's approximate sqrt, see the docstring)
         rho_ = c(h["rho"])
-        ms = rho_ * ms + (1 - rho_) * g * g
+        ms = rounded(rho_ * ms) + rounded(rounded((1 - rho_) * g) * g)
         if mixed:
             on_c = h["centered"] > 0
-            mg = jnp.where(on_c, rho_ * mg + (1 - rho_) * g, mg)
-            den = jnp.sqrt(jnp.where(on_c, ms - jnp.square(mg), ms) + c(h["epsilon"]))
+            mg = jnp.where(on_c, rounded(rho_ * mg) + rounded((1 - rho_) * g), mg)
+            den = jnp.sqrt(jnp.where(on_c, ms - rounded(jnp.square(mg)), ms) + c(h["epsilon"]))
         elif centered:
-            mg = rho_ * mg + (1 - rho_) * g
-            den = jnp.sqrt(ms - jnp.square(mg) + c(h["epsilon"]))
+            mg = rounded(rho_ * mg) + rounded((1 - rho_) * g)
+            den = jnp.sqrt(ms - rounded(jnp.square(mg)) + c(h["epsilon"]))
         else:
             den = jnp.sqrt(ms + c(h["epsilon"]))
-        mom = c(h["momentum"]) * mom + c(l) * g / den
+        mom = rounded(c(h["momentum"]) * mom) + rounded(c(l) * g) / rounded(den)
         return -mom, mom, ms, mg
 
     return o.build(_rule(owner, RMSPropState, hyper, (), one, o),
