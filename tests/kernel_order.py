@@ -14,8 +14,9 @@ def xla_contracts() -> bool:
     return float(jax.jit(lambda a, b, c: a * b + c)(a, b, c)) == float(fused)
 
 
-def run_jitted(tx, w0, grads) -> np.ndarray:
-    """The weights after each step of ``tx`` (jitted update + apply_updates), stacked."""
+def run_jitted(tx, w0, grads, *, with_state: bool = False):
+    """The weights after each step of ``tx`` (jitted update + apply_updates), stacked;
+    ``with_state``: and the state after the last step."""
     params = {"w": jnp.asarray(w0)}
     state = tx.init(params)
 
@@ -28,7 +29,7 @@ def run_jitted(tx, w0, grads) -> np.ndarray:
     for g in grads:
         params, state = step(params, state, jnp.asarray(g))
         out.append(np.asarray(params["w"]))
-    return np.stack(out)
+    return (np.stack(out), state) if with_state else np.stack(out)
 
 
 def assert_kernel_trajectory(ours, theirs, what: str, maxulp: int = 4):

@@ -22,7 +22,7 @@ import optax
 import pytest
 
 import gradxform
-from kernel_order import assert_kernel_trajectory
+from kernel_order import assert_kernel_trajectory, run_jitted
 
 FIXTURE = np.load(os.path.join(os.path.dirname(__file__), "fixtures", "mxnet", "kernel_order.npz"))
 CONFIGS = json.loads(str(FIXTURE["configs"]))
@@ -39,21 +39,7 @@ def _state_fields(name):
 def _run(name, fused=False):
     opt, kw = CONFIGS[name]
     tx = gradxform.create(f"mxnet.{opt}", **kw)
-    if fused:
-        tx = gradxform.fused(tx)
-    params = {"w": jnp.asarray(FIXTURE["w0"])}
-    state = tx.init(params)
-
-    @jax.jit
-    def step(params, state, g):
-        updates, state = tx.update({"w": g}, state, params)
-        return optax.apply_updates(params, updates), state
-
-    out = []
-    for g in FIXTURE["g"]:
-        params, state = step(params, state, jnp.asarray(g))
-        out.append(np.asarray(params["w"]))
-    return np.stack(out), state
+    return run_jitted(gradxform.fused(tx) if fused else tx, FIXTURE["w0"], FIXTURE["g"], with_state=True)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

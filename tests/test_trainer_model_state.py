@@ -22,6 +22,7 @@ import pytest
 from flax import nnx
 
 import gradxform
+from gradxform._rounding import rounded
 from gradxform.checkpoint import load_state, save_state
 from gradxform.trainer import AXIS, Trainer, split_batch
 
@@ -122,9 +123,10 @@ MODELS = {"linen": linen, "nnx": nnx_model, "equinox": equinox_model}
 # -- plain loops (no Trainer) ---------------------------------------------------------------
 
 def sgd(params, grads, batch_size):
-    """Gluon's SGD without momentum or wd: w -= lr * (grad * rescale_grad), rescale_grad = 1/batch_size."""
-    rescale = np.float32(1.0 / batch_size)
-    return jax.tree.map(lambda p, g: p - np.float32(LR) * (g * rescale), params, grads)
+    """Gluon's SGD without momentum or wd, as MXNet's kernel computes it: w -= (lr * rescale_grad) * grad,
+    rescale_grad = 1/batch_size, the product rounded before the subtraction (no fused multiply-add)."""
+    lr_rescale = np.float32(LR) * np.float32(1.0 / batch_size)
+    return jax.tree.map(lambda p, g: p - rounded(lr_rescale * g), params, grads)
 
 
 def plain_loop(loss_fn, params, stats, data):

@@ -18,7 +18,7 @@ from .._elementwise import fusable
 from .._hyper import hyper_scalar
 from .._tree import once_per_value
 from ..pieces import lazy_rows, scale_by_adam_moments, scale_by_lr
-from ..pieces.internal import MomentsState, adam_emas
+from ..pieces.internal import MomentsState, adam_emas, divided_by
 from ..pieces.internal import leaf_sq_norm
 from .._ranges import check_hyper
 from ._common import check_bool, check_float, parse
@@ -64,7 +64,7 @@ def _kernel_moments(beta1, beta2, eps, nesterov: bool, *, offload: bool) -> Grad
     ``m = m * beta1 + (1 - beta1) * g;  v = v * beta2 + (1 - beta2) * g * g``)
 
     emits ``m`` (``use_nesterov``: ``m * beta1 + (1 - beta1) * g``) and hands
-    ``sqrt(v) + eps`` to `_kernel_divide` (`ADAM_DENOMINATOR`).
+    ``sqrt(v) + eps`` to the last piece, ``divided_by(ADAM_DENOMINATOR)``.
 
     The order is the rounding: MindSpore's CPU kernel (``nnacl/fp32/adam_fp32.c``,
     compiled with contraction, so ``fma(g - m, 1 - beta1, m)`` and
@@ -123,23 +123,6 @@ def _kernel_step_size(beta1, beta2) -> GradientTransformation:
         step_size = once_per_value(lambda l: l.astype(jnp.float32) * jnp.sqrt(one - p2) / (one - p1))
         out = jax.tree.map(lambda u, l: step_size(l).astype(u.dtype) * u, updates, lr)
         return out, BetaPowerState(state.hyper, p1, p2)
-
-    return transformation(init, update)
-
-
-def _kernel_divide() -> GradientTransformation:
-    """``P.Adam``'s last operation: ``u -> -(u / (sqrt(v) + eps))`` with the
-    divisor from `_kernel_moments` (``var -= lr * m / (sqrt(v) + eps)``)."""
-
-    def init(params):
-        del params
-        return ()
-
-    @declare(needs=(ADAM_DENOMINATOR,), fusion=Fusion())
-    def update(updates, state, params=None, **extra_args):
-        del params
-        denominator = context_value(extra_args, ADAM_DENOMINATOR, update)
-        return jax.tree.map(lambda u, d: -(u / d), updates, denominator), state
 
     return transformation(init, update)
 
@@ -319,7 +302,7 @@ def _adam(owner, learning_rate, beta1, beta2, eps, use_locking, use_nesterov, we
     else:  # P.Adam's kernel, operation for operation: the state as the pieces above keep it
         moments = _kernel_moments(beta1, beta2, eps, use_nesterov, offload=use_offload)
         body = chain(o.head(), offloaded_moments(moments) if use_offload else moments,
-                     _kernel_step_size(beta1, beta2), _kernel_divide(), needs=("lr", "count"))
+                     _kernel_step_size(beta1, beta2), divided_by(ADAM_DENOMINATOR), needs=("lr", "count"))
     return o.build(lazy_rows(body) if use_lazy else body)
 
 

@@ -26,7 +26,8 @@ from ..pieces.internal import leaf_scan
 from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adamax,
                       scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
 from ._common import check_unit, parse_options
-from ._kernels import adam_divide, adam_moments, adam_step_size, rescaled
+from ._kernels import ADAM_DENOMINATOR, adam_moments, adam_step_size, rescaled
+from ..pieces.internal import divided_by
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER
 
@@ -73,8 +74,8 @@ def adam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, lazy_update=
                       param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, beta1=beta1, beta2=beta2)
     _check_eps(o.owner, epsilon=epsilon)
-    body = chain(rescaled(o.rescale_grad), o.add_wd_rounded(), o.clip(), adam_moments(beta1, beta2, epsilon),
-                 adam_step_size(beta1, beta2, o.learning_rate), adam_divide(), needs=("lr", "count"))
+    body = chain(rescaled(o.rescale_grad), o.add_wd(rounded=True), o.clip(), adam_moments(beta1, beta2, epsilon),
+                 adam_step_size(beta1, beta2, o.learning_rate), divided_by(ADAM_DENOMINATOR), needs=("lr", "count"))
     return o.build(lazy_rows(body) if lazy_update else body)
 
 

@@ -48,7 +48,6 @@ from .._selectors import as_names, check_keys, describe_names, multipliers
 from .._optimizer import Setup
 from ..pieces.internal import FP16_WARNING
 from ..pieces import add_decayed_weights, clip_by_value, provide_weight_decay, rescale
-from ._kernels import decayed
 from ..schedules.internal import COMPLETED, NUM_UPDATE, LRScheduler, as_update_schedule, holds_its_rate
 
 __all__ = ["MXNetOptions", "parse_options", "COMMON_DEFAULTS", "MXNetTransformation", "updater_index",
@@ -246,12 +245,9 @@ class MXNetOptions(Setup):
     def clip(self) -> GradientTransformation:
         return clip_by_value(self.clip_gradient)
 
-    def add_wd(self) -> GradientTransformation:
-        return add_decayed_weights(self.wd, wd_mult=self._resolver("wd_mult", True))
-
-    def add_wd_rounded(self) -> GradientTransformation:
-        """`add_wd`'s state, the product ``w * wd`` rounded before the sum (MXNet's kernels, no FMA)."""
-        return decayed(self.wd, self._resolver("wd_mult", True))
+    def add_wd(self, *, rounded: bool = False) -> GradientTransformation:
+        """Coupled decay; ``rounded``: ``w * wd`` rounded before the sum (MXNet's Adam kernel, no FMA)."""
+        return add_decayed_weights(self.wd, wd_mult=self._resolver("wd_mult", True), rounded=rounded)
 
     def add_wd_from_context(self) -> GradientTransformation:
         """Coupled decay with the per-leaf values an earlier `provide_wd` published."""

@@ -27,13 +27,10 @@ from .._base import GradientTransformation, StepContext, context_value, transfor
 from .._hyper import hyper_residual, hyper_scalar
 from .._rounding import rounded
 from .._spec import Fusion, LocalKey, declare
-from .._tree import leaf_values, map_unzip, once_per_value, zeros_like_params as _zeros
-from ..pieces._decay import DecayState
-from ..pieces._moments import BiasCorrectionState, MomentsState, TraceState
-from ..pieces._scaling import HyperState
-from ..pieces._step import per_leaf_multipliers
+from .._tree import map_unzip, once_per_value, zeros_like_params as _zeros
+from ..pieces.internal import BiasCorrectionState, HyperState, MomentsState, TraceState
 
-__all__ = ["rescaled", "decayed", "sgd_terms", "sgd_momentum", "adam_moments", "adam_step_size", "adam_divide",
+__all__ = ["rescaled", "sgd_terms", "sgd_momentum", "adam_moments", "adam_step_size",
            "RESCALE", "SGD_DECAY", "ADAM_DENOMINATOR"]
 
 RESCALE = LocalKey("mxnet_rescale_grad", "MXNet's rescaled (the kernel's rescale_grad)")
@@ -65,32 +62,6 @@ def rescaled(rescale_grad: float, *, deferred: bool = False) -> GradientTransfor
             cast(StepContext, StepContext.of(extra_args)).publish_local({RESCALE: f})
             return updates, state
         return jax.tree.map(lambda g: rounded(g * _c(f, g)), updates), state
-
-    return transformation(init, update)
-
-
-def decayed(wd: float, wd_mult) -> GradientTransformation:
-    """Coupled decay ``u -> u + w * wd``, the product rounded (``AdamUpdateKernel``:
-    ``grad * rescale_grad + weight * wd``); its slot and state are
-    `gradxform.pieces.add_decayed_weights`' (``wd * wd_mult[i]``, published as ``wd``)."""
-
-    def init(params):
-        return DecayState({"wd": hyper_scalar(wd)}, per_leaf_multipliers(wd_mult, params, "wd_mult"))
-
-    @declare(provides=("wd",), fusion=Fusion())
-    def update(updates, state, params=None, **extra_args):
-        if params is None:
-            raise ValueError("decayed: needs params; call update(grads, state, params).")
-        d = state.hyper["wd"]
-        if state.wd_mult is None:
-            per_leaf = jax.tree.map(lambda _: d, updates)
-        else:
-            per_leaf = jax.tree.map(lambda m: d * m, leaf_values(state.wd_mult, updates))
-        ctx = StepContext.of(extra_args)
-        if ctx is not None:
-            ctx.publish(wd=per_leaf)
-        out = jax.tree.map(lambda u, p, k: u + rounded(p.astype(u.dtype) * _c(k, u)), updates, params, per_leaf)
-        return out, state
 
     return transformation(init, update)
 
@@ -167,7 +138,7 @@ def adam_moments(beta1: float, beta2: float, epsilon: float) -> GradientTransfor
         m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + ((1 - beta2) * g) * g
 
     (``1 - beta`` in float32, as the kernel's ``1.f - beta1``); emits ``m`` and hands
-    ``sqrt(v) + epsilon`` to `adam_divide` (`ADAM_DENOMINATOR`). Its slot and state are
+    ``sqrt(v) + epsilon`` to the last piece, ``divided_by(ADAM_DENOMINATOR)``. Its slot and state are
     `gradxform.pieces.scale_by_adam_moments`'."""
 
     def init(params):
@@ -224,24 +195,6 @@ def adam_step_size(beta1: float, beta2: float, learning_rate: float) -> Gradient
             return _bias_corrected_rate((l, l_lo), (h["beta1"], lo["beta1"]), (h["beta2"], lo["beta2"]), t)
 
         return jax.tree.map(lambda u, l, t: rounded(rate(l, t).astype(u.dtype) * u), updates, lr, count), state
-
-    return transformation(init, update)
-
-
-def adam_divide() -> GradientTransformation:
-    """``AdamUpdateKernel``'s last operation, ``w - (lr_t * m) / (sqrt(v) + epsilon)``:
-    ``u -> -(u / denominator)`` with the divisor from `adam_moments`; in the
-    `gradxform.pieces.scale_by_lr` slot (no state)."""
-
-    def init(params):
-        del params
-        return ()
-
-    @declare(needs=(ADAM_DENOMINATOR,), fusion=Fusion())
-    def update(updates, state, params=None, **extra_args):
-        del params
-        denominator = context_value(extra_args, ADAM_DENOMINATOR, update)
-        return jax.tree.map(lambda u, d: -(u / d), updates, denominator), state
 
     return transformation(init, update)
 

@@ -13,6 +13,7 @@ from .._types import Hyper, PerLeaf
 from .._tree import leaf_values
 from ._step import Multiplier, per_leaf_multipliers
 from .._domains import FINITE
+from .._rounding import rounded
 
 __all__ = ["DecayState", "add_decayed_weights", "provide_weight_decay", "add_decoupled_weight_decay"]
 PUBLIC = ("add_decayed_weights", "add_decoupled_weight_decay", "provide_weight_decay")  # what gradxform.pieces re-exports
@@ -28,7 +29,7 @@ class DecayState(NamedTuple):
     domains = {"wd_mult": FINITE}
 
 
-def _decay(wd, wd_mult, name, add, who):
+def _decay(wd, wd_mult, name, add, who, rounded_product=False):
     if wd is not None:
         check_hyper(who, "wd", wd, arg=name)
 
@@ -54,24 +55,29 @@ def _decay(wd, wd_mult, name, add, who):
         if add:
             if params is None:
                 raise ValueError(f"{who}: needs params; call update(grads, state, params).")
-            updates = jax.tree.map(lambda u, p, d: u + d.astype(u.dtype) * p.astype(u.dtype),
-                                   updates, params, per_leaf)
+            def one(u, p, d):
+                product = d.astype(u.dtype) * p.astype(u.dtype)
+                return u + (rounded(product) if rounded_product else product)
+
+            updates = jax.tree.map(one, updates, params, per_leaf)
         return updates, state
 
     return transformation(init, update)
 
 
 def add_decayed_weights(wd: float | None = 0.0, *, wd_mult: Multiplier = None,
-                        name: str = "wd") -> GradientTransformation:
+                        name: str = "wd", rounded: bool = False) -> GradientTransformation:
     """Coupled weight decay: ``u -> u + wd * wd_mult[i] * w``.
 
     ``wd`` is a hyperparameter named ``name``; ``wd_mult`` maps parameter
     names or glob patterns to multipliers (default 1: every parameter is
     decayed, as in Gluon). The per-leaf decay is published in the step context
     as ``wd`` for later pieces. ``wd=None`` reuses the decay an earlier
-    `provide_weight_decay` published instead of holding its own.
+    `provide_weight_decay` published instead of holding its own. ``rounded``:
+    ``wd * w`` is rounded before it is added (`gradxform._rounding`), as a
+    kernel without fused multiply-adds computes it (MXNet's Adam).
     """
-    return _decay(wd, wd_mult, name, True, "add_decayed_weights")
+    return _decay(wd, wd_mult, name, True, "add_decayed_weights", rounded_product=rounded)
 
 
 def provide_weight_decay(wd: float = 0.0, *, wd_mult: Multiplier = None,

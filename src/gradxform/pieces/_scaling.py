@@ -5,13 +5,14 @@ from typing import NamedTuple
 
 import jax
 
-from .._base import GradientTransformation, transformation
+from .._base import GradientTransformation, context_value, transformation
 from .._elementwise import fusable
+from .._spec import Fusion, LocalKey, declare
 from .._hyper import hyper_scalar
 from .._ranges import check_hyper
 from .._types import Hyper
 
-__all__ = ["HyperState", "rescale", "scale", "unscale"]
+__all__ = ["HyperState", "rescale", "scale", "unscale", "divided_by"]
 PUBLIC = ("rescale", "scale", "unscale",)  # what gradxform.pieces re-exports
 
 
@@ -70,5 +71,25 @@ def scale(factor: float) -> GradientTransformation:
     def update(updates, state, params=None, **extra_args):
         del params, extra_args
         return jax.tree.map(lambda u: u * jax.numpy.asarray(factor, u.dtype), updates), state
+
+    return transformation(init, update)
+
+
+def divided_by(key: LocalKey) -> GradientTransformation:
+    """``u -> -(u / d)``, with ``d`` the per-leaf divisor an earlier piece of
+    the chain hands on under ``key``: the last operation of a kernel that
+    divides last, ``w -= (lr_t * m) / (sqrt(v) + eps)`` (MXNet's and
+    MindSpore's Adam; the divisor from their moments piece). No state (the
+    `scale_by_lr` slot)."""
+
+    def init(params):
+        del params
+        return ()
+
+    @declare(who=f"divided_by({key.name})", needs=(key,), fusion=Fusion())
+    def update(updates, state, params=None, **extra_args):
+        del params
+        divisor = context_value(extra_args, key, update)
+        return jax.tree.map(lambda u, d: -(u / d), updates, divisor), state
 
     return transformation(init, update)
