@@ -23,10 +23,11 @@ from .._ranges import check_hyper
 from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import one_minus_power
 from ..pieces.internal import leaf_scan
-from ..pieces import (bias_correction, lazy_rows, scale, scale_by_accumulated_squares, scale_by_adamax,
-                      scale_by_centered_rms, scale_by_lr, scale_by_rms, trace)
+from ..pieces import (bias_correction, lazy_rows, scale, scale_by_adamax,
+                      scale_by_lr)
 from ._common import check_unit, parse_options
 from ._kernels import ADAM_DENOMINATOR, adam_moments, adam_step_size, rescaled
+from ._kernels_adaptive import accumulated_squares, centered_rms, ftrl_closed_form, rms, rms_delta
 from ..pieces.internal import divided_by
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE, POWER
@@ -197,18 +198,23 @@ def nadam(learning_rate=0.001, beta1=0.9, beta2=0.999, epsilon=1e-8, schedule_de
 def adagrad(learning_rate=None, eps=1e-7, *, wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None,
             multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None,
             skip_nonfinite=False, param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
-    """MXNet AdaGrad (``AdaGrad.update``, dense path)::
+    """MXNet AdaGrad (``AdaGrad.update``, dense path, optimizer.py:1665-1688: NDArray
+    operations, each rounded on its own)::
 
-        g = clip(rescale_grad * grad, clip_gradient)
-        history += g^2
-        w -= lr * (g / sqrt(history + eps) + wd * w)
+        g = clip(grad * rescale_grad, clip_gradient)
+        history += g * g
+        w += (g / sqrt(history + eps) + w * wd) * -lr
+
+    A jitted step is MXNet 1.9.1's to the last bit (tests/test_mxnet_kernel_order.py).
     """
     o = parse_options(adagrad, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
                       lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
                       lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
                       param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_hyper(o.owner, "eps", eps)
-    return o.build(o.rescale(), o.clip(), scale_by_accumulated_squares(eps), o.add_wd(), scale_by_lr())
+    # in the slots (and states) of rescale, clip, scale_by_accumulated_squares, add_wd, scale_by_lr
+    return o.build(rescaled(o.rescale_grad), o.clip(), accumulated_squares(eps), o.add_wd(rounded=True),
+                   scale_by_lr(rounded=True))
 
 
 class WeightClipState(NamedTuple):
@@ -240,19 +246,21 @@ def rmsprop(learning_rate=0.001, gamma1=0.9, gamma2=0.9, epsilon=1e-8, centered=
             aggregate_num=None, use_fused_step=None) -> GradientTransformation:
     """MXNet RMSProp (``rmsprop_update``; ``rmspropalex_update`` when centered).
 
-    Tieleman & Hinton (``centered=False``)::
+    In the kernels' order of operations, each product rounded. Tieleman & Hinton
+    (``centered=False``, ``RMSPropUpdateKernel``, optimizer_op-inl.h:2052-2077)::
 
         g = clip(rescale_grad * grad + wd * w, clip_gradient)
-        n = (1 - gamma1) g^2 + gamma1 n
-        w -= lr * g / sqrt(n + epsilon)
+        n = (1 - gamma1) * (g * g) + gamma1 * n
+        w -= lr * (g / sqrt(n + epsilon))
 
-    Graves 2013 (``centered=True``)::
+    Graves 2013 (``centered=True``, ``RMSPropAlexUpdateKernel``, :1953-1984)::
 
-        n = (1 - gamma1) g^2 + gamma1 n;   gbar = (1 - gamma1) g + gamma1 gbar
-        delta = gamma2 delta - lr * g / sqrt(n - gbar^2 + epsilon);   w += delta
+        n = ((1 - gamma1) * g) * g + gamma1 * n;   gbar = (1 - gamma1) * g + gamma1 * gbar
+        delta = gamma2 * delta - (lr * g) / sqrt((n - gbar * gbar) + epsilon);   w += delta
 
     then, with ``clip_weights``, ``w = clip(w, -clip_weights, clip_weights)``.
-    ``centered`` is static.
+    ``centered`` is static. Without ``clip_weights`` a jitted step is MXNet 1.9.1's to the
+    last bit (tests/test_mxnet_kernel_order.py).
     """
     o = parse_options(rmsprop, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
                       lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
@@ -262,11 +270,13 @@ def rmsprop(learning_rate=0.001, gamma1=0.9, gamma2=0.9, epsilon=1e-8, centered=
         check_hyper(o.owner, "clip_weights", clip_weights)  # the weight clip's range (None/0: no clip)
     check_unit(o.owner, gamma1=gamma1, gamma2=gamma2)
     _check_eps(o.owner, epsilon=epsilon)
+    # in the slots (and states) of rescale, add_wd, clip, scale_by_(centered_)rms, scale_by_lr, trace
     if centered:
-        direction = (scale_by_centered_rms(gamma1, epsilon), scale_by_lr(), trace(gamma2, name="gamma2"))
+        direction = (centered_rms(gamma1, epsilon), scale_by_lr(rounded=True), rms_delta(gamma2))
     else:
-        direction = (scale_by_rms(gamma1, epsilon), scale_by_lr(), identity())
-    return o.build(o.rescale(), o.add_wd(), o.clip(), *direction, _clip_weights(clip_weights))
+        direction = (rms(gamma1, epsilon), scale_by_lr(rounded=True), identity())
+    return o.build(rescaled(o.rescale_grad), o.add_wd(rounded=True), o.clip(), *direction,
+                   _clip_weights(clip_weights))
 
 
 class AdaDeltaState(NamedTuple):
@@ -389,7 +399,8 @@ class MXNetFtrlState(NamedTuple):
 
 def _ftrl_step(lamda1, beta):
     """FTRL-proximal's own piece: emits ``w_new - w`` from the closed form,
-    with the learning rate and decay of the step context."""
+    with the learning rate and decay of the step context, in ``FtrlUpdateKernel``'s order
+    of operations (`gradxform.mxnet._kernels_adaptive.ftrl_closed_form`)."""
 
     def init(params):
         return MXNetFtrlState({"lamda1": hyper_scalar(lamda1), "beta": hyper_scalar(beta)},
@@ -402,12 +413,8 @@ def _ftrl_step(lamda1, beta):
         h = state.hyper
 
         def one(g, w, z, n, l, d):
-            c = lambda x: x.astype(g.dtype)  # noqa: E731
-            l1, b, l, d = c(h["lamda1"]), c(h["beta"]), c(l), c(d)
-            z = z + g - (jnp.sqrt(n + g * g) - jnp.sqrt(n)) * w / l
-            n = n + g * g
-            w_new = (jnp.sign(z) * l1 - z) / ((b + jnp.sqrt(n)) / l + d) * (jnp.abs(z) > l1)
-            return w_new - w, z, n
+            w_new, z, n = ftrl_closed_form(g, w, z, n, l, d, h["lamda1"], h["beta"])
+            return w_new - w.astype(g.dtype), z, n
 
         out, s1, s2 = map_unzip(one, 3, updates, params, state.z, state.n, lr, wd)
         return out, MXNetFtrlState(h, s1, s2)
@@ -418,12 +425,17 @@ def _ftrl_step(lamda1, beta):
 def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, *, wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None,
          multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None,
          skip_nonfinite=False, param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
-    """MXNet Ftrl (FTRL-proximal, ``ftrl_update``)::
+    """MXNet Ftrl (FTRL-proximal, ``ftrl_update``, ``FtrlUpdateKernel`` in
+    optimizer_op-inl.h:2133-2155), in its order of operations, each product rounded::
 
-        g = clip(rescale_grad * grad, clip_gradient)
-        z += g - (sqrt(n + g^2) - sqrt(n)) * w / lr
-        n += g^2
+        g = clip(grad * rescale_grad, clip_gradient)
+        z += g - ((sqrt(n + g * g) - sqrt(n)) * w) / lr
+        n += g * g
         w = (sign(z) * lamda1 - z) / ((beta + sqrt(n)) / lr + wd) * (|z| > lamda1)
+
+    The arithmetic is the kernel's to the last bit, and so are ``z`` and ``n``; the new
+    weight comes back as ``w + (w_new - w)``, which is not ``w_new`` where no float32
+    difference reaches it from ``w`` (tests/test_mxnet_kernel_order.py).
     """
     if lr_scheduler is not None:
         # MXNet's Ftrl keeps learning_rate to itself, so a scheduler runs from its own base_lr.
@@ -434,7 +446,7 @@ def ftrl(learning_rate=0.1, lamda1=0.01, beta=1.0, *, wd=0.0, rescale_grad=1.0, 
                       param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_hyper(o.owner, "lamda1", lamda1)
     check_hyper(o.owner, "beta", beta)
-    return o.build(o.provide_wd(), o.rescale(), o.clip(), _ftrl_step(lamda1, beta))
+    return o.build(o.provide_wd(), rescaled(o.rescale_grad), o.clip(), _ftrl_step(lamda1, beta))
 
 
 

@@ -1,4 +1,6 @@
-"""MXNet 1.9.1's SGD and Adam kernels in their order of operations, product by product.
+"""MXNet 1.9.1's SGD, NAG-without-momentum, Signum and Adam kernels in their order of
+operations, product by product (RMSProp's, AdaGrad's and Ftrl's: `gradxform.mxnet._kernels_adaptive`;
+NAG's momentum kernel: `gradxform.mxnet._momentum`).
 
 MXNet's pip ``libmxnet.so`` rounds every product of its optimizer kernels on its own (no FMA in
 them), where XLA contracts a jitted ``a * b + c`` into one fused multiply-add: each product
@@ -12,7 +14,8 @@ Each piece keeps the state of the shared piece whose slot it takes in the rule's
 load unchanged. Values pass between the pieces of one chain by `LocalKey`.
 
 Sources (``src/operator/optimizer_op-inl.h``, 1.9.1): ``MultiSGDKernel`` :225-256 (the
-Gluon path, ``multi_sgd_update`` / ``multi_sgd_mom_update``), ``AdamUpdateKernel`` :1292-1316,
+Gluon path, ``multi_sgd_update`` / ``multi_sgd_mom_update``), ``SGDKernel`` :381-398
+(``sgd_update``: NAG with momentum 0), ``SignumKernel`` :2412-2432, ``AdamUpdateKernel`` :1292-1316,
 and ``Adam.update`` in ``python/mxnet/optimizer/optimizer.py`` (the bias-corrected rate).
 """
 from __future__ import annotations
@@ -28,10 +31,10 @@ from .._hyper import hyper_residual, hyper_scalar
 from .._rounding import rounded
 from .._spec import Fusion, LocalKey, declare
 from .._tree import map_unzip, once_per_value, zeros_like_params as _zeros
-from ..pieces.internal import BiasCorrectionState, HyperState, MomentsState, TraceState
+from ..pieces.internal import BiasCorrectionState, DecayState, HyperState, MomentsState, TraceState
 
-__all__ = ["rescaled", "sgd_terms", "sgd_momentum", "adam_moments", "adam_step_size",
-           "RESCALE", "SGD_DECAY", "ADAM_DENOMINATOR"]
+__all__ = ["rescaled", "sgd_terms", "sgd_momentum", "sgd_update_step", "signum_momentum", "signum_decay",
+           "adam_moments", "adam_step_size", "RESCALE", "SGD_DECAY", "ADAM_DENOMINATOR"]
 
 RESCALE = LocalKey("mxnet_rescale_grad", "MXNet's rescaled (the kernel's rescale_grad)")
 SGD_DECAY = LocalKey("mxnet_sgd_decay", "MXNet SGD's sgd_terms ((lr * wd) * w)")
@@ -126,6 +129,109 @@ def sgd_momentum(momentum: float) -> GradientTransformation:
         mu = state.hyper["momentum"]
         m = jax.tree.map(lambda t, g, d: (rounded(_c(mu, t) * t) - d) - g, state.trace, updates, decay)
         return m, TraceState(state.hyper, m)
+
+    return transformation(init, update)
+
+
+def sgd_update_step(*, deferred_rescale: bool) -> GradientTransformation:
+    """``SGDKernel`` (optimizer_op-inl.h:381-398; ``sgd_update``, which MXNet's NAG runs
+    when its momentum is 0), each product rounded::
+
+        w = (1 - lr * wd) * w - (lr * rescale_grad) * g
+            (clip: (1 - lr * wd) * w - lr * clip(rescale_grad * g, c))
+
+    in the `gradxform.pieces.scale_by_lr` slot (no state); emits ``w_new - w``, and ``-grad``
+    where ``lr * wd`` is 0 (``w + (-grad)`` is the kernel's difference then). ``lr`` and ``wd``
+    are each parameter's; ``deferred_rescale`` as in `sgd_terms`."""
+
+    needs = ("lr", "wd") + ((RESCALE,) if deferred_rescale else ())
+
+    def init(params):
+        del params
+        return ()
+
+    @declare(needs=needs, fusion=Fusion())
+    def update(updates, state, params=None, **extra_args):
+        if params is None:
+            raise ValueError("sgd_update_step: needs params; call update(grads, state, params).")
+        lr = context_value(extra_args, "lr", update)
+        wd = context_value(extra_args, "wd", update)
+        rg = context_value(extra_args, RESCALE, update) if deferred_rescale else None
+
+        def one(g, w, l, d):
+            l, w = _c(l, g), w.astype(g.dtype)
+            decay = rounded(l * _c(d, g))
+            grad = rounded(rounded(l * _c(rg, g)) * g) if deferred_rescale else rounded(l * g)
+            new = rounded(rounded(1 - decay) * w) - grad
+            return jnp.where(decay == 0, -grad, new - w)
+
+        return jax.tree.map(one, updates, params, lr, wd), state
+
+    return transformation(init, update)
+
+
+# -- Signum: SignumKernel ----------------------------------------------------------------------
+
+def signum_momentum(momentum: float, *, deferred_rescale: bool) -> GradientTransformation:
+    """``SignumKernel``'s momentum (optimizer_op-inl.h:2412-2432), each product rounded::
+
+        mom = momentum * mom - ((1 - momentum) * wd) * w - ((1 - momentum) * rescale_grad) * g
+              (clip: ... - (1 - momentum) * clip(rescale_grad * g, c))
+
+    MXNet stores ``mom``, the negated moving average; the state here holds ``-mom`` (the
+    average, as `gradxform.pieces.ema` holds it: its slot and state, ``TraceState``), which is
+    the same arithmetic with the signs flipped, exactly. Emits the average (then ``sign``,
+    ``scale_by_lr``: ``w + lr * sign(mom)``). ``wd`` is each parameter's;
+    ``deferred_rescale``: ``rescale_grad`` from `rescaled` (`RESCALE`), else the updates
+    arrive rescaled and clipped."""
+
+    needs = ("wd",) + ((RESCALE,) if deferred_rescale else ())
+
+    def init(params):
+        return TraceState({"momentum": hyper_scalar(momentum)}, _zeros(params))
+
+    @declare(needs=needs, fusion=Fusion())
+    def update(updates, state, params=None, **extra_args):
+        if params is None:
+            raise ValueError("signum_momentum: needs params; call update(grads, state, params).")
+        wd = context_value(extra_args, "wd", update)
+        rg = context_value(extra_args, RESCALE, update) if deferred_rescale else None
+        mu = state.hyper["momentum"]
+
+        def one(avg, g, w, d):
+            m, om = _c(mu, g), 1 - _c(mu, g)
+            decay = rounded(rounded(om * _c(d, g)) * w.astype(g.dtype))
+            grad = rounded(rounded(om * _c(rg, g)) * g) if deferred_rescale else rounded(om * g)
+            return (rounded(m * avg) + decay) + grad  # -(mu * mom - decay - grad)
+
+        avg = jax.tree.map(one, state.trace, updates, params, wd)
+        return avg, TraceState(state.hyper, avg)
+
+    return transformation(init, update)
+
+
+def signum_decay(wd_lh: float) -> GradientTransformation:
+    """``SignumKernel``'s weight: ``w = (1 - lr * wd_lh) * w + lr * sign(mom)``, each product
+    rounded, with ``lr * sign(mom)`` the update; emits ``w_new - w``. Its slot and state are
+    `gradxform.pieces.add_decoupled_weight_decay`'s (``DecayState``, ``wd_lh``)."""
+
+    def init(params):
+        del params
+        return DecayState({"wd_lh": hyper_scalar(wd_lh)}, ())
+
+    @declare(needs=("lr",), fusion=Fusion())
+    def update(updates, state, params=None, **extra_args):
+        if params is None:
+            raise ValueError("signum_decay: needs params; call update(grads, state, params).")
+        lr = context_value(extra_args, "lr", update)
+        k = state.hyper["wd_lh"]
+
+        def one(u, w, l):
+            w = w.astype(u.dtype)
+            decay = rounded(_c(l, u) * _c(k, u))
+            return jnp.where(decay == 0, u, (rounded(rounded(1 - decay) * w) + u) - w)
+
+        return jax.tree.map(one, updates, params, lr), state
 
     return transformation(init, update)
 

@@ -19,10 +19,11 @@ from .._elementwise import fusable
 from .._hyper import check_range, hyper_scalar
 from .._ranges import check_hyper
 from .._tree import leaf_values, leaf_vector, map_unzip
-from ..pieces import add_decoupled_weight_decay, ema, gated, lazy_rows, scale_by_lr, sign, trace
+from ..pieces import add_decoupled_weight_decay, gated, lazy_rows, scale_by_lr, sign, trace
 from ..pieces.internal import leaf_sq_norm
 from ._common import check_unit, parse_options
-from ._kernels import rescaled, sgd_momentum, sgd_terms
+from ._kernels import rescaled, sgd_momentum, sgd_terms, sgd_update_step, signum_decay, signum_momentum
+from .._rounding import rounded
 from .._types import Hyper, ParamTree
 from .._domains import FINITE, NON_NEGATIVE_FINITE
 
@@ -104,10 +105,17 @@ class NAGState(NamedTuple):
 
 
 def _nesterov_step(momentum):
-    """NAG's own piece, MXNet 1.9.1's ``nag_mom_update`` kernel: the momentum
-    holds lr-scaled steps, and because the kernel writes the weight in place
-    before it updates the momentum, the decay term of the stored momentum uses
-    the *new* weight. Emits ``w_new - w``."""
+    """NAG's own piece, MXNet 1.9.1's ``NAGMomKernel`` (optimizer_op-inl.h:1061-1085) in its
+    order of operations, each product rounded (`gradxform._rounding.rounded`). The momentum
+    holds lr-scaled steps, and because the kernel writes the weight in place before it
+    updates the momentum, the decay term of the stored momentum uses the *new* weight::
+
+        mom   = momentum * mom
+        w_new = (w - mom) + (momentum + 1) * (mom - lr * (g + wd * w))
+        mom   = mom - lr * (g + wd * w_new)
+
+    with ``g`` the rescaled (and clipped) gradient (`gradxform.mxnet._kernels.rescaled`).
+    Emits ``w_new - w``."""
 
     def init(params):
         return NAGState({"momentum": hyper_scalar(momentum)}, jax.tree.map(jnp.zeros_like, params))
@@ -119,10 +127,10 @@ def _nesterov_step(momentum):
 
         def one(g, w, mom, l, d):
             c = lambda x: x.astype(g.dtype)  # noqa: E731
-            mu, l, d = c(state.hyper["momentum"]), c(l), c(d)
-            mom = mu * mom
-            w_new = w - mom + (mu + 1) * (mom - l * (g + d * w))
-            return w_new - w, mom - l * (g + d * w_new)
+            mu, l, d, w = c(state.hyper["momentum"]), c(l), c(d), c(w)
+            mom = rounded(mu * mom)
+            w_new = (w - mom) + rounded((mu + 1) * (mom - rounded(l * (g + rounded(d * w)))))
+            return w_new - w, mom - rounded(l * (g + rounded(d * w_new)))
 
         out, s1 = map_unzip(one, 2, updates, params, state.mom, lr, wd)
         return out, NAGState(state.hyper, s1)
@@ -133,35 +141,53 @@ def _nesterov_step(momentum):
 def nag(learning_rate=None, momentum=0.0, *, wd=0.0, rescale_grad=1.0, clip_gradient=None, lr_scheduler=None,
         multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None, param_idx2name=None,
         skip_nonfinite=False, param_dict=None, aggregate_num=None, use_fused_step=None) -> GradientTransformation:
-    """MXNet NAG (Nesterov accelerated SGD; 1.9.1 ``nag_mom_update``)::
+    """MXNet NAG (Nesterov accelerated SGD; 1.9.1 ``nag_mom_update``, ``NAGMomKernel`` in
+    optimizer_op-inl.h:1061-1085), in its order of operations, each product rounded::
 
-        G     = clip(rescale_grad * grad, clip_gradient) + wd * w
+        g     = clip(rescale_grad * grad, clip_gradient)
         mom   = momentum * mom
-        w_new = w - mom + (momentum + 1) * (mom - lr * G)
-        mom   = mom - lr * (clip(rescale_grad * grad, clip_gradient) + wd * w_new)
+        w_new = (w - mom) + (momentum + 1) * (mom - lr * (g + wd * w))
+        mom   = mom - lr * (g + wd * w_new)
 
-    With ``momentum=0`` it is `sgd`. (The seed's older pure-Python NAG kept an
-    un-scaled momentum; 1.9.1's kernel, followed here, is what MXNet runs.)
+    With ``momentum=0``, ``sgd_update`` (``SGDKernel``, :381-398; no state)::
+
+        w = (1 - lr * wd) * w - (lr * rescale_grad) * grad
+            (clip_gradient: (1 - lr * wd) * w - lr * clip(rescale_grad * grad, clip_gradient))
+
+    A jitted step computes MXNet 1.9.1's new weight and momentum to the last bit; the weight
+    comes back as ``w + (w_new - w)``, which is not ``w_new`` where no float32 difference
+    reaches it from ``w`` (a step larger than the weight; tests/test_mxnet_kernel_order.py).
+    (The seed's older pure-Python NAG kept an un-scaled momentum; 1.9.1's kernel,
+    followed here, is what MXNet runs.)
     """
     o = parse_options(nag, learning_rate, wd=wd, rescale_grad=rescale_grad, clip_gradient=clip_gradient,
                       lr_scheduler=lr_scheduler, multi_precision=multi_precision, begin_num_update=begin_num_update,
                       lr_mult=lr_mult, wd_mult=wd_mult, param_idx2name=param_idx2name, skip_nonfinite=skip_nonfinite,
                       param_dict=param_dict, aggregate_num=aggregate_num, use_fused_step=use_fused_step)
     check_unit(o.owner, momentum=momentum)
-    if momentum == 0:
-        return o.build(o.rescale(), o.clip(), o.add_wd(), scale_by_lr(), identity(), warn_as="NAG")
-    return o.build(o.rescale(), o.clip(), o.provide_wd(), _nesterov_step(momentum), warn_as="NAG")
+    if momentum == 0:  # in the slots (and states) of rescale, clip, add_wd, scale_by_lr, identity
+        deferred = not o.clip_gradient  # the unclipped branch multiplies (lr * rescale_grad) * g
+        return o.build(rescaled(o.rescale_grad, deferred=deferred), o.clip(), o.provide_wd(),
+                       sgd_update_step(deferred_rescale=deferred), identity(), warn_as="NAG")
+    return o.build(rescaled(o.rescale_grad), o.clip(), o.provide_wd(), _nesterov_step(momentum), warn_as="NAG")
 
 
 def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, *, wd=0.0, rescale_grad=1.0, clip_gradient=None,
            lr_scheduler=None, multi_precision=False, begin_num_update=0, lr_mult=None, wd_mult=None,
            param_idx2name=None, skip_nonfinite=False, param_dict=None, aggregate_num=None,
            use_fused_step=None) -> GradientTransformation:
-    """MXNet Signum (``signum_update``; ``signsgd_update`` when momentum is 0)::
+    """MXNet Signum (``signum_update``, ``SignumKernel`` in optimizer_op-inl.h:2412-2432;
+    ``signsgd_update`` when momentum is 0), in its order of operations, each product
+    rounded (MXNet stores ``mom``, the negated moving average; the state here holds the
+    average, ``-mom``)::
 
-        g   = clip(rescale_grad * grad, clip_gradient) + wd * w
-        mom = momentum * mom + (1 - momentum) * g
-        w   = (1 - lr * wd_lh) * w - lr * sign(mom)
+        mom = momentum * mom - ((1 - momentum) * wd) * w - ((1 - momentum) * rescale_grad) * grad
+              (clip_gradient: ... - (1 - momentum) * clip(rescale_grad * grad, clip_gradient))
+        w   = (1 - lr * wd_lh) * w + lr * sign(mom)
+
+    A jitted step is MXNet 1.9.1's to the last bit (tests/test_mxnet_kernel_order.py); with
+    ``wd_lh`` the new weight comes back as ``w + (w_new - w)``, which is not ``w_new`` where
+    no float32 difference reaches it from ``w``.
 
     With ``momentum=0`` (signSGD) the kernel ignores ``rescale_grad`` and
     ``clip_gradient`` and decays with ``wd`` outside the sign::
@@ -183,8 +209,10 @@ def signum(learning_rate=0.01, momentum=0.9, wd_lh=0.0, *, wd=0.0, rescale_grad=
             raise ValueError(f"{o.owner}(wd_lh=...): with momentum=0 (signSGD) wd_lh must be 0; "
                              "MXNet's signsgd_update has no wd_lh (use wd).")
         return o.build(o.provide_wd(), sign(), scale_by_lr(), add_decoupled_weight_decay(None))
-    return o.build(o.rescale(), o.clip(), o.add_wd(), ema(momentum), sign(), scale_by_lr(),
-                   add_decoupled_weight_decay(wd_lh))
+    deferred = not o.clip_gradient  # the unclipped branch multiplies ((1 - mu) * rescale_grad) * g
+    # in the slots (and states) of rescale, clip, add_wd, ema, sign, scale_by_lr, add_decoupled_weight_decay
+    return o.build(rescaled(o.rescale_grad, deferred=deferred), o.clip(), o.provide_wd(),
+                   signum_momentum(momentum, deferred_rescale=deferred), sign(), scale_by_lr(), signum_decay(wd_lh))
 
 
 class LBSGDState(NamedTuple):

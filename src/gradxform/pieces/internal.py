@@ -27,3 +27,5 @@ from ._rules import AdadeltaState, AveragedState, RpropState, RunningPowerState 
 __all__ += ["AdadeltaState", "AveragedState", "RpropState", "RunningPowerState"]
 from ._guards import MXNET_AMP, LossScaleState  # noqa: E402
 __all__ += ["MXNET_AMP", "LossScaleState"]
+from ._decay import DecayState  # noqa: E402
+__all__ += ["DecayState"]
