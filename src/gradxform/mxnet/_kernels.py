@@ -300,7 +300,8 @@ def adam_step_size(beta1: float, beta2: float, learning_rate: float) -> Gradient
             l_lo = jnp.where(l == rate_hi, rate_lo, jnp.zeros_like(l))
             return _bias_corrected_rate((l, l_lo), (h["beta1"], lo["beta1"]), (h["beta2"], lo["beta2"]), t)
 
-        return jax.tree.map(lambda u, l, t: rounded(rate(l, t).astype(u.dtype) * u), updates, lr, count), state
+        # lr_t * m feeds the division (divided_by): no multiply-add to stop, so not rounded
+        return jax.tree.map(lambda u, l, t: rate(l, t).astype(u.dtype) * u, updates, lr, count), state
 
     return transformation(init, update)
 
