@@ -62,6 +62,14 @@ TIERS = {
 }
 _TIER_OF = {name: tier for tier, names in TIERS.items() for name in names}
 
+# Files whose single tests are long (a subprocess, a pair of processes, a long Trainer run: 10-30 s
+# each in a full run), longest first: they run at the start, so that neither worker ends the run on
+# one of them while the other idles (worksteal balances short tests, not a 26 s one queued last).
+# Order only: every test still runs, each file's tests stay together (module fixtures are built once).
+RUN_FIRST = ("test_typing", "test_trainer_multiprocess", "test_examples", "test_migrate_hostile",
+             "test_trainer_zero", "test_group_values", "test_thor", "test_trainer", "test_api_docs")
+_FIRST_RANK = {name: i for i, name in enumerate(RUN_FIRST)}
+
 
 def pytest_unconfigure(config):
     if _OWN_CACHE is not None:
@@ -71,6 +79,7 @@ def pytest_unconfigure(config):
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(getattr(pytest.mark, _TIER_OF.get(item.path.stem, "unit")))
+    items.sort(key=lambda item: _FIRST_RANK.get(item.path.stem, len(RUN_FIRST)))  # stable: the rest keep their order
     if not config.getoption("--slow"):
         skip = pytest.mark.skip(reason="slow: run with --slow")
         for item in items:

@@ -13,6 +13,13 @@ def cases(family: str, exclude=("schedulers", "schedules")) -> list[pathlib.Path
     return sorted(p for p in (GOLDENS / family).glob("*.npz") if p.stem not in exclude)
 
 
+def meta(path) -> dict:
+    """The golden's meta record alone (what `load` returns first), without reading its arrays: for
+    choosing goldens at collection, which both xdist workers do for every file."""
+    with np.load(path) as z:
+        return json.loads(str(z["meta"]))
+
+
 def load(path) -> tuple[dict, list[np.ndarray], list[list[np.ndarray]], list[list[np.ndarray]]]:
     """Returns (meta, initial weights, grads[t][i], weights[t][i])."""
     with np.load(path) as z:

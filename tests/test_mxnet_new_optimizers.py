@@ -21,9 +21,10 @@ import pytest
 
 import gradxform as gx
 from goldens_io import cases, load
+from goldens_io import meta as golden_meta
 
 NEW = ("lamb", "lars", "groupadagrad")
-GOLDENS = [p for p in cases("mxnet") if load(p)[0]["optimizer"] in NEW]
+GOLDENS = [p for p in cases("mxnet") if golden_meta(p)["optimizer"] in NEW]
 
 
 # -- the transcription (float64) ------------------------------------------------------------

@@ -9,6 +9,11 @@ whole batch on one device (float32 summation order only: rtol=1e-5,
 atol=1e-6), and with bit-identical parameters to each other. The same holds
 with the optimizer state sharded over the 4 devices of both processes
 (``update_on_kvstore=True``): each device then holds a quarter of it.
+
+One pair of processes serves both tests: each process runs the replicated Trainer, then the sharded
+one (two Trainers, one `jax.distributed` session), and saves each one's result as soon as it is done;
+each test reads its own files (a pair that fails in the replicated run fails both, saying so). One pair
+instead of two saves two interpreter starts and a gloo set-up (~15 s of the suite's CPU time).
 """
 import os
 import socket
@@ -64,7 +69,11 @@ def _train(trainer, loss_fn, batches):
 OPT = ("sgd", {"learning_rate": 0.1, "momentum": 0.9, "wd": 0.01})
 
 
-def worker(process_id: int, port: int, out: str, sharded: bool) -> None:
+MODES = {"replicated": False, "sharded_state": True}  # test id: update_on_kvstore
+
+
+def worker(process_id: int, port: int, out_dir: str) -> None:
+    """Both Trainers in turn, in one distributed session; ``out_dir/{mode}_p{id}.npz`` after each."""
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     os.environ["JAX_PLATFORMS"] = "cpu"
     sys.path.insert(0, REPO)
@@ -77,19 +86,21 @@ def worker(process_id: int, port: int, out: str, sharded: bool) -> None:
     from gradxform import Trainer
 
     assert jax.process_count() == 2 and jax.device_count() == 4 and jax.local_device_count() == 2
-    params, loss_fn, batches = _model()
-    mine = [jax.tree.map(lambda x: x[4 * process_id: 4 * process_id + 4], b) for b in batches]
-    trainer = Trainer(params, *OPT, compression_params=None, update_on_kvstore=sharded or None)
-    if sharded:  # every state buffer: a (1, ceil(L / 4)) shard on each of this process's 2 devices
-        for x in jax.tree.leaves(trainer._state.inner):
-            if x.ndim == 2:
-                assert [s.data.shape[0] for s in x.addressable_shards] == [1, 1], x.shape
-                assert x.shape[0] == 4
-    final = _train(trainer, loss_fn, mine)
-    momentum = jax.tree.leaves(trainer.state)  # gathered from both processes' shards
-    np.savez(out, **{name: np.asarray(v) for name, v in
-                     zip(gradxform.param_names(final), jax.tree.leaves(final))},
-             **{f"state{i}": np.asarray(v) for i, v in enumerate(momentum)})
+    for mode, sharded in MODES.items():
+        print(f"worker {process_id}: {mode} run", flush=True)
+        params, loss_fn, batches = _model()
+        mine = [jax.tree.map(lambda x: x[4 * process_id: 4 * process_id + 4], b) for b in batches]
+        trainer = Trainer(params, *OPT, compression_params=None, update_on_kvstore=sharded or None)
+        if sharded:  # every state buffer: a (1, ceil(L / 4)) shard on each of this process's 2 devices
+            for x in jax.tree.leaves(trainer._state.inner):
+                if x.ndim == 2:
+                    assert [s.data.shape[0] for s in x.addressable_shards] == [1, 1], x.shape
+                    assert x.shape[0] == 4
+        final = _train(trainer, loss_fn, mine)
+        momentum = jax.tree.leaves(trainer.state)  # gathered from both processes' shards
+        np.savez(os.path.join(out_dir, f"{mode}_p{process_id}.npz"),
+                 **{name: np.asarray(v) for name, v in zip(gradxform.param_names(final), jax.tree.leaves(final))},
+                 **{f"state{i}": np.asarray(v) for i, v in enumerate(momentum)})
     jax.distributed.shutdown()
 
 
@@ -99,47 +110,56 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("sharded", [False, True], ids=["replicated", "sharded_state"])
-def test_two_processes_equal_one_process_on_the_whole_batch(tmp_path, sharded):
+@pytest.fixture(scope="module")
+def two_process_runs(tmp_path_factory):
+    """Starts the two processes (both modes), runs the one-process reference meanwhile, waits."""
     import jax
 
     from gradxform import Trainer
 
+    out_dir = tmp_path_factory.mktemp("two_processes")
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     env["PYTHONPATH"] = os.path.join(REPO, "src") + os.pathsep + env.get("PYTHONPATH", "")
-    outs = [tmp_path / f"p{i}.npz" for i in range(2)]
-    procs = [subprocess.Popen([sys.executable, __file__, str(i), str(port), str(outs[i]), str(int(sharded))], env=env,
+    procs = [subprocess.Popen([sys.executable, __file__, str(i), str(port), str(out_dir)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i in range(2)]
     # the one-process reference runs while the workers start
     params, loss_fn, batches = _model()
     single = Trainer(params, *OPT, devices=jax.devices()[:1])
     want = _train(single, loss_fn, batches)
-    logs = []
     try:
-        for p in procs:
-            logs.append(p.communicate(timeout=TIMEOUT_S)[0])
+        logs = [p.communicate(timeout=TIMEOUT_S)[0] for p in procs]
+        problem = "\n".join(log[-4000:] for p, log in zip(procs, logs) if p.returncode != 0)
     except subprocess.TimeoutExpired:
         for p in procs:
             p.kill()
-        raise AssertionError(f"the two processes did not finish in {TIMEOUT_S} s:\n"
-                             + "\n".join(p.communicate()[0][-3000:] for p in procs)) from None
-    for p, log in zip(procs, logs):
-        assert p.returncode == 0, log[-4000:]
+        problem = f"the two processes did not finish in {TIMEOUT_S} s:\n" + "\n".join(
+            p.communicate()[0][-3000:] for p in procs)
+    return out_dir, params, single, want, problem
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_two_processes_equal_one_process_on_the_whole_batch(two_process_runs, mode):
+    out_dir, params, single, want, problem = two_process_runs
+    outs = [out_dir / f"{mode}_p{i}.npz" for i in range(2)]
+    assert all(o.exists() for o in outs), f"{mode}: no result from both processes\n{problem}"
+    assert not problem or mode == "replicated", f"{mode}: a process failed after this run\n{problem}"
+    import jax
 
     got = [dict(np.load(o)) for o in outs]
     import gradxform
 
     assert sorted(k for k in got[0] if not k.startswith("state")) == sorted(gradxform.param_names(want))
     for name, ref in zip(gradxform.param_names(want), jax.tree.leaves(want)):
-        np.testing.assert_array_equal(got[0][name], got[1][name])  # both processes hold the same model
-        np.testing.assert_allclose(got[0][name], np.asarray(ref), rtol=1e-5, atol=1e-6, err_msg=name)
-    assert not np.allclose(got[0]["out"], np.asarray(params["out"]))  # it did train
+        np.testing.assert_array_equal(got[0][name], got[1][name], err_msg=f"{mode} {name}")  # same model on both
+        np.testing.assert_allclose(got[0][name], np.asarray(ref), rtol=1e-5, atol=1e-6, err_msg=f"{mode} {name}")
+    assert not np.allclose(got[0]["out"], np.asarray(params["out"])), mode  # it did train
     for i, ref in enumerate(jax.tree.leaves(single.state)):
-        np.testing.assert_array_equal(got[0][f"state{i}"], got[1][f"state{i}"])
-        np.testing.assert_allclose(got[0][f"state{i}"], np.asarray(ref), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(got[0][f"state{i}"], got[1][f"state{i}"], err_msg=f"{mode} state{i}")
+        np.testing.assert_allclose(got[0][f"state{i}"], np.asarray(ref), rtol=1e-5, atol=1e-6,
+                                   err_msg=f"{mode} state{i}")
 
 
 if __name__ == "__main__":
-    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], bool(int(sys.argv[4])))
+    worker(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
