@@ -30,7 +30,7 @@ from .._base import GradientTransformation, StepContext, context_value, transfor
 from .._hyper import hyper_residual, hyper_scalar
 from .._rounding import rounded
 from .._spec import Fusion, LocalKey, declare
-from .._tree import map_unzip, once_per_value, zeros_like_params as _zeros
+from .._tree import map_unzip, zeros_like_params as _zeros
 from ..pieces.internal import BiasCorrectionState, DecayState, HyperState, MomentsState, TraceState
 
 __all__ = ["rescaled", "sgd_terms", "sgd_momentum", "sgd_update_step", "signum_momentum", "signum_decay",
@@ -294,14 +294,24 @@ def adam_step_size(beta1: float, beta2: float, learning_rate: float) -> Gradient
         count = context_value(extra_args, "count", update)
         h, lo = state.hyper, state.hyper_lo
 
-        @once_per_value  # a shared rate and count: one lr_t for every leaf
-        def rate(l, t):
+        def rates(l, t):  # l, t: one value, or a vector of them (one computation for all)
             l = l.astype(jnp.float32)
             l_lo = jnp.where(l == rate_hi, rate_lo, jnp.zeros_like(l))
             return _bias_corrected_rate((l, l_lo), (h["beta1"], lo["beta1"]), (h["beta2"], lo["beta2"]), t)
 
+        leaves, treedef = jax.tree.flatten(updates)
+        pairs = list(zip(treedef.flatten_up_to(lr), treedef.flatten_up_to(count)))
+        # Each distinct (lr, count) pair once, and all of them in one vectorised computation: with
+        # lr_mult or per-leaf counts, a loop per leaf would compile once per leaf.
+        distinct = list({(id(l), id(t)): (l, t) for l, t in pairs}.values())
+        if len(distinct) > 1 and all(jnp.ndim(l) == 0 and jnp.ndim(t) == 0 for l, t in distinct):
+            vector = rates(jnp.stack([l for l, _ in distinct]), jnp.stack([t for _, t in distinct]))
+            at = {(id(l), id(t)): vector[i] for i, (l, t) in enumerate(distinct)}
+        else:
+            at = {(id(l), id(t)): rates(l, t) for l, t in distinct}
         # lr_t * m feeds the division (divided_by): no multiply-add to stop, so not rounded
-        return jax.tree.map(lambda u, l, t: rate(l, t).astype(u.dtype) * u, updates, lr, count), state
+        out = [at[(id(l), id(t))].astype(u.dtype) * u for u, (l, t) in zip(leaves, pairs)]
+        return treedef.unflatten(out), state
 
     return transformation(init, update)
 
@@ -365,10 +375,10 @@ def _one_minus_power(beta, t):
     """``1 - beta**t`` for a pair ``beta`` in (0, 1) and int ``t >= 0``: ``y = 1 - beta**k``
     by binary powering, ``1 - (1 - y)**2 = y * (2 - y)`` and ``1 - (1 - y) * beta =
     y + q * (1 - y)`` (``q = 1 - beta``): sums of positive terms, so no cancellation."""
-    zero = jnp.zeros_like(beta[0])
+    t = jnp.asarray(t).astype(jnp.int32)
+    zero = jnp.zeros(jnp.shape(t), jnp.result_type(beta[0]))  # t's shape: one t, or a vector of them
     one, two = (zero + 1, zero), (zero + 2, zero)
     q = _add(one, _neg(beta))
-    t = jnp.asarray(t).astype(jnp.int32)
 
     def body(i, y):
         y = _mul(y, _add(two, _neg(y)))
