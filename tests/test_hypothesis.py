@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 import cases
 import gradxform as gx
+import quick_compile
 
 SHAPES = [(), (0,), (3,), (2, 3), (1, 0, 2)]
 DTYPES = [jnp.float16, jnp.bfloat16, jnp.float32] + ([jnp.float64] if jax.config.jax_enable_x64 else [])
@@ -80,7 +81,7 @@ def test_random_trees(name, spec, seed):
     new_params = gx.apply_updates(params, updates)
     assert signature(new_params) == signature(params)
 
-    jit_updates, jit_state = jax.jit(tx.update)(grads, state, params)
+    jit_updates, jit_state = quick_compile.jit(tx.update)(grads, state, params)  # a tolerance
     assert_close(jit_updates, updates, case)
     assert_close(jit_state, new_state, case)
 

@@ -29,6 +29,7 @@ from gradxform._fused import FlatTree, FusedState
 from gradxform.mxnet._adaptive import _nadam_direction
 from gradxform.mindspore._adam import _lamb_direction
 from gradxform.pieces import _segments as seg
+import quick_compile
 
 M = gradxform.mindspore
 pytestmark = pytest.mark.filterwarnings("ignore:Accumulating with float16")  # the bfloat16 leaf
@@ -73,8 +74,8 @@ def _grads(k, params):
     return jax.tree_util.tree_map_with_path(one, params)
 
 
-def _run(tx, params, steps=6):
-    step = jax.jit(lambda g, s, p: tx.update(g, s, p))
+def _run(tx, params, steps=6):  # compared within a tolerance (`_assert_close`): a quick compile
+    step = quick_compile.jit(lambda g, s, p: tx.update(g, s, p))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # bfloat16 without master weights warns
         state = tx.init(params)

@@ -16,6 +16,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import cases
 import gradxform
+import quick_compile
 
 NAMES = cases.names()
 ROWS = 16  # divisible by the 4 devices
@@ -71,7 +72,7 @@ def test_fori_loop_carry_keeps_its_sharding(name):
             u, s = tx.update(grads, s, p)
             return optax.apply_updates(p, u), s
 
-        @jax.jit
+        @quick_compile.jit  # placements and finiteness: a quick compile
         def run(p):
             return jax.lax.fori_loop(0, 3, body, (p, tx.init(p)))
 

@@ -17,8 +17,10 @@ import jax.numpy as jnp
 
 import gradxform as gx
 from gradxform.mindspore.thor_capture import Tap, capture, capture_linen, conv_patches
+import quick_compile
 
-cap = jax.jit(capture, static_argnums=0)  # one compile per model: the tests run many steps
+# one compile per model (the tests run many steps), a quick one: float64 compared within tolerances
+cap = quick_compile.jit(capture, static_argnums=0)
 
 RTOL = 1e-9  # float64 on both sides; differences are summation order only
 
@@ -120,7 +122,7 @@ def run_gx(model, steps, **kw):
     tx = gx.create("mindspore.thor", layers=kinds, **kw)
     params = model["init"](jax.random.PRNGKey(0))
     p0, state = flat(params), tx.init(params)
-    step = jax.jit(lambda p, s, g, st: tx.update(g, s, p, layer_stats=st))
+    step = quick_compile.jit(lambda p, s, g, st: tx.update(g, s, p, layer_stats=st))
     grads, stats, traj, states = [], [], [], []
     for t in range(steps):
         x, y = batch(model, t)

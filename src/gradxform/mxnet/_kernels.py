@@ -376,7 +376,8 @@ def _one_minus_power(beta, t):
     by binary powering, ``1 - (1 - y)**2 = y * (2 - y)`` and ``1 - (1 - y) * beta =
     y + q * (1 - y)`` (``q = 1 - beta``): sums of positive terms, so no cancellation."""
     t = jnp.asarray(t).astype(jnp.int32)
-    zero = jnp.zeros(jnp.shape(t), jnp.result_type(beta[0]))  # t's shape: one t, or a vector of them
+    # one t or a vector of them, against one beta or a vector of them (broadcast)
+    zero = jnp.zeros(jnp.broadcast_shapes(jnp.shape(t), jnp.shape(beta[0])), jnp.result_type(beta[0]))
     one, two = (zero + 1, zero), (zero + 2, zero)
     q = _add(one, _neg(beta))
 
@@ -391,5 +392,11 @@ def _one_minus_power(beta, t):
 
 def _bias_corrected_rate(lr, beta1, beta2, t):
     """``float32(lr * (sqrt(1 - beta2**t) / (1 - beta1**t)))`` from float32 pairs."""
-    factor = _div(_sqrt(_one_minus_power(beta2, t)), _one_minus_power(beta1, t))
-    return _mul(lr, factor)[0]
+    # Both powers in one loop (the loops are most of this computation's compile: 0.36 -> 0.23 s),
+    # and the division last: XLA copies a cheap scalar computation into every fusion that reads
+    # it, and a division is not cheap (the product last put its ~60 operations in each leaf's step).
+    # The same float32 number as before at every t = 1..100,000 for 8 (lr, betas) settings.
+    both = _one_minus_power((jnp.stack([beta2[0], beta1[0]]), jnp.stack([beta2[1], beta1[1]])),
+                            jnp.asarray(t)[..., None])
+    power2, power1 = ((both[0][..., k], both[1][..., k]) for k in (0, 1))
+    return _div(_mul(lr, _sqrt(power2)), power1)[0]
