@@ -5,6 +5,7 @@ chain does per element the same float32 arithmetic with the same scalars as
 the per-leaf chain, and a chain that cannot be fused keeps the per-leaf path.
 The one stated tolerance is for a global norm (summed in another order).
 """
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -51,9 +52,17 @@ def _assert_same(a, b, rtol=0.0):
             np.testing.assert_allclose(x, y, rtol=rtol, atol=1e-7, err_msg=jax.tree_util.keystr(path))
 
 
+@functools.lru_cache(maxsize=None)
+def _both_paths(name):
+    """The table row's optimizer and its per-leaf and fused runs (params, state): each compiled
+    once for the two tests that compare them."""
+    tx = create_case(name)  # the shared table's kwargs: momentum on, some weight decay
+    return tx, _run(tx), _run(gradxform.fused(tx))
+
+
 @pytest.mark.parametrize("name", case_names())
 def test_every_registered_optimizer_matches_per_leaf(name):
-    tx = create_case(name)  # the shared table's kwargs: momentum on, some weight decay
+    tx = create_case(name)
     ftx = gradxform.fused(tx)
     reasons = gradxform.fused.why_not_fused(tx)
     if reasons:  # kept on the per-leaf path: the very same transformation and state
@@ -61,8 +70,7 @@ def test_every_registered_optimizer_matches_per_leaf(name):
         assert not isinstance(state, FusedState)
         assert jax.tree.structure(state) == jax.tree.structure(tx.init(PARAMS))
         return
-    ref, _ = _run(tx)
-    got, state = _run(ftx)
+    tx, (ref, _), (got, state) = _both_paths(name)
     assert isinstance(state, FusedState)
     # A chain that sums a norm (global, or per leaf as a segment sum) adds the
     # same float32 numbers in another order, and one that applies per-leaf
@@ -198,9 +206,7 @@ def _fusable_names():
 def test_state_round_trips_between_layouts(name):
     # unflatten_state gives exactly the per-leaf state of the same run, and
     # flatten_state gives back the fused state and layout
-    tx = create_case(name)
-    _, per_leaf = _run(tx)
-    _, flat = _run(gradxform.fused(tx))
+    tx, (_, per_leaf), (_, flat) = _both_paths(name)
     back = gradxform.fused.unflatten_state(tx, flat)
     assert jax.tree.structure(back) == jax.tree.structure(per_leaf)
     # the two runs differ in the last bits where fused.bit_exact says so (see above)

@@ -123,7 +123,9 @@ def test_the_bias_corrected_rate_is_mxnets_float64_number():
         return jnp.float32(v), hyper_residual(v)
 
     t = np.arange(1, 20001, dtype=np.int32)
+    # one program for every setting: the pairs are its arguments
+    rate = jax.jit(jax.vmap(_bias_corrected_rate, in_axes=(None, None, None, 0)))
     for lr, b1, b2 in [(0.001, 0.9, 0.999), (0.1, 0.9, 0.999), (0.003, 0.8, 0.99), (3e-4, 0.95, 0.9999)]:
-        rate = jax.jit(jax.vmap(lambda t: _bias_corrected_rate(pair(lr), pair(b1), pair(b2), t)))
         want = np.asarray([np.float32(lr * (np.sqrt(1 - b2 ** float(k)) / (1 - b1 ** float(k)))) for k in t])
-        np.testing.assert_array_equal(np.asarray(rate(jnp.asarray(t))), want, err_msg=f"lr {lr}, betas {b1} {b2}")
+        np.testing.assert_array_equal(np.asarray(rate(pair(lr), pair(b1), pair(b2), jnp.asarray(t))), want,
+                                      err_msg=f"lr {lr}, betas {b1} {b2}")
