@@ -396,8 +396,11 @@ def test_inside_a_users_own_pmap_loop(name):
         return gx.apply_updates(params, updates), state
 
     replicate = lambda t: jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (n,) + np.shape(x)), t)  # noqa: E731
-    init = jax.pmap(f.tx.init, devices=jax.devices()[:n])(replicate(PARAMS))
-    p, s = jax.pmap(step, axis_name="devices", devices=jax.devices()[:n])(replicate(PARAMS), init, stacked)
+    def quick_pmap(fn, *args, **kw):  # the user's pmap program, compiled quickly (a tolerance below)
+        return jax.pmap(fn, devices=jax.devices()[:n], **kw).lower(*args).compile(quick_compile.QUICK)(*args)
+
+    init = quick_pmap(f.tx.init, replicate(PARAMS))
+    p, s = quick_pmap(step, replicate(PARAMS), init, stacked, axis_name="devices")
     pe, se = f.step(PARAMS, f.tx.init(PARAMS), mean)
     for i in range(n):
         close(jax.tree.map(lambda x: x[i], p), pe, f.case.rtol, f.case.atol)
