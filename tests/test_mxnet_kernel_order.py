@@ -114,7 +114,7 @@ def test_fused_step_is_mxnets_kernel(name):
 
 def test_the_bias_corrected_rate_is_mxnets_float64_number():
     """``lr * (sqrt(1 - b2**t) / (1 - b1**t))`` in float64, rounded once (MXNet's ``Adam.update``),
-    from float32 pairs inside a jitted program, t up to 20,000 (the float32 formula misses it
+    from float32 pairs inside a jitted program, t up to 20,000 and from 2^30 (the float32 formula misses it
     at 20-40% of the steps)."""
     from gradxform._hyper import hyper_residual
     from gradxform.mxnet._kernels import _bias_corrected_rate
@@ -122,7 +122,8 @@ def test_the_bias_corrected_rate_is_mxnets_float64_number():
     def pair(v):
         return jnp.float32(v), hyper_residual(v)
 
-    t = np.arange(1, 20001, dtype=np.int32)
+    # and the loop's top bits: t from 2^30 up to int32's last (a count that large still reads bit 30)
+    t = np.concatenate([np.arange(1, 20001), [2 ** 30, 2 ** 30 + 1, 2 ** 31 - 1]]).astype(np.int32)
     # one program for every setting: the pairs are its arguments
     rate = jax.jit(jax.vmap(_bias_corrected_rate, in_axes=(None, None, None, 0)))
     for lr, b1, b2 in [(0.001, 0.9, 0.999), (0.1, 0.9, 0.999), (0.003, 0.8, 0.99), (3e-4, 0.95, 0.9999)]:
