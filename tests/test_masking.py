@@ -51,6 +51,7 @@ def _leaf_pairs(new, old, path=("dense", "bias")):
 def test_masked_leaf_update_is_zero_and_its_state_unchanged(name):
     tx = cases.create(name)
     state0 = tx.init(PARAMS)
+    # zero updates, a masked state passed through, finiteness: nothing a compiler's rounding moves
     step = quick_compile.jit(lambda g, s, p, m: tx.update(g, s, p, update_mask=m))
     updates, state1 = step(grads(0), state0, PARAMS, MASK)  # the first step: t = 0 for the masked leaf
     assert np.all(np.asarray(updates["dense"]["bias"]) == 0.0), (name, updates["dense"]["bias"])
