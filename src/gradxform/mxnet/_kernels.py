@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._base import GradientTransformation, StepContext, context_value, transformation
+from .._base import GradientTransformation, StepContext, context_value, needs_params, transformation
 from .._hyper import hyper_residual, hyper_scalar
 from .._rounding import rounded
 from .._spec import Fusion, LocalKey, declare
@@ -94,7 +94,7 @@ def sgd_terms(*, deferred_rescale: bool, momentum: bool) -> GradientTransformati
     @declare(needs=needs, provides=(SGD_DECAY,) if momentum else (), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         if params is None:
-            raise ValueError("sgd_terms: needs params; call update(grads, state, params).")
+            raise needs_params(update)
         lr = context_value(extra_args, "lr", update)
         wd = context_value(extra_args, "wd", update)
         rg = context_value(extra_args, RESCALE, update) if deferred_rescale else None
@@ -153,7 +153,7 @@ def sgd_update_step(*, deferred_rescale: bool) -> GradientTransformation:
     @declare(needs=needs, fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         if params is None:
-            raise ValueError("sgd_update_step: needs params; call update(grads, state, params).")
+            raise needs_params(update)
         lr = context_value(extra_args, "lr", update)
         wd = context_value(extra_args, "wd", update)
         rg = context_value(extra_args, RESCALE, update) if deferred_rescale else None
@@ -193,7 +193,7 @@ def signum_momentum(momentum: float, *, deferred_rescale: bool) -> GradientTrans
     @declare(needs=needs, fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         if params is None:
-            raise ValueError("signum_momentum: needs params; call update(grads, state, params).")
+            raise needs_params(update)
         wd = context_value(extra_args, "wd", update)
         rg = context_value(extra_args, RESCALE, update) if deferred_rescale else None
         mu = state.hyper["momentum"]
@@ -222,7 +222,7 @@ def signum_decay(wd_lh: float) -> GradientTransformation:
     @declare(needs=("lr",), fusion=Fusion())
     def update(updates, state, params=None, **extra_args):
         if params is None:
-            raise ValueError("signum_decay: needs params; call update(grads, state, params).")
+            raise needs_params(update)
         lr = context_value(extra_args, "lr", update)
         k = state.hyper["wd_lh"]
 
