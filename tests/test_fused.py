@@ -502,10 +502,11 @@ def test_not_fusable_names_its_reason():
         gradxform.fused(tx, strict=True)
 
 
-def test_fed_trees_a_layout_packing_large_leaves_warns_and_names_the_fast_paths():
-    """Fed ordinary trees, every step concatenates the packed leaves and slices them back (712 bytes
-    a parameter on ResNet-50's shapes against 48 per leaf, benchmarks/bench_bytes.py --shapes): the
-    update says so, and names the paths that avoid it; the numbers are the per-leaf ones either way."""
+def test_fed_trees_a_layout_packing_large_leaves_refuses_and_names_the_fast_paths():
+    """Fed ordinary trees, a layout packing large leaves would concatenate them and slice them back
+    every step (712 bytes a parameter on ResNet-50's shapes against 48 per leaf,
+    benchmarks/bench_bytes.py --shapes): the update refuses at once, names the paths that avoid it,
+    and leaves the state as it was; each of those paths gives the per-leaf numbers."""
     import warnings
     from gradxform._fused import TREE_PACK_LIMIT
     big = TREE_PACK_LIMIT + 1
@@ -515,15 +516,21 @@ def test_fed_trees_a_layout_packing_large_leaves_warns_and_names_the_fast_paths(
     want, _ = tx.update(grads, tx.init(params), params)
     ftx = gradxform.fused(tx)
     state = ftx.init(params)
-    with pytest.warns(UserWarning, match=rf"packs leaves of up to {big} elements.*fused\.ravel\(params, state\)"
-                                         r".*max_leaf_size=1024.*use tx itself"):
-        got, _ = ftx.update(grads, state, params)
-    _assert_same(want, got)
-    quiet = [gradxform.fused(tx, max_leaf_size=1024), gradxform.fused(tx)]
+    before = jax.tree.map(np.array, state)
+    for update in (ftx.update, jax.jit(ftx.update)):
+        with pytest.raises(ValueError, match=rf"packs leaves of up to {big} elements.*"
+                                             r"gradxform\.fused\.ravel\(params, state\).*"
+                                             r"max_leaf_size=1024.*use tx itself.*Nothing was updated"):
+            update(grads, state, params)
+    jax.tree.map(np.testing.assert_array_equal, before, state)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        quiet[0].update(grads, quiet[0].init(params), params)  # the large leaf is a buffer of its own
-        flat = gradxform.fused.ravel(params, state)  # flat buffers: nothing to concatenate
-        ftx.update(gradxform.fused.ravel(grads, state), state, flat)
+        small_leaves_only = gradxform.fused(tx, max_leaf_size=1024)  # the large leaf is a buffer of its own
+        got, _ = small_leaves_only.update(grads, small_leaves_only.init(params), params)
+        _assert_same(want, got)
+        flat, _ = ftx.update(gradxform.fused.ravel(grads, state), state, gradxform.fused.ravel(params, state))
+        _assert_same(want, flat.unravel())  # flat buffers: nothing to concatenate
         small = {"a": jnp.ones((TREE_PACK_LIMIT,)), "b": jnp.ones((3,))}
-        quiet[1].update(small, quiet[1].init(small), small)
+        at_the_limit = gradxform.fused(tx)
+        got, _ = at_the_limit.update(small, at_the_limit.init(small), small)
+        _assert_same(tx.update(small, tx.init(small), small)[0], got)

@@ -204,20 +204,25 @@ def unflatten_state(tx: GradientTransformation, state):
 # -- the wrapper ------------------------------------------------------------------
 
 #: Fed ordinary trees, a layout that packs a leaf larger than this (elements)
-#: makes every step concatenate and slice it: `fuse` warns (measured bytes in
-#: its docstring; 4096 costs ResNet-50's shapes 49.0 bytes a parameter, 48 per leaf).
+#: would make every step concatenate it and slice it back: `fuse`'s update
+#: refuses such trees (measured bytes in its docstring; 4096 costs ResNet-50's
+#: shapes 49.0 bytes a parameter, 48 per leaf).
 TREE_PACK_LIMIT = 4096
 
 
-def _warn_if_trees_are_costly(layout: Layout) -> None:
+def _refuse_costly_trees(layout: Layout) -> None:
     sizes = layout.sizes()
     packed = [sizes[i] for g in layout.groups if len(g) > 1 for i in g]
     if packed and max(packed) > TREE_PACK_LIMIT:
-        warnings.warn(f"fused(tx) is fed ordinary trees and its layout packs leaves of up to {max(packed)} "
-                      "elements: every step concatenates them and slices the updates back (an Adam step on "
-                      "ResNet-50's shapes moves 712 bytes a parameter this way, 48 per leaf). Keep the "
-                      "parameters and gradients flat (gradxform.fused.ravel(params, state)), build it as "
-                      "fused(tx, max_leaf_size=1024) for trees, or use tx itself.", UserWarning, stacklevel=3)
+        raise ValueError(
+            f"fused(tx).update: fed ordinary trees, but this state's layout packs leaves of up to {max(packed)} "
+            "elements into shared buffers, so every step would concatenate them and slice the updates back "
+            "(an Adam step on ResNet-50's shapes: 712 bytes a parameter, against 48 for tx itself). Either "
+            "keep the parameters and gradients flat (flat = gradxform.fused.ravel(params, state); update "
+            "takes and returns FlatTrees), build it as fused(tx, max_leaf_size=1024) to feed trees (only "
+            f"leaves of at most {TREE_PACK_LIMIT} elements may share a buffer), or use tx itself: the "
+            "numbers are the same on every path. Nothing was updated.")
+
 
 def fuse(tx: GradientTransformation, *, strict: bool = False,
          max_leaf_size: int | None = None) -> GradientTransformation:
@@ -244,18 +249,17 @@ def fuse(tx: GradientTransformation, *, strict: bool = False,
     group (the chain keeps one update count per group).
 
     Speed: fed ordinary trees, every step concatenates the gradients and
-    parameters into the buffers and slices the updates back, which costs
-    more than the fused pass saves: with the default ``max_leaf_size=None``
-    a donated Adam step moves 712 bytes per parameter on ResNet-50's shapes
-    and 660 on GPT-2's, against 48 per leaf (XLA's cost analysis;
-    ``benchmarks/bench_bytes.py --shapes resnet50,gpt2``), so an update fed
-    trees warns when its layout packs a leaf of more than
-    `TREE_PACK_LIMIT` elements. The fast paths keep the arrays flat:
-    `FlatTree` params and grads from `ravel` (made once, updated in place),
-    or `gradxform.Trainer`, which holds them so. For ordinary trees use
-    ``tx`` itself, or ``max_leaf_size=1024`` (only the small leaves are
-    packed: 48.6 and 48.1 bytes on those shapes; ``2**16`` still packs
-    ResNet's small convolutions, 63.7).
+    parameters into the buffers and slices the updates back. Where a buffer
+    packs large leaves that costs more than the fused pass saves (with the
+    default ``max_leaf_size=None`` a donated Adam step would move 712 bytes per
+    parameter on ResNet-50's shapes and 660 on GPT-2's, against 48 per leaf:
+    XLA's cost analysis, ``benchmarks/bench_bytes.py --shapes resnet50,gpt2``),
+    so an update fed trees raises when its layout packs a leaf of more than
+    `TREE_PACK_LIMIT` elements, and names the other paths. The fast paths keep
+    the arrays flat: `FlatTree` params and grads from `ravel` (made once,
+    updated in place), or `gradxform.Trainer`, which holds them so. For
+    ordinary trees use ``tx`` itself, or ``max_leaf_size=1024`` (only the
+    small leaves are packed: 48.6 and 48.1 bytes on those shapes).
     """
     reasons, facts = _inspect(tx)
     if max_leaf_size is not None and (not isinstance(max_leaf_size, int) or max_leaf_size < 1):
@@ -294,7 +298,7 @@ def fuse(tx: GradientTransformation, *, strict: bool = False,
                                    params.unravel() if isinstance(params, FlatTree) else params, **extra_args)
             return FlatTree(updates.layout.ravel(out), updates.layout), state
         if not flat_in:
-            _warn_if_trees_are_costly(layout)
+            _refuse_costly_trees(layout)
         if flat_in:
             if updates.layout != layout:
                 raise ValueError("fused.update: the FlatTree of updates has another layout than this "
