@@ -24,7 +24,8 @@ buffers instead:
   a `FlatTree` (`ravel` once, hand the loss function ``flat.unravel()`` views
   inside the jitted step: the gradient comes back as a `FlatTree`); given as
   ordinary trees they are concatenated and the updates sliced back, inside
-  the same jit (see ``benchmarks/README.md`` for what that costs).
+  the same jit, which a layout packing large leaves refuses (`TREE_PACK_LIMIT`;
+  ``benchmarks/README.md`` has what it would cost).
 
 Exactness is decided per chain, never guessed: `fused` reads the declaration
 (`gradxform._spec.Spec`) of each piece a chain is built from, and of the
