@@ -534,3 +534,40 @@ def test_fed_trees_a_layout_packing_large_leaves_refuses_and_names_the_fast_path
         at_the_limit = gradxform.fused(tx)
         got, _ = at_the_limit.update(small, at_the_limit.init(small), small)
         _assert_same(tx.update(small, tx.init(small), small)[0], got)
+
+
+def test_inside_an_nnx_optimizer_the_fused_step_is_the_per_leaf_step():
+    """``nnx.Optimizer`` calls ``init`` on Variables and ``update`` on their arrays: the layout is
+    made for the arrays (it raised "Custom node type mismatch" at the first update before), so the
+    fused step trains as the per-leaf ``tx`` does, bit for bit, and ``set_learning_rate`` reaches it;
+    a layout packing a leaf of 8,000 elements refuses the trees nnx feeds, naming ``max_leaf_size``."""
+    nnx = pytest.importorskip("flax.nnx")
+    tx = gradxform.create("adam", learning_rate=0.01, wd=1e-3)
+
+    def train(opt_tx, din, dout):
+        model = nnx.Linear(din, dout, rngs=nnx.Rngs(0))
+        opt = nnx.Optimizer(model, opt_tx, wrt=nnx.Param)
+        x = jnp.linspace(-1.0, 1.0, 4 * din).reshape(4, din)
+
+        @nnx.jit
+        def step(model, opt):
+            grads = nnx.grad(lambda m: jnp.mean(jnp.square(m(x) - 0.5)))(model)
+            opt.update(model, grads)
+
+        for k in range(3):
+            if k == 2:
+                gradxform.set_learning_rate(opt.opt_state, 0.005)
+            step(model, opt)
+        return model, opt
+
+    for din, dout, limit in ((10, 8, None), (100, 80, 1024)):
+        fused_model, opt = train(gradxform.fused(tx, max_leaf_size=limit), din, dout)
+        assert isinstance(nnx.as_pure(opt.opt_state), FusedState)
+        plain_model, _ = train(tx, din, dout)
+        _assert_same(nnx.as_pure(nnx.state(plain_model, nnx.Param)), nnx.as_pure(nnx.state(fused_model, nnx.Param)))
+        assert float(gradxform.get_learning_rate(opt.opt_state)) == np.float32(0.005)
+        params = nnx.state(fused_model, nnx.Param)  # Variables: ravel takes their arrays too
+        flat = gradxform.fused.ravel(params, nnx.as_pure(opt.opt_state))
+        _assert_same(nnx.as_pure(params), flat.unravel())
+    with pytest.raises(ValueError, match=r"packs leaves of up to 8000 elements.*max_leaf_size=1024"):
+        train(gradxform.fused(tx), 100, 80)

@@ -19,6 +19,7 @@ import numpy as np
 from ._base import GradientTransformation
 from ._spec import spec_of
 from ._state_paths import map_param_shaped
+from ._tree import without_variables
 
 __all__ = ["FlatTree", "Layout", "bit_exact", "why_not_fused"]
 
@@ -96,7 +97,8 @@ class Layout:
         return tuple(out)
 
     def _leaves_of(self, tree) -> list:
-        """``tree``'s leaves, checked against this layout's structure and shapes."""
+        """``tree``'s leaves (an nnx Variable's array), checked against this layout's structure and shapes."""
+        tree = without_variables(tree)
         leaves = self.treedef.flatten_up_to(tree)
         for i, (x, shape) in enumerate(zip(leaves, self.shapes)):
             if np.shape(x) != shape:

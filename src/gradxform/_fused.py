@@ -86,6 +86,7 @@ from ._group_values import GroupValues
 from ._packed import packed
 from ._spec import declare
 from ._state_paths import map_param_shaped, with_optional_like
+from ._tree import without_variables
 from .pieces.internal import layout_segments
 
 __all__ = ["fused", "fuse", "Fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_lengths", "fusable",
@@ -183,6 +184,7 @@ def flatten_state(tx: GradientTransformation, state, params, *,
         raise ValueError("fused.flatten_state: this chain keeps the per-leaf path: " + "; ".join(reasons))
     if len(jax.tree.leaves(params)) < 2:
         raise ValueError("fused.flatten_state: a tree of fewer than two leaves keeps the per-leaf path.")
+    params, state = without_variables(params), without_variables(state)
     layout = _layout_for(params, state, facts)
     # concrete leaves (a checkpoint's) are packed in NumPy: no concatenation of N operands compiled
     concrete = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(state))
@@ -272,6 +274,8 @@ def fuse(tx: GradientTransformation, *, strict: bool = False,
     def init(params):
         if reasons or len(jax.tree.leaves(params)) < 2:
             return tx.init(params)
+        # the layout is made for arrays: nnx.Optimizer calls init on Variables, update on their arrays
+        params = without_variables(params)
         if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(params)):
             # Concrete parameters: init op by op and pack on the host. The
             # compiled alternative below takes a program whose compile time grows

@@ -30,6 +30,7 @@ from ._registry import _SYNONYMS  # the aliases create suggests (b1 -> beta1, lr
 from ._group_hyper import GroupHyper, base_name, group_key
 from ._ranges import HyperName, Range, check_value, declared_range, owner_of, register_range
 from ._state_paths import map_states, state_paths
+from ._tree import is_variable
 
 __all__ = [
     "hyper_scalar", "hyper_residual", "get_hyper", "set_hyper", "hyper_names",
@@ -171,9 +172,7 @@ def _unknown_name(who: str, name: str, known: list[str]) -> str:
 
 def _raw(x):
     """The array inside an ``nnx`` Variable (``OptArray``), else ``x``."""
-    if not isinstance(x, jax.Array) and callable(getattr(x, "get_value", None)):
-        return x.get_value()
-    return x
+    return x.get_value() if is_variable(x) else x
 
 
 def _traced(x) -> bool:

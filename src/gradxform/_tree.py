@@ -75,6 +75,21 @@ def param_names(tree) -> list[str]:
     return ["/".join(key_name(k) for k in _without_variable_value(path)) for path, _ in leaves]
 
 
+def is_variable(x) -> bool:
+    """Whether ``x`` is a Flax nnx Variable (``Param``, ``OptArray``, ...): a pytree
+    node around one array, told by its ``get_value`` method (flax is not imported)."""
+    return not isinstance(x, (jax.Array, np.ndarray)) and callable(getattr(x, "get_value", None))
+
+
+def without_variables(tree):
+    """``tree`` with each nnx Variable replaced by the array it holds, as
+    ``nnx.as_pure`` gives it (``nnx.Optimizer`` calls ``init`` on Variables and
+    ``update`` on their arrays); any other tree is returned as it is."""
+    if not any(map(is_variable, jax.tree.leaves(tree, is_leaf=is_variable))):
+        return tree
+    return jax.tree.map(lambda x: x.get_value() if is_variable(x) else x, tree, is_leaf=is_variable)
+
+
 def _without_variable_value(path):
     last = path[-1] if path else None
     # jax types GetAttrKey as Any, so isinstance does not narrow ``last``
