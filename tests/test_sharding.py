@@ -16,6 +16,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import cases
 import gradxform
+from gradxform._fused import FusedState
 import quick_compile
 
 NAMES = cases.names()
@@ -132,3 +133,26 @@ def test_optax_tree_map_params_with_multipliers_and_groups(name, kwargs):
                                       transform_non_params=lambda _: NamedSharding(mesh, P()))
     state = jax.jit(tx.init, out_shardings=shardings)(params)
     assert _unsharded_big_leaves(state) == []
+
+
+@pytest.mark.parametrize("explicit", [True, False], ids=["explicit", "auto"])
+def test_fused_refuses_parameters_sharded_over_devices_and_tx_itself_follows_them(explicit):
+    """`gradxform.fused` concatenates leaves into flat buffers, which cannot keep a leaf's sharding:
+    under explicit axes its jitted init failed with a ShardingTypeError, and eagerly (or under auto
+    axes) the state sat whole on every device. Its init refuses at once, naming the path and the
+    per-leaf ``tx``, whose state follows the sharding; replicated parameters still fuse."""
+    mesh = _mesh(explicit)
+    with jax.set_mesh(mesh):
+        params = _params(mesh)
+        tx = gradxform.create("adam", learning_rate=0.01)
+        ftx = gradxform.fused(tx)
+        for init in (ftx.init, jax.jit(ftx.init)):
+            if not explicit and init is not ftx.init:
+                continue  # auto axes: a traced leaf does not know its sharding, the concrete one does
+            with pytest.raises(ValueError, match=r"params\['dense'\]\['kernel'\] is sharded over devices.*"
+                                                 r"Use tx itself"):
+                init(params)
+        if explicit:  # auto axes: jit's outputs are replicated, for optax.adam too (above)
+            assert _unsharded_big_leaves(jax.jit(tx.init)(params)) == []
+        replicated = jax.tree.map(lambda x: jax.device_put(x, NamedSharding(mesh, P())), params)
+        assert isinstance(ftx.init(replicated), FusedState)  # replicated leaves: one flat buffer, fused

@@ -77,6 +77,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.core
 import numpy as np
+from jax.sharding import NamedSharding
 
 from ._base import CONTEXT_KEY, GradientTransformation, StepContext, transformation
 from ._elementwise import fusable, not_fusable
@@ -185,6 +186,7 @@ def flatten_state(tx: GradientTransformation, state, params, *,
     if len(jax.tree.leaves(params)) < 2:
         raise ValueError("fused.flatten_state: a tree of fewer than two leaves keeps the per-leaf path.")
     params, state = without_variables(params), without_variables(state)
+    _refuse_sharded_params(params, "fused.flatten_state")
     layout = _layout_for(params, state, facts)
     # concrete leaves (a checkpoint's) are packed in NumPy: no concatenation of N operands compiled
     concrete = not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(state))
@@ -227,6 +229,22 @@ def _refuse_costly_trees(layout: Layout) -> None:
             "numbers are the same on every path. Nothing was updated.")
 
 
+def _refuse_sharded_params(params, who: str) -> None:
+    """A flat buffer concatenates leaves: one sharded over devices would sit whole on every device
+    (or, under explicit mesh axes, fail to concatenate). Such parameters keep the per-leaf `tx`."""
+    for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
+        try:
+            sharding = jax.typeof(x).sharding if isinstance(x, jax.core.Tracer) else getattr(x, "sharding", None)
+        except (TypeError, AttributeError):  # an abstract value without a sharding (pmap's, a placeholder)
+            continue
+        if isinstance(sharding, NamedSharding) and not sharding.is_fully_replicated:
+            raise ValueError(
+                f"{who}: params{jax.tree_util.keystr(path)} is sharded over devices ({sharding.spec}); the fused "
+                "layout concatenates leaves into flat buffers, which cannot keep that sharding (its state would "
+                "sit whole on every device). Use tx itself: its state follows each leaf's sharding. For a flat "
+                "state sharded over data-parallel devices, use gradxform.Trainer(..., update_on_kvstore=True).")
+
+
 def fuse(tx: GradientTransformation, *, strict: bool = False,
          max_leaf_size: int | None = None) -> GradientTransformation:
     """Runs ``tx`` on flat per-group buffers: the same results, one
@@ -249,7 +267,12 @@ def fuse(tx: GradientTransformation, *, strict: bool = False,
     ``benchmarks/README.md``).
 
     Limits: an ``update_mask`` extra argument must be constant inside each
-    group (the chain keeps one update count per group).
+    group (the chain keeps one update count per group). Parameters sharded
+    over devices (a `NamedSharding` that is not fully replicated) are refused
+    at ``init``: a flat buffer cannot keep a leaf's sharding, and ``tx``
+    itself keeps its state sharded like the parameters. Flax nnx Variables
+    are taken as the arrays they hold (``nnx.Optimizer`` calls ``init`` on
+    Variables and ``update`` on arrays).
 
     Speed: fed ordinary trees, every step concatenates the gradients and
     parameters into the buffers and slices the updates back. Where a buffer
@@ -276,6 +299,7 @@ def fuse(tx: GradientTransformation, *, strict: bool = False,
             return tx.init(params)
         # the layout is made for arrays: nnx.Optimizer calls init on Variables, update on their arrays
         params = without_variables(params)
+        _refuse_sharded_params(params, "fused(tx).init")
         if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(params)):
             # Concrete parameters: init op by op and pack on the host. The
             # compiled alternative below takes a program whose compile time grows
