@@ -571,3 +571,25 @@ def test_inside_an_nnx_optimizer_the_fused_step_is_the_per_leaf_step():
         _assert_same(nnx.as_pure(params), flat.unravel())
     with pytest.raises(ValueError, match=r"packs leaves of up to 8000 elements.*max_leaf_size=1024"):
         train(gradxform.fused(tx), 100, 80)
+
+
+def test_a_trainer_on_nnx_variables_keeps_them_in_the_fused_layout():
+    """The `Trainer` keeps the Variables of ``nnx.state(model, nnx.Param)`` (the structure it was
+    given), where ``nnx.Optimizer`` feeds their arrays: the fused layout serves both, and the fused
+    Trainer steps as the per-leaf one, bit for bit."""
+    nnx = pytest.importorskip("flax.nnx")
+    model = nnx.Linear(10, 8, rngs=nnx.Rngs(0))
+    x = jnp.linspace(-1.0, 1.0, 40).reshape(4, 10)
+
+    def loss_fn(params, batch):
+        return jnp.mean(jnp.square(nnx.merge(nnx.graphdef(model), params)(batch) - 0.5))
+
+    trained = {}
+    for fused in (True, False):
+        t = gradxform.Trainer(nnx.state(model, nnx.Param), "adam", {"learning_rate": 0.01}, fused=fused)
+        assert t.fused == fused
+        t.compile_step(loss_fn)(x, 4)
+        t.step(t.grads(loss_fn, x), 4)
+        assert jax.tree.structure(t.params) == jax.tree.structure(nnx.state(model, nnx.Param))
+        trained[fused] = t.params
+    _assert_same(trained[False], trained[True])

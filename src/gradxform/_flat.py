@@ -96,10 +96,20 @@ class Layout:
             out.append(parts[0] if len(parts) == 1 else jnp.concatenate(parts))
         return tuple(out)
 
+    def matching(self, tree) -> "Layout":
+        """This layout, with ``tree``'s own structure where the two differ only by
+        Flax nnx Variables around the leaves: ``nnx.Optimizer`` calls ``init`` on
+        Variables and ``update`` on their arrays, the `Trainer` keeps the
+        Variables. Any other difference is left for ``flatten_up_to`` to report."""
+        structure = jax.tree.structure(tree)
+        if structure == self.treedef or _without_variables_structure(structure) != \
+                _without_variables_structure(self.treedef):
+            return self
+        return dataclasses.replace(self, treedef=structure)
+
     def _leaves_of(self, tree) -> list:
-        """``tree``'s leaves (an nnx Variable's array), checked against this layout's structure and shapes."""
-        tree = without_variables(tree)
-        leaves = self.treedef.flatten_up_to(tree)
+        """``tree``'s leaves, checked against this layout's structure and shapes."""
+        leaves = self.matching(tree).treedef.flatten_up_to(tree)
         for i, (x, shape) in enumerate(zip(leaves, self.shapes)):
             if np.shape(x) != shape:
                 path = jax.tree_util.keystr(jax.tree_util.tree_flatten_with_path(tree)[0][i][0])
@@ -166,6 +176,13 @@ class Layout:
 
     def unravel(self, buffers):
         return self.treedef.unflatten(self.unravel_leaves(buffers))
+
+
+@functools.lru_cache(maxsize=64)
+def _without_variables_structure(treedef):
+    """``treedef`` with its nnx Variable nodes replaced by their leaf (the structure
+    ``nnx.as_pure`` gives); unchanged where it holds none."""
+    return jax.tree.structure(without_variables(treedef.unflatten([0] * treedef.num_leaves)))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))

@@ -87,7 +87,6 @@ from ._group_values import GroupValues
 from ._packed import packed
 from ._spec import declare
 from ._state_paths import map_param_shaped, with_optional_like
-from ._tree import without_variables
 from .pieces.internal import layout_segments
 
 __all__ = ["fused", "fuse", "Fused", "FlatTree", "FusedState", "Layout", "bit_exact", "buffer_lengths", "fusable",
@@ -185,7 +184,6 @@ def flatten_state(tx: GradientTransformation, state, params, *,
         raise ValueError("fused.flatten_state: this chain keeps the per-leaf path: " + "; ".join(reasons))
     if len(jax.tree.leaves(params)) < 2:
         raise ValueError("fused.flatten_state: a tree of fewer than two leaves keeps the per-leaf path.")
-    params, state = without_variables(params), without_variables(state)
     _refuse_sharded_params(params, "fused.flatten_state")
     layout = _layout_for(params, state, facts)
     # concrete leaves (a checkpoint's) are packed in NumPy: no concatenation of N operands compiled
@@ -272,7 +270,8 @@ def fuse(tx: GradientTransformation, *, strict: bool = False,
     at ``init``: a flat buffer cannot keep a leaf's sharding, and ``tx``
     itself keeps its state sharded like the parameters. Flax nnx Variables
     are taken as the arrays they hold (``nnx.Optimizer`` calls ``init`` on
-    Variables and ``update`` on arrays).
+    Variables and ``update`` on arrays; the updates come back in the form
+    they were given).
 
     Speed: fed ordinary trees, every step concatenates the gradients and
     parameters into the buffers and slices the updates back. Where a buffer
@@ -297,8 +296,6 @@ def fuse(tx: GradientTransformation, *, strict: bool = False,
     def init(params):
         if reasons or len(jax.tree.leaves(params)) < 2:
             return tx.init(params)
-        # the layout is made for arrays: nnx.Optimizer calls init on Variables, update on their arrays
-        params = without_variables(params)
         _refuse_sharded_params(params, "fused(tx).init")
         if not any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(params)):
             # Concrete parameters: init op by op and pack on the host. The
@@ -328,6 +325,7 @@ def fuse(tx: GradientTransformation, *, strict: bool = False,
             return FlatTree(updates.layout.ravel(out), updates.layout), state
         if not flat_in:
             _refuse_costly_trees(layout)
+            layout = layout.matching(updates)  # nnx.Optimizer: Variables at init, their arrays here
         if flat_in:
             if updates.layout != layout:
                 raise ValueError("fused.update: the FlatTree of updates has another layout than this "
@@ -352,7 +350,7 @@ def fuse(tx: GradientTransformation, *, strict: bool = False,
         with ctx.running(tx):
             out, inner = tx.update(u, state.inner, p, **{**extra_args, CONTEXT_KEY: ctx})
         out = FlatTree(out, layout) if flat_in else layout.unravel(out)
-        return out, FusedState(inner, layout)
+        return out, FusedState(inner, state.layout)
 
     return transformation(init, update)
 
