@@ -573,6 +573,21 @@ def test_inside_an_nnx_optimizer_the_fused_step_is_the_per_leaf_step():
         train(gradxform.fused(tx), 100, 80)
 
 
+def test_variables_are_unwrapped_and_other_structures_still_refused():
+    """`without_variables` replaces every Variable, beside plain arrays too; `Layout.matching` adopts a
+    structure that differs only by Variables, never one with other keys (same shapes or not)."""
+    nnx = pytest.importorskip("flax.nnx")
+    from gradxform._tree import without_variables
+    mixed = {"a": nnx.Param(jnp.ones((2,))), "b": jnp.zeros((3,))}
+    assert jax.tree.structure(without_variables(mixed)) == jax.tree.structure({"a": 0, "b": 0})
+    params = {"a": jnp.ones((2,)), "b": jnp.ones((2,))}
+    ftx = gradxform.fused(gradxform.create("adam", learning_rate=0.1))
+    state = ftx.init(params)
+    renamed = {"a": jnp.ones((2,)), "c": jnp.ones((2,))}  # the same shapes under another key
+    with pytest.raises(ValueError):
+        ftx.update(renamed, state, params)
+
+
 def test_a_trainer_on_nnx_variables_keeps_them_in_the_fused_layout():
     """The `Trainer` keeps the Variables of ``nnx.state(model, nnx.Param)`` (the structure it was
     given), where ``nnx.Optimizer`` feeds their arrays: the fused layout serves both, and the fused
