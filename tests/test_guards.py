@@ -540,3 +540,13 @@ def test_loss_scale_below_one_skips_a_gradient_its_unscaling_overflows_even_chec
     assert_same(p, PARAMS)
     status = gx.guard_status(s)[0]
     assert status["skipped"] == 1 and status["loss_scale"] == 0.25
+
+
+def test_loss_scale_reads_through_an_nnx_optimizers_variables():
+    """``nnx.Optimizer`` holds the state in Variables (``OptArray``): `get_loss_scale` reads the array inside."""
+    nnx = pytest.importorskip("flax.nnx")
+    model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    opt = nnx.Optimizer(model, dynamic_loss_scale(gx.create("adam", learning_rate=0.1), init_scale=2.0 ** 10),
+                        wrt=nnx.Param)
+    scale = gx.get_loss_scale(opt.opt_state)
+    assert isinstance(scale, jax.Array) and float(scale) == 2.0 ** 10

@@ -29,6 +29,7 @@ from jax.tree_util import DictKey, GetAttrKey, keystr
 
 from ._group_values import ValuesByGroup
 from ._state_paths import map_states, state_paths
+from ._tree import variable_value as _raw  # the array inside an nnx Variable
 
 __all__ = ["GroupHyper", "SUFFIX", "group_key", "base_name", "with_group_hyper", "group_value", "slot_value",
            "former_group_hyper", "group_hyper_plan", "group_difference"]
@@ -69,13 +70,6 @@ class GroupHyper(ValuesByGroup):
 
     def __repr__(self) -> str:
         return f"GroupHyper({self.values!r}, groups={self.groups})"
-
-
-def _raw(x):
-    """The array inside an ``nnx`` Variable, else ``x``."""
-    if not isinstance(x, jax.Array) and callable(getattr(x, "get_value", None)):
-        return x.get_value()
-    return x
 
 
 def group_key(name: str) -> str:

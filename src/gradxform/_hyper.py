@@ -30,7 +30,7 @@ from ._registry import _SYNONYMS  # the aliases create suggests (b1 -> beta1, lr
 from ._group_hyper import GroupHyper, base_name, group_key
 from ._ranges import HyperName, Range, check_value, declared_range, owner_of, register_range
 from ._state_paths import map_states, state_paths
-from ._tree import is_variable
+from ._tree import variable_value as _raw  # the array inside an nnx Variable (OptArray)
 
 __all__ = [
     "hyper_scalar", "hyper_residual", "get_hyper", "set_hyper", "hyper_names",
@@ -168,11 +168,6 @@ def _unknown_name(who: str, name: str, known: list[str]) -> str:
     close = close or [s for s in _SYNONYMS.get(name, ()) if s in known][:1]
     hint = f"; did you mean {close[0]!r}?" if close else "."
     return f"{who}: no hyperparameter {name!r} in this state{hint} It holds: {', '.join(known)}."
-
-
-def _raw(x):
-    """The array inside an ``nnx`` Variable (``OptArray``), else ``x``."""
-    return x.get_value() if is_variable(x) else x
 
 
 def _traced(x) -> bool:

@@ -81,13 +81,18 @@ def is_variable(x) -> bool:
     return not isinstance(x, (jax.Array, np.ndarray)) and callable(getattr(x, "get_value", None))
 
 
+def variable_value(x):
+    """The array inside an nnx Variable (``nnx.Optimizer`` holds its state so), else ``x``."""
+    return x.get_value() if is_variable(x) else x
+
+
 def without_variables(tree):
     """``tree`` with each nnx Variable replaced by the array it holds, as
     ``nnx.as_pure`` gives it (``nnx.Optimizer`` calls ``init`` on Variables and
     ``update`` on their arrays); any other tree is returned as it is."""
     if not any(map(is_variable, jax.tree.leaves(tree, is_leaf=is_variable))):
         return tree
-    return jax.tree.map(lambda x: x.get_value() if is_variable(x) else x, tree, is_leaf=is_variable)
+    return jax.tree.map(variable_value, tree, is_leaf=is_variable)
 
 
 def _without_variable_value(path):

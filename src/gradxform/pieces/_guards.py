@@ -42,6 +42,7 @@ from .._spec import Fusion, declare
 from .._state_paths import find_states
 from ._segments import on_every_shard
 from .._hyper import hyper_scalar, register_check
+from .._tree import variable_value
 from .._types import Hyper, InnerState
 from .._domains import FLAG, NON_NEGATIVE_FINITE
 from .._ranges import NON_NEGATIVE, POSITIVE, Range, check_bool, check_hyper, register_ranges
@@ -458,9 +459,7 @@ def get_loss_scale(state) -> jax.Array:
     if not found:
         raise ValueError("get_loss_scale: this state has no dynamic_loss_scale; wrap the optimizer "
                          "with gradxform.pieces.dynamic_loss_scale(optimizer).")
-    scale = found[0].scale
-    return scale if isinstance(scale, jax.Array) or not callable(getattr(scale, "get_value", None)) \
-        else scale.get_value()  # an nnx.Optimizer's Variable
+    return variable_value(found[0].scale)  # an nnx.Optimizer holds it in a Variable
 
 
 def scale_loss(loss, state):
