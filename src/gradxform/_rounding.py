@@ -12,6 +12,7 @@ weights differ from MindSpore in their last bit per step.
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -25,7 +26,8 @@ def rounded(x):
     A select on the value is what stops the contraction (an optimization
     barrier does not: XLA:CPU still fuses across it); NaN stays NaN."""
     # lax's select and compare, not jnp.where: each parameter leaf has several of these, and
-    # jnp.where's nested jit and broadcasting cost the 5,000-leaf first call about 10 %
+    # jnp.where's nested jit costs lowering time (1,000 leaves of MXNet Adam: first call 10.6 s
+    # against 11.6 s). The NaN takes the leaf's own sharding: select refuses mixed explicit ones.
     x = jnp.asarray(x)
-    nan = lax.broadcast_in_dim(np.array(np.nan, x.dtype), x.shape, ())
+    nan = lax.broadcast_in_dim(np.array(np.nan, x.dtype), x.shape, (), out_sharding=jax.typeof(x).sharding)
     return lax.select(lax.ne(x, x), nan, x)
