@@ -83,6 +83,21 @@ def test_fori_loop_carry_keeps_its_sharding(name):
         assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(new_params))
 
 
+@pytest.mark.parametrize("name", ["mxnet.adam", "mindspore.rmsprop", "paddle.rmsprop", "mindspore.momentum"])
+def test_an_eager_step_outside_the_mesh_keeps_the_sharding_and_the_numbers(name):
+    # op by op, with no mesh context: the rounding marks (`_rounding.rounded`) build their NaN
+    # constant outside any jit, where a constant with no sharding of its own was refused
+    mesh = _mesh(explicit=True)
+    params = _params(mesh)
+    plain = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), params)
+    tx = cases.create(name)
+    grads = jax.tree.map(jnp.cos, params)
+    u, _ = tx.update(grads, tx.init(params), params)
+    ref, _ = tx.update(jax.tree.map(jnp.cos, plain), tx.init(plain), plain)
+    assert u["dense"]["kernel"].sharding.spec == P("fsdp", None)
+    jax.tree.map(np.testing.assert_array_equal, u, ref)  # the same elementwise operations, sharded or not
+
+
 def test_per_device_state_bytes_equal_optax_adam():
     mesh = _mesh(explicit=True)
     with jax.set_mesh(mesh):
