@@ -86,7 +86,7 @@ def test_fori_loop_carry_keeps_its_sharding(name):
 @pytest.mark.parametrize("name", ["mxnet.adam", "mindspore.rmsprop", "paddle.rmsprop", "mindspore.momentum"])
 def test_an_eager_step_outside_the_mesh_keeps_the_sharding_and_the_numbers(name):
     # op by op, with no mesh context: the rounding marks (`_rounding.rounded`) build their NaN
-    # constant outside any jit, where a constant with no sharding of its own was refused
+    # constant outside any jit, where one given the leaf's abstract (traced) sharding was refused
     mesh = _mesh(explicit=True)
     params = _params(mesh)
     plain = jax.tree.map(lambda x: jnp.asarray(np.asarray(x)), params)
